@@ -1,0 +1,38 @@
+"""normbench: benchmarks and a leaderboard for neural-network normalization layers."""
+
+from __future__ import annotations
+
+from normbench.registry import (
+    ENTRY_POINT_GROUP,
+    Backend,
+    BackendUnavailable,
+    NormSpec,
+    Paper,
+    get_norm,
+    list_norms,
+    plugin_errors,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Backend",
+    "BackendUnavailable",
+    "NormSpec",
+    "Paper",
+    "get_norm",
+    "list_norms",
+    "plugin_errors",
+    "results",
+    "__version__",
+]
+
+
+def __getattr__(name):
+    # Subpackages load on first use so `import normbench` stays light.
+    if name in ("results", "measure", "kernels", "tasks", "models", "train", "site"):
+        import importlib
+
+        return importlib.import_module(f"normbench.{name}")
+    raise AttributeError(f"module 'normbench' has no attribute {name!r}")

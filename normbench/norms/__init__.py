@@ -1,0 +1,1 @@
+"""Built-in normalization layers, one module per family."""
