@@ -29,3 +29,8 @@ def check_input(x: torch.Tensor, num_features: int, layout: str, name: str) -> N
 def per_channel(p: torch.Tensor, layout: str) -> torch.Tensor:
     """View a ``[C]`` parameter so it broadcasts over the channel axis of ``layout``."""
     return p if layout == "tokens" else p.view(1, -1, 1, 1)
+
+
+def upcast(x: torch.Tensor) -> torch.Tensor:
+    """Compute statistics in at least float32: widen half types, keep float32/float64 as they are."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x

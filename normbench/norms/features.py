@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from ._base import channel_dim, check_input, check_layout, per_channel
+from ._base import channel_dim, check_input, check_layout, per_channel, upcast
 
 
 class _FeatureNorm(nn.Module):
@@ -62,8 +62,9 @@ class RMSNorm(_FeatureNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.num_features, self.layout, type(self).__name__)
-        ms = x.float().pow(2).mean(self.dim, keepdim=True)
-        y = (x.float() * torch.rsqrt(ms + self.eps)).to(x.dtype)
+        xf = upcast(x)
+        ms = xf.pow(2).mean(self.dim, keepdim=True)
+        y = (xf * torch.rsqrt(ms + self.eps)).to(x.dtype)
         return self._affine(y)
 
 
@@ -86,7 +87,7 @@ class CRMSNorm(_FeatureNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.num_features, self.layout, "CRMSNorm")
-        xf = x.float()
+        xf = upcast(x)
         d = self.num_features + 1
         sq = xf.pow(2).sum(self.dim, keepdim=True) + xf.sum(self.dim, keepdim=True).pow(2)
         y = (xf * torch.rsqrt(sq / d + self.eps)).to(x.dtype)
@@ -106,8 +107,9 @@ class ScaleNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.num_features, self.layout, "ScaleNorm")
-        norm = torch.linalg.vector_norm(x.float(), dim=self.dim, keepdim=True).clamp_min(self.eps)
-        return (self.g * x.float() / norm).to(x.dtype)
+        xf = upcast(x)
+        norm = torch.linalg.vector_norm(xf, dim=self.dim, keepdim=True).clamp_min(self.eps)
+        return (self.g * xf / norm).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, layout={self.layout}, eps={self.eps}"

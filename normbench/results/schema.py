@@ -1,0 +1,362 @@
+"""The versioned result-record schema (kinds ``kernel`` and ``accuracy``): record ids and validation."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+SCHEMA = "normbench.record"
+SCHEMA_VERSION = 1
+KINDS = ("kernel", "accuracy")
+PASSES = ("fwd", "bwd", "fwd+bwd")
+TIMINGS = ("cold", "hot")
+DEVICES = ("cpu", "cuda")
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{6,128}$")
+HARDWARE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,95}$")
+#: A bandwidth more than this many times the measured ceiling is not a fast kernel but a broken measurement.
+FAR_ABOVE_CEILING = 4.0
+#: Relative tolerance when recomputing GB/s and percent of ceiling from a record's own fields.
+RECOMPUTE_RTOL = 1e-3
+
+TOP_FIELDS = ("schema", "schema_version", "kind", "id", "norm", "config", "metrics", "provenance")
+PROVENANCE_FIELDS = ("timestamp", "normbench_version", "git_commit", "python", "torch", "triton", "platform",
+                     "hardware", "hardware_id", "plugins", "command")
+HARDWARE_FIELDS = ("cpu", "cores", "threads", "gpu", "gpu_memory_gb", "driver", "cuda")
+NORM_FIELDS = ("name", "title", "family", "kind", "layouts")
+KERNEL_CONFIG = ("backend", "layout", "shape", "num_features", "dtype", "pass", "device", "timing", "threads",
+                 "shape_class")
+KERNEL_METRICS = ("time_median_s", "time_iqr_s", "reps", "bytes_moved", "gbps", "ceiling_gbps", "pct_of_ceiling",
+                  "datasheet_peak_gbps", "suspect", "suspect_reason", "peak_mem_bytes", "saved_bytes", "err")
+ACCURACY_CONFIG = ("task", "task_offline", "model", "placement", "seed", "recipe", "quick", "device", "batch_size")
+ACCURACY_METRICS = ("metric", "higher_is_better", "final", "best", "steps", "wall_time_s", "target",
+                    "time_to_target_s", "steps_to_target", "diverged", "diverged_step", "curve")
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
+def record_id(kind: str, norm: str, config: dict, hardware_id: str) -> str:
+    """The stable id of a measurement: a hash of its kind, norm name, config and hardware id.
+
+    Two runs of the same measurement on the same hardware get the same id, so a re-run can skip it
+    (and a newer write of it replaces the older one).
+    """
+    digest = hashlib.sha256(_canonical([kind, norm, config, hardware_id]).encode()).hexdigest()
+    return f"{kind[:1]}-{digest[:20]}"
+
+
+def make_record(kind: str, norm: dict, config: dict, metrics: dict, provenance: dict) -> dict:
+    """Assemble a record (``norm`` is ``spec.to_dict()``); the id is derived from kind, norm, config and hardware."""
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "id": record_id(kind, norm.get("name", ""), config, provenance.get("hardware_id", "")),
+        "norm": norm,
+        "config": config,
+        "metrics": metrics,
+        "provenance": provenance,
+    }
+
+
+# --- small typed checks; each appends a problem naming the field ---------------------------------------------------
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _num(problems, d, key, where, *, minimum=None, strict_min=False, nullable=False, integer=False):
+    v = d.get(key)
+    path = f"{where}.{key}"
+    if v is None:
+        if not nullable:
+            problems.append(f"{path} is missing or null; it must be a number")
+        return None
+    if integer and (not isinstance(v, int) or isinstance(v, bool)):
+        problems.append(f"{path} must be an integer, got {v!r}")
+        return None
+    if not _is_num(v):
+        problems.append(f"{path} must be a number, got {v!r}")
+        return None
+    if not math.isfinite(v):
+        problems.append(f"{path} must be finite, got {v!r}")
+        return None
+    if minimum is not None and (v <= minimum if strict_min else v < minimum):
+        rel = ">" if strict_min else ">="
+        problems.append(f"{path} must be {rel} {minimum}, got {v!r}")
+        return None
+    return v
+
+
+def _str(problems, d, key, where, *, nullable=False, choices=None, pattern=None):
+    v = d.get(key)
+    path = f"{where}.{key}"
+    if v is None:
+        if not nullable:
+            problems.append(f"{path} is missing or null; it must be a string")
+        return None
+    if not isinstance(v, str) or (not v and not nullable):
+        problems.append(f"{path} must be a non-empty string, got {v!r}")
+        return None
+    if choices is not None and v not in choices:
+        problems.append(f"{path} must be one of {', '.join(choices)}; got {v!r}")
+        return None
+    if pattern is not None and not pattern.match(v):
+        problems.append(f"{path} {v!r} is malformed (must match {pattern.pattern})")
+        return None
+    return v
+
+
+def _bool(problems, d, key, where):
+    v = d.get(key)
+    if not isinstance(v, bool):
+        problems.append(f"{where}.{key} must be true or false, got {v!r}")
+        return None
+    return v
+
+
+def _missing(problems, d, fields, where):
+    for f in fields:
+        if f not in d:
+            problems.append(f"{where}.{f} is missing")
+
+
+def _check_timestamp(problems, value, where):
+    if not isinstance(value, str):
+        problems.append(f"{where} must be an ISO-8601 UTC timestamp string, got {value!r}")
+        return
+    try:
+        ts = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        problems.append(f"{where} {value!r} is not an ISO-8601 timestamp")
+        return
+    if ts.utcoffset() is None:
+        problems.append(f"{where} {value!r} has no timezone; write UTC (suffix Z)")
+
+
+def _check_norm(problems, norm):
+    if not isinstance(norm, dict):
+        problems.append("norm must be the norm's metadata object (spec.to_dict()), got " + type(norm).__name__)
+        return
+    _missing(problems, norm, NORM_FIELDS, "norm")
+    _str(problems, norm, "name", "norm", pattern=NAME_RE)
+    _str(problems, norm, "title", "norm")
+    _str(problems, norm, "family", "norm")
+    _str(problems, norm, "kind", "norm")
+    layouts = norm.get("layouts")
+    if "layouts" in norm and (not isinstance(layouts, list) or not layouts
+                              or not all(isinstance(x, str) for x in layouts)):
+        problems.append(f"norm.layouts must be a non-empty list of layout names, got {layouts!r}")
+
+
+def _check_provenance(problems, prov):
+    if not isinstance(prov, dict):
+        problems.append("provenance must be an object (normbench.results.provenance())")
+        return
+    _missing(problems, prov, PROVENANCE_FIELDS, "provenance")
+    if "timestamp" in prov:
+        _check_timestamp(problems, prov["timestamp"], "provenance.timestamp")
+    for key in ("normbench_version", "python", "torch", "platform"):
+        if key in prov:
+            _str(problems, prov, key, "provenance")
+    for key in ("git_commit", "triton"):
+        if key in prov:
+            _str(problems, prov, key, "provenance", nullable=True)
+    if "hardware_id" in prov:
+        _str(problems, prov, "hardware_id", "provenance", pattern=HARDWARE_ID_RE)
+    if "plugins" in prov and not isinstance(prov["plugins"], dict):
+        problems.append("provenance.plugins must be an object {distribution: version}")
+    if "command" in prov and not isinstance(prov["command"], str):
+        problems.append("provenance.command must be the command line as a string")
+    hw = prov.get("hardware")
+    if "hardware" not in prov:
+        return
+    if not isinstance(hw, dict):
+        problems.append("provenance.hardware must be an object")
+        return
+    _missing(problems, hw, HARDWARE_FIELDS, "provenance.hardware")
+    _str(problems, hw, "cpu", "provenance.hardware")
+    _num(problems, hw, "cores", "provenance.hardware", minimum=1, integer=True)
+    _num(problems, hw, "threads", "provenance.hardware", minimum=1, integer=True)
+    _str(problems, hw, "gpu", "provenance.hardware", nullable=True)
+    _num(problems, hw, "gpu_memory_gb", "provenance.hardware", minimum=0, nullable=True)
+    _str(problems, hw, "driver", "provenance.hardware", nullable=True)
+    _str(problems, hw, "cuda", "provenance.hardware", nullable=True)
+
+
+def _check_err(problems, err):
+    if not isinstance(err, dict):
+        problems.append("metrics.err must be an object {'y': {...}, 'dx': {...}, 'dw': {...}}")
+        return
+    for part, stats in err.items():
+        if stats is None:
+            continue
+        if not isinstance(stats, dict):
+            problems.append(f"metrics.err.{part} must be an object with max_abs and max_rel, or null")
+            continue
+        for key in ("max_abs", "max_rel"):
+            _num(problems, stats, key, f"metrics.err.{part}", minimum=0, nullable=True)
+
+
+def _check_kernel(problems, cfg, met):
+    _missing(problems, cfg, KERNEL_CONFIG, "config")
+    _str(problems, cfg, "backend", "config", pattern=NAME_RE)
+    _str(problems, cfg, "layout", "config", choices=("tokens", "images"))
+    shape = cfg.get("shape")
+    if not isinstance(shape, list) or not shape or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           and s > 0 for s in shape):
+        problems.append(f"config.shape must be a non-empty list of positive integers, got {shape!r}")
+    _num(problems, cfg, "num_features", "config", minimum=1, integer=True)
+    _str(problems, cfg, "dtype", "config", choices=("float32", "bfloat16", "float16", "float64"))
+    _str(problems, cfg, "pass", "config", choices=PASSES)
+    _str(problems, cfg, "device", "config", choices=DEVICES)
+    _str(problems, cfg, "timing", "config", choices=TIMINGS)
+    _num(problems, cfg, "threads", "config", minimum=1, integer=True)
+    _str(problems, cfg, "shape_class", "config")
+
+    _missing(problems, met, KERNEL_METRICS, "metrics")
+    t = _num(problems, met, "time_median_s", "metrics", minimum=0, strict_min=True)
+    _num(problems, met, "time_iqr_s", "metrics", minimum=0)
+    _num(problems, met, "reps", "metrics", minimum=1, integer=True)
+    nbytes = _num(problems, met, "bytes_moved", "metrics", minimum=0, integer=True)
+    gbps = _num(problems, met, "gbps", "metrics", minimum=0)
+    ceiling = _num(problems, met, "ceiling_gbps", "metrics", minimum=0, strict_min=True, nullable=True)
+    pct = _num(problems, met, "pct_of_ceiling", "metrics", minimum=0, nullable=True)
+    _num(problems, met, "datasheet_peak_gbps", "metrics", minimum=0, strict_min=True, nullable=True)
+    suspect = _bool(problems, met, "suspect", "metrics")
+    reason = met.get("suspect_reason")
+    if reason is not None and not isinstance(reason, str):
+        problems.append(f"metrics.suspect_reason must be a string or null, got {reason!r}")
+    if suspect and not reason:
+        problems.append("metrics.suspect is true but metrics.suspect_reason does not say why")
+    _num(problems, met, "peak_mem_bytes", "metrics", minimum=0, integer=True, nullable=True)
+    _num(problems, met, "saved_bytes", "metrics", minimum=0, integer=True, nullable=True)
+    if "err" in met:
+        _check_err(problems, met["err"])
+    bm = cfg.get("bytes_model")
+    if bm is not None and (not isinstance(bm, dict) or not isinstance(bm.get("formula"), str)):
+        problems.append("config.bytes_model must be an object with the formula name and its parameters")
+
+    # GB/s and percent of ceiling must follow from the record's own time, bytes and ceiling.
+    if t and nbytes is not None and gbps is not None:
+        expect = nbytes / t / 1e9
+        if not math.isclose(gbps, expect, rel_tol=RECOMPUTE_RTOL, abs_tol=1e-9):
+            problems.append(f"metrics.gbps {gbps:.6g} does not equal bytes_moved / time_median_s = {expect:.6g} GB/s")
+    if pct is not None:
+        if ceiling is None:
+            problems.append("metrics.pct_of_ceiling is set but metrics.ceiling_gbps is null")
+        elif gbps is not None:
+            expect = 100.0 * gbps / ceiling
+            if not math.isclose(pct, expect, rel_tol=RECOMPUTE_RTOL, abs_tol=1e-6):
+                problems.append(f"metrics.pct_of_ceiling {pct:.6g} does not equal 100·gbps/ceiling_gbps = {expect:.6g}")
+    if gbps is not None and ceiling is not None and pct is not None:
+        if gbps > FAR_ABOVE_CEILING * ceiling:
+            problems.append(f"metrics.gbps {gbps:.6g} is far above the measured ceiling {ceiling:.6g} GB/s "
+                            f"(more than {FAR_ABOVE_CEILING:g}x): a broken measurement, not a result")
+        elif gbps > ceiling and suspect is False:
+            problems.append(f"metrics.gbps {gbps:.6g} is above the ceiling {ceiling:.6g} GB/s but the record is not "
+                            "flagged suspect (set metrics.suspect and metrics.suspect_reason)")
+
+
+def _check_accuracy(problems, cfg, met):
+    _missing(problems, cfg, ACCURACY_CONFIG, "config")
+    _str(problems, cfg, "task", "config")
+    _bool(problems, cfg, "task_offline", "config")
+    _str(problems, cfg, "model", "config")
+    _str(problems, cfg, "placement", "config", nullable=True)
+    _num(problems, cfg, "seed", "config", integer=True)
+    if "recipe" in cfg and not isinstance(cfg["recipe"], dict):
+        problems.append("config.recipe must be an object")
+    _bool(problems, cfg, "quick", "config")
+    _str(problems, cfg, "device", "config")
+    _num(problems, cfg, "batch_size", "config", minimum=1, integer=True)
+
+    _missing(problems, met, ACCURACY_METRICS, "metrics")
+    _str(problems, met, "metric", "metrics")
+    _bool(problems, met, "higher_is_better", "metrics")
+    for key in ("final", "best", "target"):
+        _num(problems, met, key, "metrics", nullable=True)
+    _num(problems, met, "steps", "metrics", minimum=0, integer=True)
+    _num(problems, met, "wall_time_s", "metrics", minimum=0)
+    _num(problems, met, "time_to_target_s", "metrics", minimum=0, nullable=True)
+    _num(problems, met, "steps_to_target", "metrics", minimum=0, integer=True, nullable=True)
+    diverged = _bool(problems, met, "diverged", "metrics")
+    _num(problems, met, "diverged_step", "metrics", minimum=0, integer=True, nullable=True)
+    if diverged is False and met.get("diverged_step") is not None:
+        problems.append("metrics.diverged_step is set but metrics.diverged is false")
+    curve = met.get("curve")
+    if "curve" not in met:
+        return
+    if not isinstance(curve, list):
+        problems.append("metrics.curve must be a list of [step, train_loss, eval_metric|null]")
+        return
+    for i, point in enumerate(curve):
+        where = f"metrics.curve[{i}]"
+        if not isinstance(point, list) or len(point) != 3:
+            problems.append(f"{where} must be [step, train_loss, eval_metric|null], got {point!r}")
+            break
+        step, loss, ev = point
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            problems.append(f"{where}[0] (step) must be a non-negative integer, got {step!r}")
+            break
+        bad = [v for v in (loss, ev) if v is not None and (not _is_num(v) or not math.isfinite(v))]
+        if bad:
+            problems.append(f"{where} has a non-finite or non-numeric value {bad[0]!r}; store null for a diverged loss")
+            break
+
+
+def validate_record(rec: Any) -> list[str]:
+    """Every problem with ``rec`` as a normbench record, each naming the field; an empty list means valid."""
+    problems: list[str] = []
+    if not isinstance(rec, dict):
+        return [f"a record must be a JSON object, got {type(rec).__name__}"]
+    _missing(problems, rec, TOP_FIELDS, "record")
+    if "schema" in rec and rec["schema"] != SCHEMA:
+        problems.append(f"record.schema must be {SCHEMA!r}, got {rec['schema']!r}")
+    version = rec.get("schema_version")
+    if "schema_version" in rec:
+        if not isinstance(version, int) or isinstance(version, bool):
+            problems.append(f"record.schema_version must be an integer, got {version!r}")
+        elif version > SCHEMA_VERSION:
+            problems.append(f"record.schema_version {version} is newer than this normbench understands "
+                            f"({SCHEMA_VERSION}); upgrade normbench")
+        elif version < 1:
+            problems.append(f"record.schema_version must be >= 1, got {version}")
+    kind = rec.get("kind")
+    if "kind" in rec and kind not in KINDS:
+        problems.append(f"record.kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    if "id" in rec:
+        _str(problems, rec, "id", "record", pattern=ID_RE)
+    if "norm" in rec:
+        _check_norm(problems, rec["norm"])
+    if "provenance" in rec:
+        _check_provenance(problems, rec["provenance"])
+    cfg, met = rec.get("config"), rec.get("metrics")
+    if "config" in rec and not isinstance(cfg, dict):
+        problems.append("record.config must be an object")
+    if "metrics" in rec and not isinstance(met, dict):
+        problems.append("record.metrics must be an object")
+    if isinstance(cfg, dict) and isinstance(met, dict):
+        if kind == "kernel":
+            _check_kernel(problems, cfg, met)
+        elif kind == "accuracy":
+            _check_accuracy(problems, cfg, met)
+    return problems
+
+
+def describe(rec: Any, index: int | None = None) -> str:
+    """A short label for a record in messages: its index, id and norm."""
+    parts = [f"record {index}" if index is not None else "record"]
+    if isinstance(rec, dict):
+        if isinstance(rec.get("id"), str):
+            parts.append(f"id={rec['id']}")
+        norm = rec.get("norm")
+        if isinstance(norm, dict) and isinstance(norm.get("name"), str):
+            parts.append(f"norm={norm['name']}")
+    return " ".join(parts)
