@@ -119,10 +119,12 @@ def _check_layout(spec: NormSpec, layout: str) -> list[tuple[str, bool, str]]:
             alone = _run(copy.deepcopy(m), first, train)
             batched = tuple(o[:1] for o in _run(copy.deepcopy(m), big, train))
         d = _maxdiff(alone, batched)
+        # Relative bound: a different batch size may take another float32 kernel path (conv, matmul).
+        tol = 1e-5 * (1 + max(float(o.abs().max()) for o in batched))
         if train and spec.batch_dependent:
-            add("batch_dependence/train", d > 1e-6, f"declared batch-dependent but sample 0 changed by only {d:.3g}")
+            add("batch_dependence/train", d > tol, f"declared batch-dependent but sample 0 changed by only {d:.3g}")
         else:
-            add(f"batch_independence/{mode}", d < 1e-5,
+            add(f"batch_independence/{mode}", d < tol,
                 f"sample 0 alone vs in a batch of 6 differs by {d:.3g}" + ("" if train else " in eval mode"))
     if spec.running_state:
         m = _build(spec, layout)

@@ -49,9 +49,10 @@ class LayerNorm(_FeatureNorm):
         check_input(x, self.num_features, self.layout, "LayerNorm")
         if self.layout == "tokens":
             return nn.functional.layer_norm(x, (self.num_features,), self.weight, self.bias, self.eps)
-        mu = x.mean(self.dim, keepdim=True)
-        var = (x - mu).pow(2).mean(self.dim, keepdim=True)
-        return self._affine((x - mu) * torch.rsqrt(var + self.eps))
+        xf = upcast(x)
+        mu = xf.mean(self.dim, keepdim=True)
+        var = (xf - mu).pow(2).mean(self.dim, keepdim=True)
+        return self._affine(((xf - mu) * torch.rsqrt(var + self.eps)).to(x.dtype))
 
 
 class RMSNorm(_FeatureNorm):

@@ -197,6 +197,7 @@ SPECTRAL_NORM = NormSpec(
                 2018, _arxiv("1802.05957")),
     family="weight", kind="weight", layouts=("tokens", "images"), factory=_M + "weights:spectral_norm",
     running_state=True, formula="Ŵ = W/σ(W), σ estimated by one power iteration per training step",
+    notes="u, v start at the exact top singular pair (SVD at wrap time), not random",
 )
 SIGMA_REPARAM = NormSpec(
     name="sigma_reparam", title="σReparam",
@@ -204,6 +205,7 @@ SIGMA_REPARAM = NormSpec(
                 _arxiv("2303.06296")),
     family="weight", kind="weight", layouts=("tokens", "images"), factory=_M + "weights:sigma_reparam",
     running_state=True, formula="Ŵ = (γ/σ(W))·W with a learned scalar γ, σ by power iteration",
+    notes="γ starts at σ(W₀) so Ŵ = W at init (the authors' PyTorch code); u, v start at the top singular pair",
 )
 QK_NORM = NormSpec(
     name="qk_norm", title="QK-Norm",
@@ -211,6 +213,8 @@ QK_NORM = NormSpec(
                 _arxiv("2010.04245")),
     family="attention", kind="attention", layouts=("tokens",), factory=_M + "attention:QKNorm",
     formula="q̂ = q/‖q‖, k̂ = k/‖k‖ over the head dimension; logits = g·q̂·k̂ᵀ with a learned scalar g instead of 1/√d",
+    notes="g starts at log2(L²−L) for training length L (seq_len, default 256); returns (g·q̂, k̂), so attention "
+          "must use scale=1.0",
 )
 FIXNORM = NormSpec(
     name="fixnorm", title="FixNorm", paper=TWT_PAPER, family="attention", kind="activation",
@@ -224,6 +228,7 @@ NGPT = NormSpec(
     family="attention", kind="activation", layouts=("tokens",), factory=_M + "attention:HypersphereNorm",
     formula="y = x/‖x‖₂ (every hidden vector on the unit sphere); the model updates h ← Norm(h + α⊙(Norm(block(h)) − h))",
     has_params=False,
+    notes="the residual update NGPTResidual and renormalize_ live in normbench.norms.attention",
 )
 
 ALL: tuple[NormSpec, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, NormSpec))

@@ -73,7 +73,7 @@ def _nvidia_smi(query: str) -> str | None:
 
 
 def hardware(device: str | None = None) -> dict:
-    """CPU model and cores, logical threads, and (when CUDA/ROCm is usable) GPU name, memory, driver and CUDA version."""
+    """CPU model, cores and torch threads; GPU name, memory, driver and CUDA version when a GPU is used."""
     import torch
 
     info = {
@@ -91,7 +91,8 @@ def hardware(device: str | None = None) -> dict:
         props = torch.cuda.get_device_properties(idx)
         info["gpu"] = props.name
         info["gpu_memory_gb"] = round(props.total_memory / 2**30, 1)
-        info["cuda"] = torch.version.cuda or (f"hip {torch.version.hip}" if getattr(torch.version, "hip", None) else None)
+        hip = getattr(torch.version, "hip", None)
+        info["cuda"] = torch.version.cuda or (f"hip {hip}" if hip else None)
         info["driver"] = _nvidia_smi("driver_version")
     return info
 

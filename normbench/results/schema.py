@@ -41,12 +41,17 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
 
 
+#: Config entries that describe how a result is derived rather than what was measured; not part of the id.
+ID_IGNORED_CONFIG = ("bytes_model",)
+
+
 def record_id(kind: str, norm: str, config: dict, hardware_id: str) -> str:
     """The stable id of a measurement: a hash of its kind, norm name, config and hardware id.
 
     Two runs of the same measurement on the same hardware get the same id, so a re-run can skip it
     (and a newer write of it replaces the older one).
     """
+    config = {k: v for k, v in config.items() if k not in ID_IGNORED_CONFIG}
     digest = hashlib.sha256(_canonical([kind, norm, config, hardware_id]).encode()).hexdigest()
     return f"{kind[:1]}-{digest[:20]}"
 

@@ -1,0 +1,155 @@
+"""Shared Triton plumbing: interpreter detection and its numpy fix, device facts, block-size and autotune helpers."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+
+import torch
+import triton
+
+from ._env import INTERPRET_ENV, interpret_requested
+
+#: Fixed when this module is imported, i.e. before any kernel module decorates its kernels.
+INTERPRET = interpret_requested()
+
+
+def _fix_interpreter_index() -> None:
+    """Let loop bounds that are kernel arguments work in Triton's interpreter under numpy >= 2.4.
+
+    Triton 3.6's interpreter turns a scalar into an int with ``int(ndarray_of_shape_1)``, which numpy 2.4 made a
+    TypeError, so ``for t in range(pid, n, step)`` fails (triton-lang/triton#9171, fixed upstream with
+    ``squeeze()``). We re-register ``__index__`` the fixed way each time the interpreter patches ``tl.tensor``.
+    """
+    import numpy as np
+
+    try:
+        int(np.zeros(1, dtype=np.int32))
+        return  # this numpy still converts size-1 arrays: nothing to fix
+    except TypeError:
+        pass
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_normbench_index_fix", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._normbench_index_fix = True
+    interpreter._patch_lang_tensor = patched
+
+
+if INTERPRET:
+    _fix_interpreter_index()
+
+
+def check_tensor(x: torch.Tensor, what: str = "input") -> None:
+    """Raise a clear error when ``x`` cannot go through the kernels in this process."""
+    if interpret_requested() != INTERPRET:
+        raise RuntimeError(
+            f"{INTERPRET_ENV} changed after normbench's Triton kernels were imported (they were built for "
+            f"{'the interpreter' if INTERPRET else 'the GPU'}); set it before the first use of the triton backend")
+    if not INTERPRET and x.device.type != "cuda":
+        raise RuntimeError(
+            f"the triton backend needs CUDA tensors, got a {what} on {x.device}; move the module and inputs to the "
+            f"GPU, use backend='eager', or set {INTERPRET_ENV}=1 to run the kernels slowly on the CPU")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"the triton backend computes in float32 and supports float32, float16 and bfloat16 "
+                        f"inputs, got {x.dtype}; use backend='eager' for {x.dtype}")
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors on ``device``: sizes the persistent grids of the backward kernels.
+
+    The interpreter gets 2 so that the small test shapes still give each program several row tiles.
+    """
+    if INTERPRET or device.type != "cuda":
+        return 2
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+next_pow2 = triton.next_power_of_2
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def col_block(n: int, largest: int = 1024, smallest: int = 64) -> int:
+    """Power-of-two block over a dimension of length ``n``: the largest one that pads by at most 1/16.
+
+    A pointwise kernel is bandwidth-bound; lanes past the end load nothing, so padding costs parallelism, not
+    bytes. 3136 (56x56) → 64, 768 → 256, 4096 → 1024.
+    """
+    if n <= smallest:
+        return next_pow2(n)
+    b = min(largest, next_pow2(n))
+    while b > smallest and cdiv(n, b) * b - n > n / 16:
+        b //= 2
+    return b
+
+
+_AUTOTUNE_HAS_CACHE = "cache_results" in inspect.signature(triton.autotune).parameters
+
+#: Set to 0 to launch every kernel with its heuristic block sizes and warps, without timing alternatives.
+AUTOTUNE_ENV = "NORMBENCH_TRITON_AUTOTUNE"
+
+
+def autotune_enabled() -> bool:
+    """Autotuning runs on the GPU only: the interpreter has nothing to time, so it uses the heuristics."""
+    return not INTERPRET and os.environ.get(AUTOTUNE_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def tuned(kernel, configs, key, prune=None, heuristics=None):
+    """An autotuned launcher for ``kernel``, or None when autotuning is off (the caller then uses its heuristics).
+
+    Tuned choices are cached per ``key`` (plus argument dtypes) and, where Triton supports it, on disk, so a
+    benchmark sweep that restarts pays for each shape once.
+    """
+    if not autotune_enabled():
+        return None
+    fn = triton.heuristics(heuristics)(kernel) if heuristics else kernel
+    kwargs = {"prune_configs_by": {"early_config_prune": prune}} if prune is not None else {}
+    if _AUTOTUNE_HAS_CACHE:
+        kwargs["cache_results"] = True
+    return triton.autotune(configs=configs, key=key, **kwargs)(fn)
+
+
+def warps_for(elements: int, per_thread: int, lo: int = 1, hi: int = 32) -> int:
+    """Power-of-two warp count giving each thread about ``per_thread`` of ``elements``."""
+    w = max(lo, min(hi, elements // (32 * per_thread)))
+    return 1 << (w.bit_length() - 1)
+
+
+def prune_by_elements_per_thread(tile_of, lo: int = 4, hi: int = 32):
+    """An ``early_config_prune`` keeping configs whose tile gives each thread ``lo``..``hi`` elements.
+
+    ``tile_of(config, args)`` returns the elements one program holds per live tensor. Fewer than ``lo`` per thread
+    wastes threads; more than ``hi`` spills registers. Duplicates (same effective tile and warps) are dropped so
+    autotuning times each real choice once.
+    """
+
+    def prune(configs, named_args, **kwargs):
+        args = {**named_args, **kwargs}
+        seen, keep = set(), []
+        for cfg in configs:
+            tile = tile_of(cfg, args)
+            per_thread = tile / (32 * cfg.num_warps)
+            sig = (tile, cfg.num_warps)
+            if lo <= per_thread <= hi and sig not in seen:
+                seen.add(sig)
+                keep.append(cfg)
+        if not keep:  # tiny tiles: fewest warps
+            keep = [min(configs, key=lambda c: c.num_warps)]
+        return keep
+
+    return prune

@@ -1,0 +1,248 @@
+"""Fused Triton kernels for the point-wise norms DyT (y = γ·tanh(αx) + β) and Derf (y = γ·erf(αx + s) + β).
+
+No statistics: the forward is one read of x and one write of y. The tensor is viewed as a 2-D grid of rows and
+columns so the per-channel γ/β index never needs a per-element integer division:
+* tokens ``[..., C]``: rows = tokens, columns = channels (γ indexed by column);
+* images ``[N, C, H, W]``: rows = (n, c) planes, columns = pixels (γ indexed by ``row % C``, once per row).
+The backward writes dx and reduces dγ, dβ, dα (and ds for Derf) without atomics: per-program partial sums
+(tokens: a persistent grid over row tiles; images: per-plane sums over pixel ranges), summed afterwards.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import INTERPRET, cdiv, col_block, next_pow2, num_sms, prune_by_elements_per_thread, tuned, warps_for
+
+DYT, DERF = 0, 1
+
+FWD_TILE = 2048 if INTERPRET else 8192
+BWD_TILE = 512 if INTERPRET else 2048
+#: Persistent backward programs (tokens) or pixel splits (images) per SM.
+PROGRAMS_PER_SM = 4
+
+
+@triton.jit
+def _tanh(z):
+    # From exp rather than libdevice.tanh so the GPU and Triton's CPU interpreter (which has no libdevice) run the
+    # same code; exp(−2|z|) never overflows, and the absolute error stays at float32 rounding.
+    e = tl.exp(-2.0 * tl.abs(z))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(z < 0, -t, t)
+
+
+@triton.jit
+def _act(x, alpha, shift, KIND: tl.constexpr):
+    """(f(z), f'(z)) with z = αx (+ s for Derf)."""
+    if KIND == 0:
+        t = _tanh(alpha * x)
+        d = 1.0 - t * t
+    else:
+        z = alpha * x + shift
+        t = tl.math.erf(z)
+        d = 1.1283791670955126 * tl.exp(-z * z)  # 2/√π·exp(−z²)
+    return t, d
+
+
+def _fwd_rows(args) -> int:
+    return min(max(1, args["TILE"] // args["BLOCK_C"]), next_pow2(args["NROWS"]))
+
+
+@triton.jit
+def _pw_fwd_kernel(X, W, B, A, SH, Y, NROWS, NCOLS, C,
+                   KIND: tl.constexpr, CH_ON_ROWS: tl.constexpr,
+                   TILE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    rmask = rows < NROWS
+    cmask = cols < NCOLS
+    mask = rmask[:, None] & cmask[None, :]
+    offs = rows.to(tl.int64)[:, None] * NCOLS + cols[None, :]
+    alpha = tl.load(A).to(tl.float32)
+    shift = 0.0
+    if KIND == 1:
+        shift = tl.load(SH).to(tl.float32)
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    t, _ = _act(x, alpha, shift, KIND)
+    if CH_ON_ROWS:
+        ch = rows % C
+        w = tl.load(W + ch, mask=rmask, other=0.0).to(tl.float32)[:, None]
+        b = tl.load(B + ch, mask=rmask, other=0.0).to(tl.float32)[:, None]
+    else:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+        b = tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + offs, (t * w + b).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _pw_bwd_cols_kernel(X, W, A, SH, DY, DX, DW_PART, DB_PART, DA_PART, DS_PART, NROWS, C, n_tiles,
+                        KIND: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Tokens: program (p, cb) walks row tiles p, p+P, ... of column block cb; one partial row of dγ/dβ each."""
+    pid = tl.program_id(0)
+    cb = tl.program_id(1)
+    cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    alpha = tl.load(A).to(tl.float32)
+    shift = 0.0
+    if KIND == 1:
+        shift = tl.load(SH).to(tl.float32)
+    acc_w = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_a = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_s = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    for t in range(pid, n_tiles, tl.num_programs(0)):
+        rows = t * BLOCK_R + tl.arange(0, BLOCK_R)
+        mask = (rows < NROWS)[:, None] & cmask[None, :]
+        offs = rows.to(tl.int64)[:, None] * C + cols[None, :]
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
+        f, d = _act(x, alpha, shift, KIND)
+        dz = dy * w * d  # zero wherever dy was masked, so every sum below ignores padding
+        tl.store(DX + offs, (dz * alpha).to(DX.dtype.element_ty), mask=mask)
+        acc_w += dy * f
+        acc_b += dy
+        acc_a += dz * x
+        if KIND == 1:
+            acc_s += dz
+    tl.store(DW_PART + pid * C + cols, tl.sum(acc_w, axis=0), mask=cmask)
+    tl.store(DB_PART + pid * C + cols, tl.sum(acc_b, axis=0), mask=cmask)
+    k = pid * tl.num_programs(1) + cb
+    tl.store(DA_PART + k, tl.sum(tl.sum(acc_a, axis=1), axis=0))
+    if KIND == 1:
+        tl.store(DS_PART + k, tl.sum(tl.sum(acc_s, axis=1), axis=0))
+
+
+@triton.jit
+def _pw_bwd_rows_kernel(X, W, A, SH, DY, DX, DW_ROW, DB_ROW, DA_PART, DS_PART, NROWS, HW, C, HW_PER_SPLIT,
+                        KIND: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Images: program (rb, sp) takes BLOCK_R (n, c) planes over pixel range sp; per-plane partial sums."""
+    pid = tl.program_id(0)
+    sp = tl.program_id(1)
+    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < NROWS
+    w = tl.load(W + rows % C, mask=rmask, other=0.0).to(tl.float32)[:, None]
+    alpha = tl.load(A).to(tl.float32)
+    shift = 0.0
+    if KIND == 1:
+        shift = tl.load(SH).to(tl.float32)
+    acc_w = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_a = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_s = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    start = sp * HW_PER_SPLIT
+    end = tl.minimum(start + HW_PER_SPLIT, HW)
+    for c0 in range(start, end, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        mask = rmask[:, None] & (cols < end)[None, :]
+        offs = rows.to(tl.int64)[:, None] * HW + cols[None, :]
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
+        f, d = _act(x, alpha, shift, KIND)
+        dz = dy * w * d
+        tl.store(DX + offs, (dz * alpha).to(DX.dtype.element_ty), mask=mask)
+        acc_w += dy * f
+        acc_b += dy
+        acc_a += dz * x
+        if KIND == 1:
+            acc_s += dz
+    n_split = tl.num_programs(1)
+    tl.store(DW_ROW + rows * n_split + sp, tl.sum(acc_w, axis=1), mask=rmask)
+    tl.store(DB_ROW + rows * n_split + sp, tl.sum(acc_b, axis=1), mask=rmask)
+    k = pid * n_split + sp
+    tl.store(DA_PART + k, tl.sum(tl.sum(acc_a, axis=1), axis=0))
+    if KIND == 1:
+        tl.store(DS_PART + k, tl.sum(tl.sum(acc_s, axis=1), axis=0))
+
+
+_FWD_CONFIGS = [triton.Config({"TILE": t}, num_warps=w) for t in (4096, 8192, 16384) for w in (4, 8, 16)]
+_pw_fwd_tuned = tuned(
+    _pw_fwd_kernel, _FWD_CONFIGS, key=["BLOCK_C", "KIND", "CH_ON_ROWS"],
+    prune=prune_by_elements_per_thread(lambda cfg, a: _fwd_rows({**a, **cfg.kwargs}) * a["BLOCK_C"], 8, 32),
+    heuristics={"BLOCK_R": _fwd_rows})
+_BWD_CONFIGS = [triton.Config({}, num_warps=w) for w in (2, 4, 8)]
+_bwd_prune = prune_by_elements_per_thread(lambda cfg, a: a["BLOCK_R"] * a["BLOCK_C"], 4, 16)
+_pw_bwd_cols_tuned = tuned(_pw_bwd_cols_kernel, _BWD_CONFIGS, key=["BLOCK_R", "BLOCK_C", "KIND"], prune=_bwd_prune)
+_pw_bwd_rows_tuned = tuned(_pw_bwd_rows_kernel, _BWD_CONFIGS, key=["BLOCK_R", "BLOCK_C", "KIND"], prune=_bwd_prune)
+
+
+def _geometry(x: torch.Tensor, images: bool):
+    """(rows, columns, C) of the 2-D view described in the module docstring."""
+    if images:
+        C = x.shape[1]
+        rows = x.shape[0] * C
+        return rows, x.numel() // max(1, rows), C
+    C = x.shape[-1]
+    return x.numel() // max(1, C), C, C
+
+
+def forward(x, alpha, shift, weight, bias, *, kind: int, images: bool):
+    """y for contiguous ``x`` (tokens [..., C] or images [N, C, H, W])."""
+    nrows, ncols, C = _geometry(x, images)
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    block_c = col_block(ncols)
+    args = (x, weight, bias, alpha, shift if shift is not None else alpha, y, nrows, ncols, C)
+    meta = dict(KIND=kind, CH_ON_ROWS=images, BLOCK_C=block_c)
+    grid = lambda META: (cdiv(nrows, META["BLOCK_R"]), cdiv(ncols, block_c))
+    if _pw_fwd_tuned is not None:
+        _pw_fwd_tuned[grid](*args, **meta)
+    else:
+        block_r = _fwd_rows({"TILE": FWD_TILE, "BLOCK_C": block_c, "NROWS": nrows})
+        _pw_fwd_kernel[grid](*args, TILE=FWD_TILE, BLOCK_R=block_r, num_warps=warps_for(block_r * block_c, 16, 4),
+                             **meta)
+    return y
+
+
+def backward(dy, x, alpha, shift, weight, *, kind: int, images: bool):
+    """(dx, dγ, dβ, dα, ds or None), parameter gradients in float32."""
+    nrows, ncols, C = _geometry(x, images)
+    dev = x.device
+    f32 = dict(device=dev, dtype=torch.float32)
+    dx = torch.empty_like(x)
+    if x.numel() == 0:
+        z = torch.zeros(C, **f32)
+        return dx, z, z.clone(), torch.zeros((), **f32), torch.zeros((), **f32) if kind == DERF else None
+    block_c = col_block(ncols)
+    block_r = min(max(1, BWD_TILE // block_c), next_pow2(nrows))
+    sms = num_sms(dev)
+    if images:
+        n_rb = cdiv(nrows, block_r)
+        n_chunks = cdiv(ncols, block_c)
+        split = max(1, min(n_chunks, cdiv(PROGRAMS_PER_SM * sms, n_rb)))
+        per_split = cdiv(n_chunks, split) * block_c
+        split = cdiv(ncols, per_split)
+        grid = (n_rb, split)
+        dw_rows = torch.empty(nrows * split, **f32)
+        db_rows = torch.empty(nrows * split, **f32)
+        da = torch.empty(n_rb * split, **f32)
+        ds = torch.empty(n_rb * split, **f32) if kind == DERF else da
+        args = (x, weight, alpha, shift if shift is not None else alpha, dy, dx, dw_rows, db_rows, da, ds,
+                nrows, ncols, C, per_split)
+        kernel, tuned_kernel = _pw_bwd_rows_kernel, _pw_bwd_rows_tuned
+    else:
+        n_tiles = cdiv(nrows, block_r)
+        n_cb = cdiv(ncols, block_c)
+        P = max(1, min(n_tiles, cdiv(PROGRAMS_PER_SM * sms, n_cb)))
+        grid = (P, n_cb)
+        dw_part = torch.empty(P, C, **f32)
+        db_part = torch.empty(P, C, **f32)
+        da = torch.empty(P * n_cb, **f32)
+        ds = torch.empty(P * n_cb, **f32) if kind == DERF else da
+        args = (x, weight, alpha, shift if shift is not None else alpha, dy, dx, dw_part, db_part, da, ds,
+                nrows, C, n_tiles)
+        kernel, tuned_kernel = _pw_bwd_cols_kernel, _pw_bwd_cols_tuned
+    meta = dict(KIND=kind, BLOCK_R=block_r, BLOCK_C=block_c)
+    if tuned_kernel is not None:
+        tuned_kernel[grid](*args, **meta)
+    else:
+        kernel[grid](*args, num_warps=warps_for(block_r * block_c, 8, 2), **meta)
+    if images:
+        dw = dw_rows.view(-1, C, split).sum((0, 2))
+        db = db_rows.view(-1, C, split).sum((0, 2))
+    else:
+        dw, db = dw_part.sum(0), db_part.sum(0)
+    return dx, dw, db, da.sum(), ds.sum() if kind == DERF else None

@@ -1,0 +1,423 @@
+"""Fused Triton kernels for the row-wise norms: LayerNorm, RMSNorm, CRMSNorm, SRMSNorm, ScaleNorm, residual variants.
+
+One kernel family serves every mode; ``MODE`` picks the statistic (see ``_stats``), a few flags the affine part.
+Layouts: tokens ``[M, C]`` (rows contiguous) and images ``[N, C, H, W]`` normalised per pixel over C, read in
+place with a channel stride of H·W (``IMAGES``), so no permute copy is needed when C is at most ``MAX_IMAGES_C``.
+
+Paths (docs/kernels.md has the byte counts):
+* fused: a row fits one block (C ≤ ``MAX_FUSED_C``). Forward reads x once, writes y and float32 (aux, rstd) per
+  row. Backward is persistent: ``P`` programs walk row tiles, write dx, and keep dγ/dβ partial sums in registers;
+  each program stores one partial row, summed afterwards (no atomics, so no contention at any row count).
+* wide: C > ``MAX_FUSED_C``. A per-row kernel loops over the row for the statistics (forward) or the two row
+  reductions of the backward, then the same tile kernels run column-blocked on a 2-D grid.
+
+Saved for backward: x (or the residual sum s), and per row ``aux`` and ``rstd`` in float32. ``aux`` is the mean for
+LayerNorm, Σx for CRMSNorm, 1/0 (norm ≥ ε or clamped) for ScaleNorm, and unused (0) for RMSNorm.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import INTERPRET, cdiv, next_pow2, num_sms, prune_by_elements_per_thread, tuned, warps_for
+
+LAYERNORM, RMSNORM, CRMSNORM, SCALENORM = 0, 1, 2, 3
+
+#: Widest row (power-of-two block) the forward holds in registers; wider rows take the looped path.
+MAX_FUSED_C = 16384
+#: The same for the backward, which keeps about six row-sized float32 tiles live (x, dy, x̂, g, dγ and dβ sums):
+#: 8192 of them already fill a 1024-thread block's 64 registers per thread.
+MAX_FUSED_C_BWD = 8192
+#: Widest C for the in-place images kernel; beyond it images go through a channels-last copy.
+MAX_IMAGES_C = 1024
+#: Column chunk of the wide path.
+WIDE_CHUNK = 4096
+#: Elements per tile (rows·BLOCK_C) when not autotuned. Small in the interpreter so tests walk several tiles.
+FWD_TILE = 2048 if INTERPRET else 4096
+BWD_TILE = 1024 if INTERPRET else 4096
+#: Persistent backward programs per SM.
+PROGRAMS_PER_SM = 2
+
+
+def _fwd_rows(args) -> int:
+    rows = max(1, args["TILE"] // args["BLOCK_C"])
+    if args["IMAGES"]:
+        # ≥16 pixels per channel keeps each channel's run at least 32-64 bytes long (whole sectors).
+        rows = max(rows, 16)
+        return min(rows, next_pow2(args["HW"]))
+    return min(rows, next_pow2(args["M"]))
+
+
+_FWD_CONFIGS = [triton.Config({"TILE": t}, num_warps=w) for t in (4096, 8192, 16384) for w in (4, 8, 16, 32)]
+_BWD_CONFIGS = [triton.Config({}, num_warps=w) for w in (4, 8, 16, 32)]
+
+
+@triton.jit
+def _stats(x, mask, C, eps, MODE: tl.constexpr):
+    """(aux, rstd) per row of a tile holding whole rows; masked entries of ``x`` are 0."""
+    if MODE == 0:
+        mean = tl.sum(x, axis=1) / C
+        d = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = tl.math.rsqrt(tl.sum(d * d, axis=1) / C + eps)
+        aux = mean
+    elif MODE == 1:
+        rstd = tl.math.rsqrt(tl.sum(x * x, axis=1) / C + eps)
+        aux = tl.zeros_like(rstd)
+    elif MODE == 2:
+        s = tl.sum(x, axis=1)
+        rstd = tl.math.rsqrt((tl.sum(x * x, axis=1) + s * s) / (C + 1) + eps)
+        aux = s
+    else:
+        nrm = tl.sqrt(tl.sum(x * x, axis=1))
+        rstd = 1.0 / tl.maximum(nrm, eps)
+        aux = (nrm >= eps).to(tl.float32)
+    return aux, rstd
+
+
+@triton.jit
+def _xhat(x, aux, rstd, MODE: tl.constexpr):
+    if MODE == 0:
+        xh = (x - aux[:, None]) * rstd[:, None]
+    else:
+        xh = x * rstd[:, None]
+    return xh
+
+
+@triton.jit
+def _tile(t, M, C, HW, cols, IMAGES: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Offsets of row tile ``t``: (element offsets, element mask, row mask, statistic index per row)."""
+    r = tl.arange(0, BLOCK_R)
+    cmask = cols < C
+    if IMAGES:
+        nhb = tl.cdiv(HW, BLOCK_R)
+        n = t // nhb
+        hw = (t % nhb) * BLOCK_R + r
+        rmask = hw < HW
+        srow = n * HW + hw
+        offs = (n.to(tl.int64) * C * HW + hw)[:, None] + cols.to(tl.int64)[None, :] * HW
+    else:
+        rows = t * BLOCK_R + r
+        rmask = rows < M
+        srow = rows
+        offs = rows.to(tl.int64)[:, None] * C + cols[None, :]
+    return offs, rmask[:, None] & cmask[None, :], rmask, srow
+
+
+@triton.jit
+def _row_fwd_kernel(X, R, W, B, Y, S, AUX, RSTD, M, C, HW, eps,
+                    MODE: tl.constexpr, IMAGES: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+                    HAS_B: tl.constexpr, SCALAR_W: tl.constexpr, HAS_STATS: tl.constexpr, STORE_STATS: tl.constexpr,
+                    TILE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    offs, mask, rmask, srow = _tile(tl.program_id(0), M, C, HW, cols, IMAGES, BLOCK_R)
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        # Normalise the sum as stored (rounded to the input dtype), which is what the caller gets back as s.
+        s = (x + tl.load(R + offs, mask=mask, other=0.0).to(tl.float32)).to(S.dtype.element_ty)
+        tl.store(S + offs, s, mask=mask)
+        x = s.to(tl.float32)
+    if HAS_STATS:
+        aux = tl.load(AUX + srow, mask=rmask, other=0.0)
+        rstd = tl.load(RSTD + srow, mask=rmask, other=0.0)
+    else:
+        aux, rstd = _stats(x, mask, C, eps, MODE)
+        if STORE_STATS:
+            tl.store(AUX + srow, aux, mask=rmask)
+            tl.store(RSTD + srow, rstd, mask=rmask)
+    y = _xhat(x, aux, rstd, MODE)
+    if HAS_W:
+        y = y * tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    if SCALAR_W:
+        y = y * tl.load(W).to(tl.float32)
+    if HAS_B:
+        y = y + tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _row_stats_kernel(X, R, S, AUX, RSTD, C, eps,
+                      MODE: tl.constexpr, HAS_RES: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Wide rows: one program per row loops over it once for the statistics (and writes s = x + r)."""
+    row = tl.program_id(0)
+    base = row.to(tl.int64) * C
+    shift = 0.0
+    if MODE == 0:
+        # Sums of (x − x₀) instead of x: the variance then loses no precision when |mean| ≫ std.
+        k = tl.load(X + base).to(tl.float32)
+        if HAS_RES:
+            k = (k + tl.load(R + base).to(tl.float32)).to(S.dtype.element_ty).to(tl.float32)
+        shift = k
+    acc1 = tl.zeros([BLOCK_C], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_C], dtype=tl.float32)
+    for c0 in range(0, C, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        mask = cols < C
+        x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RES:
+            s = (x + tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)).to(S.dtype.element_ty)
+            tl.store(S + base + cols, s, mask=mask)
+            x = s.to(tl.float32)
+        d = tl.where(mask, x - shift, 0.0)
+        acc1 += d
+        acc2 += d * d
+    s1 = tl.sum(acc1, axis=0)
+    s2 = tl.sum(acc2, axis=0)
+    if MODE == 0:
+        md = s1 / C
+        rstd = tl.math.rsqrt(tl.maximum(s2 / C - md * md, 0.0) + eps)
+        aux = shift + md
+    elif MODE == 1:
+        rstd = tl.math.rsqrt(s2 / C + eps)
+        aux = 0.0 * s1
+    elif MODE == 2:
+        rstd = tl.math.rsqrt((s2 + s1 * s1) / (C + 1) + eps)
+        aux = s1
+    else:
+        nrm = tl.sqrt(s2)
+        rstd = 1.0 / tl.maximum(nrm, eps)
+        aux = (nrm >= eps).to(tl.float32)
+    tl.store(AUX + row, aux)
+    tl.store(RSTD + row, rstd)
+
+
+@triton.jit
+def _coef(g, xh, aux, C, MODE: tl.constexpr):
+    """The row reductions of the backward: dx = rstd·(g − x̂·c1 − c2) (CRMSNorm: (x̂ + Σx·rstd)·c1)."""
+    gx = tl.sum(g * xh, axis=1)
+    if MODE == 0:
+        c1 = gx / C
+        c2 = tl.sum(g, axis=1) / C
+    elif MODE == 1:
+        c1 = gx / C
+        c2 = tl.zeros_like(c1)
+    elif MODE == 2:
+        c1 = gx / (C + 1)
+        c2 = tl.zeros_like(c1)
+    else:
+        c1 = gx * aux  # a clamped norm (aux = 0) is a constant: no term through it
+        c2 = tl.zeros_like(c1)
+    return c1, c2
+
+
+@triton.jit
+def _dx(g, xh, aux, rstd, c1, c2, MODE: tl.constexpr):
+    if MODE == 0:
+        dx = (g - xh * c1[:, None] - c2[:, None]) * rstd[:, None]
+    elif MODE == 2:
+        dx = (g - (xh + (aux * rstd)[:, None]) * c1[:, None]) * rstd[:, None]
+    else:
+        dx = (g - xh * c1[:, None]) * rstd[:, None]
+    return dx
+
+
+@triton.jit
+def _row_coef_kernel(X, W, DY, AUX, RSTD, C1, C2, C,
+                     MODE: tl.constexpr, HAS_W: tl.constexpr, SCALAR_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Wide rows: one program per row loops over it once for the backward's two row reductions."""
+    row = tl.program_id(0)
+    base = row.to(tl.int64) * C
+    aux = tl.load(AUX + row)
+    rstd = tl.load(RSTD + row)
+    acc_gx = tl.zeros([BLOCK_C], dtype=tl.float32)
+    acc_g = tl.zeros([BLOCK_C], dtype=tl.float32)
+    for c0 in range(0, C, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        mask = cols < C
+        x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(DY + base + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_W:
+            g = g * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        if SCALAR_W:
+            g = g * tl.load(W).to(tl.float32)
+        if MODE == 0:
+            xh = (x - aux) * rstd
+        else:
+            xh = x * rstd
+        acc_gx += g * xh
+        acc_g += g
+    gx = tl.sum(acc_gx, axis=0)
+    if MODE == 0:
+        c1 = gx / C
+        c2 = tl.sum(acc_g, axis=0) / C
+    elif MODE == 1:
+        c1 = gx / C
+        c2 = 0.0 * gx
+    elif MODE == 2:
+        c1 = gx / (C + 1)
+        c2 = 0.0 * gx
+    else:
+        c1 = gx * aux
+        c2 = 0.0 * gx
+    tl.store(C1 + row, c1)
+    tl.store(C2 + row, c2)
+
+
+@triton.jit
+def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_PART, M, C, HW, n_tiles,
+                    MODE: tl.constexpr, IMAGES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                    SCALAR_W: tl.constexpr, HAS_DS: tl.constexpr, HAS_COEF: tl.constexpr, COMPUTE_DW: tl.constexpr,
+                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Persistent: program (p, cb) handles row tiles p, p+P, ... of column block cb; partial dγ/dβ per program."""
+    pid = tl.program_id(0)
+    n_progs = tl.num_programs(0)
+    cb = tl.program_id(1)
+    cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    if HAS_W:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    if SCALAR_W:
+        sw = tl.load(W).to(tl.float32)
+    acc_w = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    for t in range(pid, n_tiles, n_progs):
+        offs, mask, rmask, srow = _tile(t, M, C, HW, cols, IMAGES, BLOCK_R)
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
+        aux = tl.load(AUX + srow, mask=rmask, other=0.0)
+        rstd = tl.load(RSTD + srow, mask=rmask, other=0.0)
+        xh = _xhat(x, aux, rstd, MODE)
+        if HAS_W:
+            g = dy * w
+        elif SCALAR_W:
+            g = dy * sw
+        else:
+            g = dy
+        if HAS_COEF:
+            c1 = tl.load(C1 + srow, mask=rmask, other=0.0)
+            c2 = tl.load(C2 + srow, mask=rmask, other=0.0)
+        else:
+            c1, c2 = _coef(g, xh, aux, C, MODE)
+        dx = _dx(g, xh, aux, rstd, c1, c2, MODE)
+        if HAS_DS:
+            dx += tl.load(DS + offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=mask)
+        if COMPUTE_DW:
+            acc_w += dy * xh  # dy is 0 outside the tile, so padding adds nothing
+            if HAS_B:
+                acc_b += dy
+    if COMPUTE_DW:
+        if HAS_W:
+            tl.store(DW_PART + pid * C + cols, tl.sum(acc_w, axis=0), mask=cmask)
+        if HAS_B:
+            tl.store(DB_PART + pid * C + cols, tl.sum(acc_b, axis=0), mask=cmask)
+        if SCALAR_W:
+            tl.store(DSW_PART + pid * tl.num_programs(1) + cb, tl.sum(tl.sum(acc_w, axis=1), axis=0))
+
+
+_row_fwd_tuned = tuned(
+    _row_fwd_kernel, _FWD_CONFIGS, key=["BLOCK_C", "MODE", "IMAGES", "HAS_RES", "HAS_STATS"],
+    prune=prune_by_elements_per_thread(lambda cfg, a: _fwd_rows({**a, **cfg.kwargs}) * a["BLOCK_C"], 8, 32),
+    heuristics={"BLOCK_R": _fwd_rows})
+_row_bwd_tuned = tuned(
+    _row_bwd_kernel, _BWD_CONFIGS, key=["BLOCK_R", "BLOCK_C", "MODE", "IMAGES", "HAS_COEF"],
+    prune=prune_by_elements_per_thread(lambda cfg, a: a["BLOCK_R"] * a["BLOCK_C"], 4, 16))
+
+
+def _launch_fwd(grid, args, M: int, HW: int, **meta):
+    if _row_fwd_tuned is not None:
+        return _row_fwd_tuned[grid](*args, **meta)
+    block_r = _fwd_rows({**meta, "M": M, "HW": HW, "TILE": FWD_TILE})
+    warps = warps_for(block_r * meta["BLOCK_C"], 16, 4)
+    return _row_fwd_kernel[grid](*args, TILE=FWD_TILE, BLOCK_R=block_r, num_warps=warps, **meta)
+
+
+def _launch_bwd(grid, args, **meta):
+    if _row_bwd_tuned is not None:
+        return _row_bwd_tuned[grid](*args, **meta)
+    warps = warps_for(meta["BLOCK_R"] * meta["BLOCK_C"], 8, 4)
+    return _row_bwd_kernel[grid](*args, num_warps=warps, **meta)
+
+
+def _geometry(x: torch.Tensor, images: bool):
+    """(M stat rows, C, HW) of a contiguous tokens [..., C] or images [N, C, H, W] tensor."""
+    if images:
+        n, c = x.shape[0], x.shape[1]
+        hw = x.numel() // max(1, n * c)
+        return n * hw, c, hw
+    c = x.shape[-1]
+    return x.numel() // max(1, c), c, 1
+
+
+def _wide(C: int, images: bool, limit: int) -> bool:
+    return not images and next_pow2(C) > limit
+
+
+def forward(x, residual, weight, bias, *, mode: int, eps: float, images: bool = False, scalar_weight: bool = False,
+            store_stats: bool = True):
+    """y (and s = x + residual) for contiguous ``x``; returns (y, s or None, aux, rstd)."""
+    M, C, HW = _geometry(x, images)
+    if images and next_pow2(C) > MAX_IMAGES_C:
+        raise ValueError(f"images kernel takes C <= {MAX_IMAGES_C}; the caller permutes wider inputs to channels-last")
+    y = torch.empty_like(x)
+    s = torch.empty_like(x) if residual is not None else None
+    aux = torch.empty(M, device=x.device, dtype=torch.float32)
+    rstd = torch.empty(M, device=x.device, dtype=torch.float32)
+    if x.numel() == 0:
+        return y, s, aux, rstd
+    flags = dict(MODE=mode, IMAGES=images, HAS_W=weight is not None and not scalar_weight, HAS_B=bias is not None,
+                 SCALAR_W=scalar_weight)
+    w = weight if weight is not None else x
+    b = bias if bias is not None else x
+    r = residual if residual is not None else x
+    if not _wide(C, images, MAX_FUSED_C):
+        N = M // HW
+        if images:
+            grid = lambda META: (N * cdiv(HW, META["BLOCK_R"]), 1)
+        else:
+            grid = lambda META: (cdiv(M, META["BLOCK_R"]), 1)
+        args = (x, r, w, b, y, s if s is not None else x, aux, rstd, M, C, HW, eps)
+        _launch_fwd(grid, args, M, HW, HAS_RES=residual is not None, HAS_STATS=False, STORE_STATS=store_stats,
+                    BLOCK_C=next_pow2(C), **flags)
+        return y, s, aux, rstd
+    _row_stats_kernel[(M,)](x, r, s if s is not None else x, aux, rstd, C, eps,
+                            MODE=mode, HAS_RES=residual is not None, BLOCK_C=WIDE_CHUNK, num_warps=8)
+    src = s if s is not None else x
+    args = (src, src, w, b, y, src, aux, rstd, M, C, HW, eps)
+    _launch_fwd(lambda META: (cdiv(M, META["BLOCK_R"]), cdiv(C, WIDE_CHUNK)), args, M, HW,
+                HAS_RES=False, HAS_STATS=True, STORE_STATS=False, BLOCK_C=WIDE_CHUNK, **flags)
+    return y, s, aux, rstd
+
+
+def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, scalar_weight: bool = False,
+             has_bias: bool = False, need_dw: bool = True):
+    """dx (+ ds when given) and the float32 parameter gradients (dγ or dg, dβ; None where absent)."""
+    M, C, HW = _geometry(x, images)
+    dx = torch.empty_like(x)
+    has_w = weight is not None and not scalar_weight
+    need_dw = need_dw and (weight is not None or has_bias)
+    dev = x.device
+    if x.numel() == 0:
+        z = torch.zeros(C, device=dev, dtype=torch.float32)
+        return dx, (z if has_w else torch.zeros((), device=dev) if scalar_weight else None), (z if has_bias else None)
+    wide = _wide(C, images, MAX_FUSED_C_BWD)
+    block_c = WIDE_CHUNK if wide else next_pow2(C)
+    n_cb = cdiv(C, block_c)
+    if images:
+        block_r = min(max(16, BWD_TILE // block_c), next_pow2(HW))
+        n_tiles = (M // HW) * cdiv(HW, block_r)
+    else:
+        block_r = min(max(1, BWD_TILE // block_c), next_pow2(M))
+        n_tiles = cdiv(M, block_r)
+    P = max(1, min(n_tiles, cdiv(PROGRAMS_PER_SM * num_sms(dev), n_cb)))
+    c1 = c2 = aux
+    if wide:
+        c1 = torch.empty(M, device=dev, dtype=torch.float32)
+        c2 = torch.empty(M, device=dev, dtype=torch.float32)
+        _row_coef_kernel[(M,)](x, weight if weight is not None else x, dy, aux, rstd, c1, c2, C, MODE=mode,
+                               HAS_W=has_w, SCALAR_W=scalar_weight, BLOCK_C=WIDE_CHUNK, num_warps=8)
+    f32 = dict(device=dev, dtype=torch.float32)
+    dw_part = torch.empty(P, C, **f32) if need_dw and has_w else aux
+    db_part = torch.empty(P, C, **f32) if need_dw and has_bias else aux
+    dsw_part = torch.empty(P * n_cb, **f32) if need_dw and scalar_weight else aux
+    args = (x, weight if weight is not None else x, dy, ds if ds is not None else x, dx, aux, rstd, c1, c2,
+            dw_part, db_part, dsw_part, M, C, HW, n_tiles)
+    _launch_bwd((P, n_cb), args, MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
+                HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
+    if not need_dw:
+        return dx, None, None
+    dw = dw_part.sum(0) if has_w else dsw_part.sum() if scalar_weight else None
+    db = db_part.sum(0) if has_bias else None
+    return dx, dw, db

@@ -1,0 +1,373 @@
+"""The ``triton`` backend of the row-wise, point-wise and group norms: autograd functions and module builders.
+
+``build_<norm>(eager_module, spec)`` returns a module that shares the eager module's parameters (same objects,
+same names, so ``state_dict`` keys and values are identical) and whose forward runs the fused Triton kernels in
+``_rownorm``, ``_pointwise`` and ``_groupnorm``. Importing this module never imports Triton: the kernels load on
+first use, and ``unavailable()`` says why they cannot run here. Design and tuning notes: docs/kernels.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from normbench.kernels._env import interpret_requested, language_mode
+from normbench.norms._base import check_input
+
+NO_TRITON = "triton is not installed: pip install normbench[triton]"
+NO_GPU = "no CUDA GPU (set TRITON_INTERPRET=1 to run the kernels slowly on the CPU in Triton's interpreter)"
+
+
+def unavailable() -> str | None:
+    """``None`` when the kernels can run here (a CUDA GPU, or ``TRITON_INTERPRET=1``), else the reason."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return NO_TRITON
+    except Exception as exc:  # a broken install must read as unavailable, not crash the caller
+        return f"triton failed to import ({type(exc).__name__}: {exc})"
+    interpret = interpret_requested()
+    if interpret != (language_mode() == "interpreter"):
+        if interpret:
+            return ("triton was imported before TRITON_INTERPRET=1 was set; set it before anything imports triton "
+                    "(in the shell, or first thing in the process)")
+        return "triton was imported with TRITON_INTERPRET=1, which is no longer set; set it again or restart"
+    # Kernels are built for the interpreter or the GPU when first imported; a later switch cannot take effect.
+    common = sys.modules.get("normbench.kernels._common")
+    if common is not None and interpret != common.INTERPRET:
+        return (f"TRITON_INTERPRET changed after the kernels were built for "
+                f"{'the interpreter' if common.INTERPRET else 'the GPU'}; set it before their first use")
+    if interpret:
+        return None
+    if not torch.cuda.is_available():
+        return NO_GPU
+    return None
+
+
+def _mod(name: str):
+    return importlib.import_module(f"normbench.kernels.{name}")
+
+
+def _check(*tensors: torch.Tensor) -> None:
+    common = _mod("_common")
+    for t in tensors:
+        common.check_tensor(t)
+
+
+def _f(t: torch.Tensor | None, like: torch.Tensor | None):
+    """A float32 gradient cast back to its parameter's dtype."""
+    return None if t is None or like is None else t.to(like.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Layout plumbing. The row kernels read tokens [..., C] as rows, and images [N, C, H, W] either in place (channel
+# stride H·W, when C fits the images kernel) or as channels-last rows: free for a channels_last input, one copy of
+# x (and of dy in the backward) for a plain NCHW input with a wide C.
+# ---------------------------------------------------------------------------------------------------------------
+def _rows_view(x: torch.Tensor, layout: str, images_kernel: bool):
+    if layout == "tokens":
+        return x.contiguous(), "tokens"
+    if images_kernel and x.is_contiguous():
+        return x, "images"
+    return x.permute(0, 2, 3, 1).contiguous(), "nhwc"
+
+
+def _grad_view(g: torch.Tensor, how: str) -> torch.Tensor:
+    return g.permute(0, 2, 3, 1).contiguous() if how == "nhwc" else g.contiguous()
+
+
+def _back(t: torch.Tensor, how: str) -> torch.Tensor:
+    return t.permute(0, 3, 1, 2) if how == "nhwc" else t
+
+
+class _RowNormFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, mode, eps, layout, scalar_weight):
+        R = _mod("_rownorm")
+        _check(x)
+        C = x.shape[-1] if layout == "tokens" else x.shape[1]
+        xk, how = _rows_view(x, layout, R.next_pow2(C) <= R.MAX_IMAGES_C)
+        y, _, aux, rstd = R.forward(xk, None, weight, bias, mode=mode, eps=eps, images=how == "images",
+                                    scalar_weight=scalar_weight, store_stats=any(ctx.needs_input_grad))
+        ctx.save_for_backward(xk, weight, aux, rstd)
+        ctx.cfg = (mode, how, scalar_weight, bias is not None)
+        return _back(y, how)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        xk, weight, aux, rstd = ctx.saved_tensors
+        mode, how, scalar_weight, has_bias = ctx.cfg
+        need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        dx, dw, db = _mod("_rownorm").backward(_grad_view(dy, how), None, xk, weight, aux, rstd, mode=mode,
+                                               images=how == "images", scalar_weight=scalar_weight,
+                                               has_bias=has_bias, need_dw=need_dw)
+        return _back(dx, how), _f(dw, weight), _f(db, weight), None, None, None, None
+
+
+class _AddRowNormFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, mode, eps):
+        dt = torch.promote_types(x.dtype, residual.dtype)
+        xk, rk = x.to(dt).contiguous(), residual.to(dt).contiguous()
+        _check(xk, rk)
+        y, s, aux, rstd = _mod("_rownorm").forward(xk, rk, weight, bias, mode=mode, eps=eps,
+                                                   store_stats=any(ctx.needs_input_grad))
+        ctx.save_for_backward(s, weight, aux, rstd)
+        ctx.cfg = (mode, bias is not None, x.dtype, residual.dtype)
+        ctx.set_materialize_grads(False)  # an unused s (or y) then costs no zero tensor and no read
+        return y, s
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy, ds):
+        s, weight, aux, rstd = ctx.saved_tensors
+        mode, has_bias, xdt, rdt = ctx.cfg
+        if dy is None:
+            dx, dw, db = ds, None, None
+        else:
+            need_dw = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
+            dx, dw, db = _mod("_rownorm").backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
+                                                   s, weight, aux, rstd, mode=mode, has_bias=has_bias,
+                                                   need_dw=need_dw)
+        if dx is None:
+            return None, None, None, None, None, None
+        # d(x + r)/dx = d(x + r)/dr = 1: both inputs get the same gradient, as torch's own add does.
+        return dx.to(xdt), dx.to(rdt), _f(dw, weight), _f(db, weight), None, None
+
+
+class _PointwiseFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha, shift, weight, bias, kind, layout):
+        P = _mod("_pointwise")
+        _check(x)
+        if layout == "tokens":
+            xk, how = x.contiguous(), "tokens"
+        elif x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+            xk, how = x.permute(0, 2, 3, 1), "nhwc"  # a free view: channels are already the fastest axis
+        else:
+            xk, how = x.contiguous(), "images"
+        y = P.forward(xk, alpha, shift, weight, bias, kind=kind, images=how == "images")
+        ctx.save_for_backward(xk, alpha, shift, weight)
+        ctx.cfg = (kind, how)
+        return _back(y, how)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        xk, alpha, shift, weight = ctx.saved_tensors
+        kind, how = ctx.cfg
+        dx, dw, db, da, ds = _mod("_pointwise").backward(_grad_view(dy, how), xk, alpha, shift, weight, kind=kind,
+                                                         images=how == "images")
+        return _back(dx, how), _f(da, alpha), _f(ds, shift), _f(dw, weight), _f(db, weight), None, None
+
+
+class _GroupNormFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, num_groups, eps):
+        _check(x)
+        xk = x.contiguous()  # channels_last inputs are copied to NCHW: groups are contiguous there
+        y, mean, rstd = _mod("_groupnorm").forward(xk, num_groups, weight, bias, eps,
+                                                   store_stats=any(ctx.needs_input_grad))
+        ctx.save_for_backward(xk, weight, mean, rstd)
+        ctx.cfg = (num_groups, bias is not None, bias)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        xk, weight, mean, rstd = ctx.saved_tensors
+        num_groups, has_bias, bias = ctx.cfg
+        need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        dx, dw, db = _mod("_groupnorm").backward(dy.contiguous(), xk, num_groups, weight, mean, rstd, has_bias,
+                                                 need_dw=need_dw)
+        return dx, _f(dw, weight), _f(db, bias), None, None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Functional API (tested directly against float64 references in tests/test_triton_kernels.py).
+# ---------------------------------------------------------------------------------------------------------------
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, layout: str = "tokens"):
+    """y = γ·(x − μ)/√(σ² + ε) + β over the C features."""
+    return _RowNormFn.apply(x, weight, bias, 0, float(eps), layout, False)
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6, layout: str = "tokens"):
+    """y = γ·x/√(mean(x²) + ε); SRMSNorm is this with no weight."""
+    return _RowNormFn.apply(x, weight, None, 1, float(eps), layout, False)
+
+
+def crms_norm(x, weight=None, eps: float = 1e-6, layout: str = "tokens"):
+    """y = γ·x/√((Σx² + (Σx)²)/(C + 1) + ε)."""
+    return _RowNormFn.apply(x, weight, None, 2, float(eps), layout, False)
+
+
+def scale_norm(x, g, eps: float = 1e-5, layout: str = "tokens"):
+    """y = g·x/max(‖x‖₂, ε) with a scalar g."""
+    return _RowNormFn.apply(x, g, None, 3, float(eps), layout, True)
+
+
+def add_layer_norm(x, residual, weight=None, bias=None, eps: float = 1e-5):
+    """(LayerNorm(x + residual), x + residual)."""
+    return _AddRowNormFn.apply(x, residual, weight, bias, 0, float(eps))
+
+
+def add_rms_norm(x, residual, weight=None, eps: float = 1e-6):
+    """(RMSNorm(x + residual), x + residual)."""
+    return _AddRowNormFn.apply(x, residual, weight, None, 1, float(eps))
+
+
+def dyt(x, alpha, weight, bias, layout: str = "tokens"):
+    """y = γ·tanh(α·x) + β."""
+    return _PointwiseFn.apply(x, alpha, None, weight, bias, 0, layout)
+
+
+def derf(x, alpha, shift, weight, bias, layout: str = "tokens"):
+    """y = γ·erf(α·x + s) + β."""
+    return _PointwiseFn.apply(x, alpha, shift, weight, bias, 1, layout)
+
+
+def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
+    """GroupNorm over images [N, C, *]: statistics per sample over (C/G, H, W) for each group."""
+    if x.dim() < 2 or x.shape[1] % num_groups:
+        raise ValueError(f"group_norm needs [N, C, ...] with C divisible by num_groups={num_groups}, "
+                         f"got {tuple(x.shape)}")
+    return _GroupNormFn.apply(x, weight, bias, int(num_groups), float(eps))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Modules
+# ---------------------------------------------------------------------------------------------------------------
+def _run_layernorm(m, x):
+    check_input(x, m.num_features, m.layout, "LayerNorm")
+    return layer_norm(x, m.weight, m.bias, m.eps, m.layout)
+
+
+def _run_rmsnorm(m, x):
+    check_input(x, m.num_features, m.layout, "RMSNorm")
+    return rms_norm(x, m.weight, m.eps, m.layout)
+
+
+def _run_crmsnorm(m, x):
+    check_input(x, m.num_features, m.layout, "CRMSNorm")
+    return crms_norm(x, m.weight, m.eps, m.layout)
+
+
+def _run_scalenorm(m, x):
+    check_input(x, m.num_features, m.layout, "ScaleNorm")
+    return scale_norm(x, m.g, m.eps, m.layout)
+
+
+def _check_pair(m, x, residual, name):
+    check_input(x, m.num_features, "tokens", name)
+    if residual.shape != x.shape:
+        raise ValueError(f"{name} needs x and residual of the same shape, got {tuple(x.shape)} and "
+                         f"{tuple(residual.shape)}")
+
+
+def _run_add_layernorm(m, x, residual):
+    _check_pair(m, x, residual, "AddLayerNorm")
+    return add_layer_norm(x, residual, m.weight, m.bias, m.eps)
+
+
+def _run_add_rmsnorm(m, x, residual):
+    _check_pair(m, x, residual, "AddRMSNorm")
+    return add_rms_norm(x, residual, m.weight, m.eps)
+
+
+def _run_dyt(m, x):
+    check_input(x, m.num_features, m.layout, "DyT")
+    return dyt(x, m.alpha, m.weight, m.bias, m.layout)
+
+
+def _run_derf(m, x):
+    check_input(x, m.num_features, m.layout, "Derf")
+    return derf(x, m.alpha, m.shift, m.weight, m.bias, m.layout)
+
+
+def _run_groupnorm(m, x):
+    check_input(x, m.num_features, "images", "GroupNorm")
+    G = m.num_groups
+    if (m.num_features // G) * x.shape[2] * x.shape[3] < 2:
+        raise ValueError(f"GroupNorm with {G} groups needs more than one value per group, got input "
+                         f"{tuple(x.shape)}; use fewer groups or a larger spatial size")
+    return group_norm(x, G, m.weight, m.bias, m.eps)
+
+
+_RUN = {
+    "layernorm": _run_layernorm, "rmsnorm": _run_rmsnorm, "srmsnorm": _run_rmsnorm, "crmsnorm": _run_crmsnorm,
+    "scalenorm": _run_scalenorm, "add_layernorm": _run_add_layernorm, "add_rmsnorm": _run_add_rmsnorm,
+    "dyt": _run_dyt, "derf": _run_derf, "groupnorm": _run_groupnorm,
+}
+
+
+class TritonNorm(nn.Module):
+    """An eager norm whose forward runs the fused Triton kernels; parameters and buffers are the eager module's.
+
+    The eager module is kept outside ``_modules`` (so ``state_dict`` keys are exactly the eager ones) and still
+    supplies the non-tensor settings (eps, layout, num_groups, ...) through attribute fallback. Parameters are
+    read from this module, so ``.to()``/``.cuda()`` on it are always seen by the kernels.
+    """
+
+    def __init__(self, eager: nn.Module, op: str):
+        super().__init__()
+        if op not in _RUN:
+            raise KeyError(f"no Triton kernel for {op!r}; kernels exist for {', '.join(sorted(_RUN))}")
+        self.op = op
+        for name, child in eager.named_children():
+            self.add_module(name, child)
+        for name, p in eager.named_parameters(recurse=False):
+            self.register_parameter(name, p)
+        for name, b in eager.named_buffers(recurse=False):
+            self.register_buffer(name, b, persistent=name not in eager._non_persistent_buffers_set)
+        for name in eager._parameters:  # keep ``weight = None`` style slots resolvable without the fallback
+            if eager._parameters[name] is None:
+                self.register_parameter(name, None)
+        # Set last: before this, the attribute fallback is off, so registration sees only this module's names.
+        object.__setattr__(self, "eager", eager)
+        self.train(eager.training)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            eager = self.__dict__.get("eager")
+            if eager is None:
+                raise
+            return getattr(eager, name)
+
+    def forward(self, *args):
+        return _RUN[self.op](self, *args)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.eager.train(mode)
+        return self
+
+    def extra_repr(self) -> str:
+        return f"op={self.op}, " + self.eager.extra_repr()
+
+
+def _builder(op: str):
+    def build(eager: nn.Module, spec=None) -> nn.Module:
+        return TritonNorm(eager, op)
+
+    build.__name__ = f"build_{op}"
+    build.__doc__ = f"The triton backend of {op}: a TritonNorm sharing ``eager``'s parameters."
+    return build
+
+
+build_layernorm = _builder("layernorm")
+build_rmsnorm = _builder("rmsnorm")
+build_srmsnorm = _builder("srmsnorm")
+build_crmsnorm = _builder("crmsnorm")
+build_scalenorm = _builder("scalenorm")
+build_add_layernorm = _builder("add_layernorm")
+build_add_rmsnorm = _builder("add_rmsnorm")
+build_dyt = _builder("dyt")
+build_derf = _builder("derf")
+build_groupnorm = _builder("groupnorm")

@@ -1,0 +1,148 @@
+"""CLI subcommands of the measurement area: ``bench``, ``validate`` and ``ingest-asv``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+class _ExtendSplit(argparse.Action):
+    """Accept ``--pass fwd bwd``, ``--pass fwd,bwd`` and repeated flags alike."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = list(getattr(namespace, self.dest, None) or [])
+        for v in values if isinstance(values, list) else [values]:
+            items.extend(x.strip() for x in v.split(",") if x.strip())
+        setattr(namespace, self.dest, items)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="time norms (eager, compile, triton, ...) and write kernel records to results/",
+        description="Sweep norms x backends x shapes x dtypes x passes with the measurement core and write one "
+                    "record per measurement to OUT/kernel/<hardware_id>/<norm>.json. Measurements already in OUT "
+                    "are skipped (use --force to redo them); Ctrl-C keeps everything written so far.")
+    p.add_argument("--norm", nargs="+", action=_ExtendSplit, metavar="NAME", help="norms (default: all registered)")
+    p.add_argument("--backend", nargs="+", action=_ExtendSplit, metavar="B",
+                   help="backends: eager, compile, triton, liger, apex, ... (default: every one the norm has)")
+    p.add_argument("--dtype", nargs="+", action=_ExtendSplit, metavar="D",
+                   help="float32, bfloat16, float16 (default: float32 bfloat16 [+ float16 on CUDA])")
+    p.add_argument("--pass", dest="passes", nargs="+", action=_ExtendSplit, metavar="P",
+                   help="fwd, bwd, fwd+bwd (default: all three; --quick: fwd fwd+bwd)")
+    p.add_argument("--layout", nargs="+", action=_ExtendSplit, metavar="L", help="tokens and/or images")
+    p.add_argument("--shape-class", choices=("quick", "llm", "vision", "all"), default=None,
+                   help="shape grid (default: llm + vision; --quick: quick)")
+    p.add_argument("--shape", nargs="+", action=_ExtendSplit, metavar="LABEL",
+                   help="only these shape labels (see docs/measurement.md)")
+    p.add_argument("--quick", action="store_true",
+                   help="small shapes, float32+bfloat16, fwd and fwd+bwd, few repetitions (minutes on a laptop)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--timing", nargs="+", action=_ExtendSplit, metavar="T",
+                   help="cold (L2 flushed, CUDA only; the default there) and/or hot (the CPU's only timing)")
+    p.add_argument("--graphs", action="store_true", help="replay fwd and fwd+bwd as CUDA graphs (launch overhead)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's current setting)")
+    p.add_argument("--out", default="results", help="results directory (default: results)")
+    p.add_argument("--force", action="store_true", help="re-measure cases already in --out (replaces them)")
+    p.add_argument("--list", action="store_true", help="print the planned cases and exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_bench)
+
+    p = subparsers.add_parser(
+        "validate", help="check result records (files or directories); exit 1 on any invalid record")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="record files or directories (e.g. results)")
+    p.add_argument("--quiet", action="store_true", help="print problems only")
+    p.set_defaults(func=_cmd_validate)
+
+    p = subparsers.add_parser(
+        "ingest-asv", help="turn ASV results (+ the suite's side records) into normbench kernel records",
+        description="Reads ASV result files (default .asv/results) and the full records the ASV suite wrote next "
+                    "to them (.asv/normbench), and writes normbench kernel records (harness 'asv') to OUT.")
+    p.add_argument("asv_results", nargs="?", default=".asv/results", help="ASV results_dir (default .asv/results)")
+    p.add_argument("--sidecar", default=None, help="the suite's side records (default: <asv_results>/../normbench)")
+    p.add_argument("--out", default="results", help="results directory (default: results)")
+    p.set_defaults(func=_cmd_ingest)
+
+
+def _cmd_bench(args) -> int:
+    import torch
+
+    from normbench.measure.core import plan, run_sweep
+    from normbench.measure.timers import TimerSettings
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError("--threads must be at least 1")
+        torch.set_num_threads(args.threads)
+    shapes = None
+    if args.shape:
+        from normbench.measure.shapes import by_label
+
+        shapes = [by_label(s) for s in args.shape]
+    cases = plan(norms=args.norm, backends=args.backend, dtypes=args.dtype, passes=args.passes,
+                 layouts=args.layout, shapes=shapes, quick=args.quick, shape_class=args.shape_class,
+                 device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs)
+    if args.list:
+        for c in cases:
+            print(c.describe())
+        print(f"{len(cases)} cases", file=sys.stderr)
+        return 0
+    if not cases:
+        print("nothing to measure: no norm supports the selected layouts/shapes", file=sys.stderr)
+        return 0
+    settings = TimerSettings.quick() if args.quick else TimerSettings()
+    t0 = time.perf_counter()
+    s = run_sweep(cases, args.out, force=args.force, settings=settings, progress=not args.no_progress)
+    wall = time.perf_counter() - t0
+    print(f"{s.written} records written, {s.already_done} already in {args.out}, {len(s.skipped)} skipped, "
+          f"{len(s.failed)} failed in {wall:.0f}s")
+    reasons: dict[str, int] = {}
+    for _, reason in s.skipped:
+        reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, n in sorted(reasons.items()):
+        print(f"  skipped {n}: {reason}")
+    seen = set()
+    for case, err in s.failed:
+        key = case.rsplit("/", 2)[0] + err
+        if key not in seen:
+            seen.add(key)
+            print(f"  failed {case}: {err}", file=sys.stderr)
+    if s.interrupted:
+        print("interrupted; the records written so far are kept (re-run to resume)", file=sys.stderr)
+        return 130
+    return 1 if s.failed else 0
+
+
+def _cmd_validate(args) -> int:
+    from pathlib import Path
+
+    from normbench.results.store import _scan
+
+    bad = 0
+    total = 0
+    files = set()
+    for root in args.paths:
+        if not Path(root).exists():
+            print(f"{root}: no such file or directory", file=sys.stderr)
+            bad += 1
+            continue
+        for path, rec, problem in _scan(root):
+            files.add(str(path))
+            if problem is not None:
+                bad += 1
+                print(f"INVALID {problem}")
+            else:
+                total += 1
+    if not args.quiet or bad:
+        print(f"{total} valid record(s) in {len(files)} file(s); {bad} problem(s)")
+    return 1 if bad else 0
+
+
+def _cmd_ingest(args) -> int:
+    from normbench.measure.asv_ingest import ingest
+
+    n, problems = ingest(args.asv_results, sidecar=args.sidecar, out=args.out)
+    for p in problems:
+        print(f"  {p}", file=sys.stderr)
+    print(f"{n} record(s) ingested into {args.out}")
+    return 0 if n or not problems else 1

@@ -1,0 +1,532 @@
+"""The measurement core shared by ``normbench bench``, the ASV suite and the pytest-benchmark suite.
+
+A :class:`Case` is one measurement (norm, backend, shape, dtype, pass, device, timing). Cases that share a module
+(everything but pass and timing) form a group: the module is built, compiled and checked against float64 once, then
+each pass is timed. :func:`measure_group` returns result records; :func:`run_sweep` writes them as it goes.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from normbench.measure import baselines
+from normbench.measure import bytes_model as bm
+from normbench.measure.shapes import Shape, input_shape, shapes_for
+from normbench.measure.stats import summarize
+from normbench.measure.timers import TimerSettings, cpu_time, cuda_time
+from normbench.results.schema import FAR_ABOVE_CEILING, make_record
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PASSES = ("fwd", "bwd", "fwd+bwd")
+QUICK_DTYPES = ("float32", "bfloat16")
+QUICK_PASSES = ("fwd", "fwd+bwd")
+
+
+class Unsupported(Exception):
+    """This case cannot run here (backend unavailable, layout not supported, ...); the message says why."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement."""
+
+    norm: str
+    backend: str
+    shape: Shape
+    dtype: str
+    pass_: str
+    device: str = "cpu"
+    timing: str = "hot"
+    threads: int = 1
+    graphs: bool = False
+    harness: str = "cli"
+
+    @property
+    def group(self) -> tuple:
+        return (self.norm, self.backend, self.shape.label, self.dtype, self.device, self.graphs, self.harness)
+
+    def describe(self) -> str:
+        return f"{self.norm}/{self.backend}/{self.shape.label}/{self.dtype}/{self.pass_}/{self.timing}"
+
+    def config(self, spec) -> dict:
+        """The record config (without ``bytes_model``, which needs the built module)."""
+        dims = list(input_shape(self.shape, spec.kind))
+        return {
+            "backend": self.backend,
+            "layout": self.shape.layout,
+            "shape": dims,
+            "num_features": dims[-1] if self.shape.layout == "tokens" else dims[1],
+            "dtype": self.dtype,
+            "pass": self.pass_,
+            "device": self.device,
+            "timing": self.timing,
+            "threads": self.threads,
+            "shape_class": self.shape.shape_class,
+            "shape_label": self.shape.label,
+            "graphs": self.graphs,
+            "harness": self.harness,
+            "kwargs": {k: v for k, v in dict(spec.default_kwargs).items()},
+        }
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def backends_for(spec) -> tuple[str, ...]:
+    """The spec's backends plus the external baselines (liger, apex) that implement this norm."""
+    return tuple(spec.backends) + baselines.backends_for(spec.name)
+
+
+def device_dtypes(device: str) -> tuple[str, ...]:
+    if device.startswith("cuda"):
+        out = ["float32"]
+        if torch.cuda.is_bf16_supported():
+            out.append("bfloat16")
+        return tuple(out + ["float16"])
+    return ("float32", "bfloat16")
+
+
+def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = None,
+         dtypes: Iterable[str] | None = None, passes: Iterable[str] | None = None,
+         layouts: Iterable[str] | None = None, shapes: Iterable[Shape] | None = None, quick: bool = False,
+         shape_class: str | None = None, device: str | None = None, timings: Iterable[str] | None = None,
+         threads: int | None = None, graphs: bool = False, harness: str = "cli") -> list[Case]:
+    """Every case of a sweep, grouped by norm; availability is checked when a case runs, not here.
+
+    ``quick`` (the defaults below when an argument is ``None``): the quick shapes, float32 and bfloat16,
+    fwd and fwd+bwd, every backend. Otherwise the llm and vision shape classes, every dtype the device
+    supports and all three passes. Unknown names raise ``ValueError``/``KeyError`` naming what exists.
+    """
+    from normbench.registry import REGISTRY
+
+    device = device or default_device()
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but torch sees no CUDA device here; use --device cpu")
+    names = list(norms) if norms else REGISTRY.names()
+    specs = [REGISTRY.get(n) for n in names]
+    dtypes = tuple(dtypes) if dtypes else (QUICK_DTYPES if quick else device_dtypes(device))
+    for d in dtypes:
+        if d not in DTYPES:
+            raise ValueError(f"unknown dtype {d!r}; use {', '.join(DTYPES)}")
+    passes = tuple(passes) if passes else (QUICK_PASSES if quick else PASSES)
+    for p in passes:
+        if p not in PASSES:
+            raise ValueError(f"unknown pass {p!r}; use {', '.join(PASSES)}")
+    is_cuda = device.startswith("cuda")
+    timings = tuple(timings) if timings else (("cold",) if is_cuda else ("hot",))
+    for t in timings:
+        if t not in ("cold", "hot"):
+            raise ValueError(f"unknown timing {t!r}; use cold or hot")
+        if t == "cold" and not is_cuda:
+            raise ValueError("cold timing (L2 flushed between repetitions) needs CUDA; CPU timing is hot")
+    shapes = list(shapes) if shapes is not None else shapes_for(shape_class, quick)
+    if layouts:
+        layouts = tuple(layouts)
+        shapes = [s for s in shapes if s.layout in layouts]
+    threads = threads or torch.get_num_threads()
+    known_backends = set()
+    cases = []
+    for spec in specs:
+        spec_backends = backends_for(spec)
+        known_backends.update(spec_backends)
+        wanted = [b for b in (backends or spec_backends) if b in spec_backends]
+        for shape in shapes:
+            if shape.layout not in spec.layouts:
+                continue
+            for backend in wanted:
+                for dtype in dtypes:
+                    for timing in timings:
+                        for p in passes:
+                            cases.append(Case(spec.name, backend, shape, dtype, p, device, timing, threads,
+                                              graphs and is_cuda, harness))
+    if backends:
+        unknown = [b for b in backends if b not in known_backends]
+        if unknown:
+            raise ValueError(f"unknown backend(s) {', '.join(unknown)} for the selected norms; "
+                             f"they have {', '.join(sorted(known_backends))}")
+    return cases
+
+
+# --- building one group ---------------------------------------------------------------------------------------------
+
+def _tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for t in out if isinstance(t, torch.Tensor)]
+    raise TypeError(f"a norm must return a tensor or a tuple of tensors, got {type(out).__name__}")
+
+
+def _inputs_for(kind: str, dims: tuple[int, ...], dtype, device) -> list[torch.Tensor]:
+    n = 2 if kind in ("residual", "attention") else 1
+    return [torch.randn(dims, dtype=dtype, device=device).requires_grad_(True) for _ in range(n)]
+
+
+def _num_groups(module: torch.nn.Module, c: int) -> int:
+    inner = getattr(module, "inner", module)
+    for attr in ("num_groups", "groups", "G"):
+        g = getattr(inner, attr, None)
+        if isinstance(g, int) and g > 0:
+            return g
+    return min(32, c)
+
+
+class Prepared:
+    """A built module, its inputs and output gradients for one group of cases."""
+
+    def __init__(self, spec, backend: str, shape: Shape, dtype: str, device: str, seed: int = 0):
+        self.spec, self.backend, self.shape, self.dtype_name, self.device = spec, backend, shape, dtype, device
+        self.dtype = DTYPES[dtype]
+        if shape.layout not in spec.layouts:
+            raise Unsupported(f"{spec.name} does not support the {shape.layout} layout")
+        if backend in backends_for(spec) and backend not in spec.backends:
+            reason = baselines.unavailable(backend, spec.name, shape.layout, device)
+        elif backend in spec.backends:
+            reason = spec.backend_unavailable(backend)
+        else:
+            raise Unsupported(f"{spec.name} has no backend {backend!r}")
+        if reason:
+            raise Unsupported(f"backend {backend} unavailable: {reason}")
+        self.dims = input_shape(shape, spec.kind)
+        c = self.dims[-1] if shape.layout == "tokens" else self.dims[1]
+        self.num_features = c
+        torch.manual_seed(seed)
+        if backend in spec.backends:
+            module = spec.create(c, layout=shape.layout, backend=backend)
+        else:
+            module = baselines.build(backend, spec.name, spec.create(c, layout=shape.layout))
+        self.module = module.to(device=device, dtype=self.dtype).train()
+        self.inputs = _inputs_for(spec.kind, self.dims, self.dtype, device)
+        self.params = [p for p in self.module.parameters() if p.requires_grad]
+        self.targets = self.inputs + self.params
+        self.state = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+        self._gouts: list[torch.Tensor] | None = None
+
+    # the callables a pass is made of
+    def forward(self) -> list[torch.Tensor]:
+        return _tensors(self.module(*self.inputs))
+
+    def _grad_pairs(self, outs):
+        if self._gouts is None:
+            g = torch.Generator(device=self.device).manual_seed(1)
+            self._gouts = [torch.randn(o.shape, dtype=o.dtype, device=o.device, generator=g) for o in outs]
+        pairs = [(o, g) for o, g in zip(outs, self._gouts) if o.requires_grad]
+        if not pairs:
+            raise Unsupported("no output of this norm requires grad, so it has no backward pass")
+        return [o for o, _ in pairs], [g for _, g in pairs]
+
+    def backward(self, outs) -> tuple:
+        o, g = self._grad_pairs(outs)
+        return torch.autograd.grad(o, self.targets, g, allow_unused=True)
+
+    def pass_fns(self, pass_: str) -> tuple[Callable[[], object], Callable[[], object] | None]:
+        """(timed callable, untimed callable run before each repetition or ``None``)."""
+        if pass_ == "fwd":
+            return self.forward, None
+        if pass_ == "fwd+bwd":
+            return (lambda: self.backward(self.forward())), None
+        holder = {}
+
+        def pre():
+            holder["outs"] = None
+            holder["outs"] = self.forward()
+
+        return (lambda: self.backward(holder["outs"])), pre
+
+    # derived quantities
+    def bytes_model(self) -> dict:
+        spec = self.spec
+        formula = bm.formula_for(spec.family, spec.kind, spec.name)
+        n = self.inputs[0].numel()
+        k = len(self.inputs)
+        c = self.num_features
+        if formula == "groupwise":
+            stat_rows = self.dims[0] * _num_groups(self.module, c)
+        elif formula == "channelwise":
+            stat_rows = c
+        elif formula in ("rowwise", "residual_rowwise"):
+            stat_rows = (k if formula == "rowwise" else 1) * (n // c)
+        else:
+            stat_rows = 0
+        param_bytes = sum(p.numel() * p.element_size() for p in self.module.parameters())
+        running = sum(b.numel() for b in self.module.buffers() if b.is_floating_point())
+        return bm.make_model(formula, n_elements=n, inputs=k, elem_bytes=self.inputs[0].element_size(),
+                             param_bytes=param_bytes, stat_rows=stat_rows,
+                             stats_per_row=bm.stats_per_row(formula, spec.name), running_values=running)
+
+    def flops(self, pass_: str) -> int | None:
+        """Multiply-adds x2 of the Linear/Conv2d a weight-kind norm wraps (its real cost); ``None`` otherwise."""
+        if self.spec.kind != "weight":
+            return None
+        n = self.inputs[0].numel()
+        per_out = self.num_features * (9 if self.shape.layout == "images" else 1)
+        fwd = 2 * n * per_out
+        return {"fwd": fwd, "bwd": 2 * fwd, "fwd+bwd": 3 * fwd}[pass_]
+
+    def errors(self) -> dict:
+        """Error of y, dx and dw against the eager module in float64 (see ``normbench.measure.error``)."""
+        from normbench.measure.error import compare
+
+        spec = self.spec
+        ref = spec.create(self.num_features, layout=self.shape.layout)
+        ref.load_state_dict(self.state)
+        ref = ref.to(device=self.device, dtype=torch.float64).train()
+        xs = [x.detach().to(torch.float64).requires_grad_(True) for x in self.inputs]
+        ref_params = [p for p in ref.parameters() if p.requires_grad]
+        ref_outs = _tensors(ref(*xs))
+        outs = self.forward()
+        err = {"y": compare(outs, ref_outs), "dx": None, "dw": None}
+        try:
+            o, g = self._grad_pairs(outs)
+        except Unsupported:
+            return err
+        grads = torch.autograd.grad(o, self.targets, g, allow_unused=True)
+        pairs = [(a, b) for a, b in zip(ref_outs, outs) if b.requires_grad]
+        ref_grads = torch.autograd.grad([a for a, _ in pairs], xs + ref_params,
+                                        [gg.to(torch.float64) for gg in g], allow_unused=True)
+        k = len(self.inputs)
+        err["dx"] = compare(grads[:k], ref_grads[:k])
+        if len(self.params) == len(ref_params):
+            err["dw"] = compare(grads[k:], ref_grads[k:])
+        return err
+
+
+# --- measuring ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Context:
+    """What a sweep shares: the ceiling, provenance, timer settings."""
+
+    ceiling_gbps: float
+    ceiling_method: str
+    provenance: dict
+    settings: TimerSettings = field(default_factory=TimerSettings)
+    datasheet_peak_gbps: float | None = None
+
+
+def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
+    from normbench.measure import ceiling
+    from normbench.results.provenance import provenance
+
+    prov = provenance(command=command, device=device)
+    ceil = ceiling.measure(device)
+    return Context(ceil.gbps, ceil.method, prov, settings or TimerSettings(),
+                   ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")))
+
+
+def time_pass(prep: Prepared, case: Case, settings: TimerSettings) -> tuple[list[float], bool]:
+    fn, pre = prep.pass_fns(case.pass_)
+    if case.device.startswith("cuda"):
+        return cuda_time(fn, settings, case.device, cold=case.timing == "cold", pre=pre,
+                         graphs=case.graphs and case.pass_ != "bwd")
+    return cpu_time(fn, settings, pre), False
+
+
+def peak_memory(prep: Prepared, pass_: str) -> int | None:
+    from normbench.measure.memory import peak_above
+
+    fn, pre = prep.pass_fns(pass_)
+    if pre is not None:
+        pre()
+    return peak_above(fn, prep.device)
+
+
+class FarAboveCeiling(Exception):
+    """A measured bandwidth so far above the ceiling that it can only be a broken measurement."""
+
+
+def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float], used_graph: bool,
+                 err: dict, peak: int | None, saved: int | None) -> dict:
+    spec = prep.spec
+    model = prep.bytes_model()
+    config = case.config(spec)
+    config["graphs"] = used_graph
+    config["bytes_model"] = model
+    st = summarize(samples)
+    nbytes = bm.bytes_moved(model["formula"], case.pass_, model["params"])
+    gbps = nbytes / st["median"] / 1e9
+    pct = 100.0 * gbps / ctx.ceiling_gbps if model["memory_bound"] else None
+    suspect, reason = False, None
+    if pct is not None and gbps > ctx.ceiling_gbps:
+        if gbps > FAR_ABOVE_CEILING * ctx.ceiling_gbps:
+            raise FarAboveCeiling(f"{gbps:.1f} GB/s is more than {FAR_ABOVE_CEILING:g}x the measured ceiling "
+                                  f"{ctx.ceiling_gbps:.1f} GB/s; not recorded")
+        suspect = True
+        reason = (f"{gbps:.1f} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.1f} GB/s: the data was "
+                  "likely cache-resident" + (" (hot timing)" if case.timing == "hot" else ""))
+    metrics = {
+        "time_median_s": st["median"],
+        "time_iqr_s": st["iqr"],
+        "time_q25_s": st["q25"],
+        "time_q75_s": st["q75"],
+        "time_min_s": st["min"],
+        "reps": st["reps"],
+        "bytes_moved": nbytes,
+        "gbps": gbps,
+        "ceiling_gbps": ctx.ceiling_gbps,
+        "ceiling_method": ctx.ceiling_method,
+        "pct_of_ceiling": pct,
+        "datasheet_peak_gbps": ctx.datasheet_peak_gbps,
+        "pct_of_datasheet": (100.0 * gbps / ctx.datasheet_peak_gbps
+                             if ctx.datasheet_peak_gbps and model["memory_bound"] else None),
+        "suspect": suspect,
+        "suspect_reason": reason,
+        "peak_mem_bytes": peak,
+        "saved_bytes": saved,
+        "err": {"y": err.get("y"), "dx": err.get("dx") if case.pass_ != "fwd" else None,
+                "dw": err.get("dw") if case.pass_ != "fwd" else None},
+        "err_reference": "eager module in float64 on the same inputs",
+    }
+    flops = prep.flops(case.pass_)
+    if flops is not None:
+        metrics["flops"] = flops
+        metrics["tflops"] = flops / st["median"] / 1e12
+    prov = dict(ctx.provenance)
+    from normbench.results.provenance import utc_now
+
+    prov["timestamp"] = utc_now()
+    return make_record("kernel", spec.to_dict(), config, metrics, prov)
+
+
+def measure_group(cases: list[Case], ctx: Context) -> list[dict]:
+    """Measure cases that share norm, backend, shape, dtype and device; returns their records.
+
+    Raises :class:`Unsupported` when the group cannot run here.
+    """
+    from normbench.measure.memory import saved_bytes
+    from normbench.registry import REGISTRY
+
+    first = cases[0]
+    assert all(c.group == first.group for c in cases), "measure_group needs cases of one group"
+    spec = REGISTRY.get(first.norm)
+    torch.set_num_threads(first.threads)
+    prep = Prepared(spec, first.backend, first.shape, first.dtype, first.device)
+    err = prep.errors()  # also compiles (torch.compile) and warms up the module
+    saved = saved_bytes(prep.forward, prep.params) if any(c.pass_ != "fwd" for c in cases) else None
+    records = []
+    for case in cases:
+        samples, used_graph = time_pass(prep, case, ctx.settings)
+        peak = peak_memory(prep, case.pass_)
+        records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved))
+    return records
+
+
+def case_id(case: Case, hardware_id: str) -> str:
+    from normbench.registry import REGISTRY
+    from normbench.results.schema import record_id
+
+    return record_id("kernel", case.norm, case.config(REGISTRY.get(case.norm)), hardware_id)
+
+
+# --- sweeping -------------------------------------------------------------------------------------------------------
+
+@dataclass
+class SweepSummary:
+    written: int = 0
+    already_done: int = 0
+    skipped: list = field(default_factory=list)   # (case description, reason)
+    failed: list = field(default_factory=list)    # (case description, error)
+    files: set = field(default_factory=set)
+    interrupted: bool = False
+
+
+def _skip_log(out, hardware_id: str, entries: list[dict]) -> None:
+    """Merge skip reasons into ``<out>/kernel/<hardware_id>/_skipped.json`` (not a record file)."""
+    import json
+    from pathlib import Path
+
+    from normbench.results.store import atomic_write_text
+
+    if not entries:
+        return
+    path = Path(out) / "kernel" / hardware_id / "_skipped.json"
+    try:
+        current = json.loads(path.read_text()) if path.exists() else {}
+        if not isinstance(current, dict):
+            current = {}
+    except (OSError, ValueError):
+        current = {}
+    for e in entries:
+        current[e["case"]] = e
+    atomic_write_text(path, json.dumps(dict(sorted(current.items())), indent=1) + "\n")
+
+
+def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings: TimerSettings | None = None,
+              progress: bool = True, command=None, log=None) -> SweepSummary:
+    """Measure ``cases`` group by group, writing each group's records to ``out`` as soon as they exist.
+
+    Cases whose record id is already in ``out`` are skipped unless ``force``. Unsupported cases are recorded
+    (with the reason) in ``_skipped.json`` next to the records. Ctrl-C stops after the records already written.
+    """
+    from normbench.results.provenance import utc_now
+    from normbench.results.store import existing_ids, write_records
+
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    summary = SweepSummary()
+    if not cases:
+        return summary
+    device = cases[0].device
+    from normbench.results.provenance import hardware, hardware_id
+
+    hw_id = hardware_id(hardware(device))
+    done = set() if force else existing_ids(out, "kernel")
+    groups: dict[tuple, list[Case]] = {}
+    for case in cases:
+        if case_id(case, hw_id) in done:
+            summary.already_done += 1
+            continue
+        groups.setdefault(case.group, []).append(case)
+    if not groups:
+        return summary
+    ctx = make_context(device, settings, command)
+    log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})")
+    skips = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=sum(len(g) for g in groups.values()), unit="case", dynamic_ncols=True, file=sys.stderr)
+    try:
+        for group in groups.values():
+            first = group[0]
+            if bar is not None:
+                bar.set_description(f"{first.norm}/{first.backend}/{first.shape.layout}/{first.dtype}")
+            try:
+                records = measure_group(group, ctx)
+                paths = write_records(records, out)
+                summary.written += len(records)
+                summary.files.update(str(p) for p in paths)
+            except Unsupported as exc:
+                for c in group:
+                    summary.skipped.append((c.describe(), str(exc)))
+                    skips.append({"case": c.describe(), "norm": c.norm, "backend": c.backend,
+                                  "shape": c.shape.label, "dtype": c.dtype, "pass": c.pass_, "reason": str(exc),
+                                  "timestamp": utc_now()})
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:
+                msg = f"{type(exc).__name__}: {exc}"
+                if not isinstance(exc, FarAboveCeiling):
+                    tb = traceback.extract_tb(exc.__traceback__)[-1]
+                    msg += f" (at {tb.filename}:{tb.lineno})"
+                for c in group:
+                    summary.failed.append((c.describe(), msg))
+                log(f"failed {first.norm}/{first.backend}/{first.shape.label}/{first.dtype}: {msg}")
+            if bar is not None:
+                bar.update(len(group))
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    finally:
+        if bar is not None:
+            bar.close()
+        _skip_log(out, hw_id, skips)
+    return summary
+

@@ -1,0 +1,110 @@
+"""Memory of one pass: peak bytes allocated above what existed before it, and bytes saved for backward.
+
+* CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus ``memory_allocated`` just
+  before the pass (inputs, parameters and, for ``bwd``, the forward's graph are already there).
+* CPU: the PyTorch profiler's allocation timeline (``profile_memory=True``): the largest running sum of the
+  allocations minus frees made during the pass. It sees eager ops and ``torch.compile``'s buffers alike.
+  ``None`` if this torch's profiler cannot produce a timeline.
+* Saved for backward: the forward runs under ``torch.autograd.graph.saved_tensors_hooks``; the bytes of the
+  distinct storages it saves, parameters excluded (they are alive anyway), inputs included (saving them is
+  what keeps them alive in a network).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from typing import Callable, Iterable
+
+import torch
+
+
+@contextlib.contextmanager
+def _quiet_fds():
+    """Silence the profiler's C++ start/stop chatter on fds 1 and 2 (it would break progress bars)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = []
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        for fd in (1, 2):
+            saved.append((fd, os.dup(fd)))
+            os.dup2(devnull, fd)
+        yield
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(devnull)
+
+
+def cuda_peak_above(fn: Callable[[], object], device) -> int:
+    device = torch.device(device)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    out = fn()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    del out
+    return max(0, int(peak - base))
+
+
+def cpu_peak_above(fn: Callable[[], object]) -> int | None:
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler._memory_profiler import Action
+    except ImportError:
+        return None
+    try:
+        with warnings.catch_warnings(), _quiet_fds():
+            warnings.simplefilter("ignore")
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                         with_stack=True) as prof:
+                out = fn()
+                del out
+            timeline = prof._memory_profile().timeline
+    except Exception:  # private API: a torch without it gets no CPU memory number rather than a crash
+        return None
+    cur = peak = 0
+    for _, action, _, size in timeline:
+        if action == Action.CREATE:
+            cur += size
+        elif action == Action.DESTROY:
+            cur -= size
+        peak = max(peak, cur)
+    return int(peak)
+
+
+def peak_above(fn: Callable[[], object], device) -> int | None:
+    """Peak bytes allocated by ``fn`` above what was allocated before it (see the module docstring)."""
+    if torch.device(device).type == "cuda":
+        return cuda_peak_above(fn, device)
+    return cpu_peak_above(fn)
+
+
+def saved_bytes(forward: Callable[[], object], params: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct non-parameter storages ``forward`` saves for backward."""
+    skip = {p.untyped_storage().data_ptr() for p in params}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        try:
+            st = t.untyped_storage()
+            ptr = st.data_ptr()
+            if ptr not in skip:
+                seen[ptr] = max(seen.get(ptr, 0), st.nbytes())
+        except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. some subclasses)
+            seen[id(t)] = t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = forward()
+    del out
+    return int(sum(seen.values()))

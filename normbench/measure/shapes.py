@@ -1,0 +1,98 @@
+"""Benchmark shapes from real models (LLM hidden sizes and token counts, ResNet and ViT stages) and a quick subset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One input shape: ``dims`` is ``(tokens, C)`` for the tokens layout and ``(N, C, H, W)`` for images."""
+
+    label: str
+    layout: str
+    dims: tuple[int, ...]
+    shape_class: str  # "llm", "vision" or "quick"
+    source: str = ""
+
+    @property
+    def num_features(self) -> int:
+        return self.dims[-1] if self.layout == "tokens" else self.dims[1]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+
+#: Hidden sizes of real LLMs: GPT-2 small/medium/large/XL, Llama 1B-405B, GPT-3 175B.
+LLM_HIDDEN = (512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384)
+LLM_TOKENS = (4096, 8192, 16384, 32768)
+
+
+def llm_shapes() -> list[Shape]:
+    """Tokens × hidden size: every hidden size at 4k tokens, and every token count at hidden 4096 and 8192."""
+    pairs = [(4096, c) for c in LLM_HIDDEN]
+    pairs += [(t, c) for c in (4096, 8192) for t in LLM_TOKENS if t != 4096]
+    pairs.append((32768, 16384))
+    return [Shape(f"llm-{t}x{c}", "tokens", (t, c), "llm", f"{t} tokens at hidden size {c}") for t, c in pairs]
+
+
+def vision_shapes() -> list[Shape]:
+    """ResNet-50 stage inputs at batch 32 (224²), and ViT-B/L/H token blocks at batch 64 (197 tokens)."""
+    resnet = [
+        ("resnet50-stem", (32, 64, 112, 112)),
+        ("resnet50-s1", (32, 256, 56, 56)),
+        ("resnet50-s2", (32, 512, 28, 28)),
+        ("resnet50-s3", (32, 1024, 14, 14)),
+        ("resnet50-s4", (32, 2048, 7, 7)),
+    ]
+    vit = [("vit-b16", (64 * 197, 768)), ("vit-l16", (64 * 197, 1024)), ("vit-h14", (64 * 257, 1280))]
+    out = [Shape(label, "images", dims, "vision", "ResNet-50 stage, batch 32 at 224x224") for label, dims in resnet]
+    out += [Shape(label, "tokens", dims, "vision", "ViT block input, batch 64") for label, dims in vit]
+    return out
+
+
+def quick_shapes() -> list[Shape]:
+    """One small tokens shape (a 512-wide model over 2k tokens) and one small images shape (a CIFAR ResNet stage)."""
+    return [
+        Shape("quick-2048x512", "tokens", (2048, 512), "quick", "2048 tokens at hidden size 512"),
+        Shape("quick-8x64x32x32", "images", (8, 64, 32, 32), "quick", "batch 8, 64 channels at 32x32"),
+    ]
+
+
+def shapes_for(shape_class: str | None = None, quick: bool = False) -> list[Shape]:
+    """The shape grid: ``quick``, one class (``llm`` or ``vision``), or (default) both real-model classes."""
+    if quick or shape_class == "quick":
+        return quick_shapes()
+    if shape_class in (None, "all"):
+        return llm_shapes() + vision_shapes()
+    if shape_class == "llm":
+        return llm_shapes()
+    if shape_class == "vision":
+        return vision_shapes()
+    raise ValueError(f"unknown shape class {shape_class!r}; use quick, llm, vision or all")
+
+
+def by_label(label: str) -> Shape:
+    """The shape called ``label`` in any class."""
+    for s in quick_shapes() + llm_shapes() + vision_shapes():
+        if s.label == label:
+            return s
+    raise KeyError(f"unknown shape {label!r}")
+
+
+def head_dim_for(hidden: int) -> int:
+    """Head size used for attention-kind norms (QK-norm): 64 up to hidden 1024 (GPT-2), else 128 (Llama)."""
+    return 64 if hidden <= 1024 else 128
+
+
+def input_shape(shape: Shape, kind: str) -> tuple[int, ...]:
+    """The tensor shape a norm of ``kind`` sees for ``shape``: attention norms get ``(tokens, heads, head_dim)``."""
+    if kind == "attention" and shape.layout == "tokens":
+        t, c = shape.dims
+        hd = head_dim_for(c)
+        return (t, c // hd, hd)
+    return shape.dims

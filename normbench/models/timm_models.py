@@ -1,0 +1,113 @@
+"""timm ResNet and ViT with the norm under test passed as ``norm_layer``, sized for each image task.
+
+timm is always imported through ``normbench._compat.import_timm()`` (torchvision's compiled ops may not load
+on a CPU build of torch).
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import asdict, dataclass
+
+from torch import nn
+
+from normbench._compat import import_timm
+from normbench.models.norms import timm_norm_layer
+
+
+@dataclass(frozen=True)
+class ResNetPreset:
+    layers: tuple[int, ...]
+    channels: tuple[int, ...]
+    stem: str  # "small": 3x3 stride-1 conv; "small_pool": that plus a stride-2 max-pool; "imagenet": timm's 7x7/2 + pool
+
+
+@dataclass(frozen=True)
+class ViTPreset:
+    patch_size: int
+    embed_dim: int
+    depth: int
+    num_heads: int
+    mlp_ratio: float
+
+
+# Keyed by the training crop size. 16: the offline task; 32: CIFAR (ResNet-20 / ViT-Tiny-ish);
+# 64: Tiny-ImageNet and 128: Imagenette (ResNet-18 / a 6-block ViT with 64 patches).
+RESNET_PRESETS = {
+    16: ResNetPreset(layers=(1, 1, 1), channels=(16, 32, 64), stem="small"),
+    32: ResNetPreset(layers=(3, 3, 3), channels=(16, 32, 64), stem="small"),
+    64: ResNetPreset(layers=(2, 2, 2, 2), channels=(64, 128, 256, 512), stem="small_pool"),
+    128: ResNetPreset(layers=(2, 2, 2, 2), channels=(64, 128, 256, 512), stem="imagenet"),
+}
+VIT_PRESETS = {
+    16: ViTPreset(patch_size=2, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0),
+    32: ViTPreset(patch_size=4, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4.0),
+    64: ViTPreset(patch_size=8, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4.0),
+    128: ViTPreset(patch_size=16, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4.0),
+}
+
+
+def preset_for(presets: dict, image_size: int):
+    if image_size not in presets:
+        raise ValueError(f"no model preset for {image_size}px images; presets exist for {sorted(presets)}")
+    return presets[image_size]
+
+
+def _forward_stages(self, x):
+    x = self.maxpool(self.act1(self.bn1(self.conv1(x))))
+    i = 1
+    while hasattr(self, f"layer{i}"):
+        x = getattr(self, f"layer{i}")(x)
+        i += 1
+    return x
+
+
+def build_resnet(image_size: int, num_classes: int, norm, **overrides) -> tuple[nn.Module, dict]:
+    """A timm ``ResNet`` of ``BasicBlock``s whose every norm is ``norm(C)``; returns (model, its config)."""
+    timm = import_timm()
+    from timm.models.resnet import BasicBlock, ResNet
+
+    p = preset_for(RESNET_PRESETS, image_size)
+    layers = tuple(overrides.pop("layers", p.layers))
+    channels = tuple(overrides.pop("channels", p.channels))
+    if overrides:
+        raise ValueError(f"unknown resnet options {sorted(overrides)}; known: layers, channels")
+    kwargs = dict(num_classes=num_classes, channels=channels, norm_layer=timm_norm_layer(norm))
+    if p.stem != "imagenet":
+        # timm's deep stem makes the stem width channels[0]; it is then replaced by one 3x3 stride-1 conv,
+        # the usual stem for small images.
+        kwargs.update(stem_type="deep", stem_width=channels[0] // 2)
+    model = ResNet(BasicBlock, layers, **kwargs)
+    if len(layers) != 4:
+        # timm's forward_features names layer1..layer4; CIFAR ResNets have three stages.
+        model.forward_features = types.MethodType(_forward_stages, model)
+    if p.stem != "imagenet":
+        model.conv1 = nn.Conv2d(3, channels[0], 3, stride=1, padding=1, bias=False)
+        nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
+        if p.stem == "small":
+            model.maxpool = nn.Identity()
+    del timm
+    return model, {"arch": "timm.ResNet(BasicBlock)", "layers": list(layers), "channels": list(channels),
+                   "stem": p.stem}
+
+
+def build_vit(image_size: int, num_classes: int, norm, **overrides) -> tuple[nn.Module, dict]:
+    """A timm ``VisionTransformer`` (mean-pooled, no class token) with ``norm_layer`` = the norm under test.
+
+    Norms that need the block depth (LayerNorm Scaling) are rebuilt per block with depth = block index + 1.
+    """
+    import_timm()
+    from timm.models.vision_transformer import VisionTransformer
+
+    p = asdict(preset_for(VIT_PRESETS, image_size))
+    unknown = set(overrides) - set(p)
+    if unknown:
+        raise ValueError(f"unknown vit options {sorted(unknown)}; known: {', '.join(p)}")
+    p.update(overrides)
+    model = VisionTransformer(img_size=image_size, num_classes=num_classes, global_pool="avg", class_token=False,
+                              norm_layer=timm_norm_layer(norm), **p)
+    if getattr(norm, "wants_depth", False):
+        for i, block in enumerate(model.blocks):
+            block.norm1 = norm(p["embed_dim"], depth=i + 1)
+            block.norm2 = norm(p["embed_dim"], depth=i + 1)
+    return model, {"arch": "timm.VisionTransformer", **p}

@@ -1,0 +1,50 @@
+"""Result records: the versioned schema, validation, atomic storage under ``results/`` and pandas loaders."""
+
+from __future__ import annotations
+
+from normbench.results.provenance import hardware, hardware_id, provenance, utc_now
+from normbench.results.schema import (
+    KINDS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    make_record,
+    record_id,
+    validate_record,
+)
+from normbench.results.store import (
+    InvalidRecordError,
+    Problem,
+    atomic_write_text,
+    existing_ids,
+    flatten,
+    iter_records,
+    load,
+    load_report,
+    record_files,
+    record_path,
+    write_records,
+)
+
+__all__ = [
+    "KINDS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "InvalidRecordError",
+    "Problem",
+    "atomic_write_text",
+    "existing_ids",
+    "flatten",
+    "hardware",
+    "hardware_id",
+    "iter_records",
+    "load",
+    "load_report",
+    "make_record",
+    "provenance",
+    "record_files",
+    "record_id",
+    "record_path",
+    "utc_now",
+    "validate_record",
+    "write_records",
+]

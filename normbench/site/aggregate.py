@@ -1,0 +1,306 @@
+"""Turning records into leaderboard rows: kernel rows with speed-ups, seed statistics, rankings and Pareto fronts.
+
+Pure functions over plain data; no HTML here, so each rule (what ranks first, how seeds combine) is testable alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from normbench.site.markup import num
+from normbench.site.records import Entry
+
+# Two-sided 95 % Student-t quantiles t_{0.975, df} for df = 1..30; beyond that the normal 1.96 is close enough.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """The 97.5 % quantile of Student's t with ``df`` degrees of freedom (for a two-sided 95 % interval)."""
+    if df < 1:
+        raise ValueError("a confidence interval needs at least two values")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    if df <= 120:
+        # Cornish-Fisher expansion around the normal quantile; within 1e-3 of the exact value for df > 30.
+        z = 1.959964
+        return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    return 1.959964
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Mean, sample standard deviation and the 95 % confidence half-width of the mean (t-distribution)."""
+
+    n: int
+    mean: float | None
+    std: float | None
+    ci95: float | None
+
+    @property
+    def low(self) -> float | None:
+        return None if self.mean is None or self.ci95 is None else self.mean - self.ci95
+
+    @property
+    def high(self) -> float | None:
+        return None if self.mean is None or self.ci95 is None else self.mean + self.ci95
+
+
+def seed_stats(values) -> Stats:
+    """Combine per-seed values: mean, std (n-1) and mean ± t·std/√n; non-numbers are ignored."""
+    xs = [v for v in (num(x) for x in values) if v is not None]
+    n = len(xs)
+    if n == 0:
+        return Stats(0, None, None, None)
+    mean = statistics.fmean(xs)
+    if n == 1:
+        return Stats(1, mean, None, None)
+    std = statistics.stdev(xs)
+    return Stats(n, mean, std, t975(n - 1) * std / math.sqrt(n))
+
+
+# --- kernels ---------------------------------------------------------------------------------------------------------
+
+def _s(v, default: str = "") -> str:
+    return v if isinstance(v, str) else default
+
+
+def _err(err, part: str, key: str) -> float | None:
+    if isinstance(err, dict) and isinstance(err.get(part), dict):
+        return num(err[part].get(key))
+    return None
+
+
+def _shape(shape) -> tuple:
+    if isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        return tuple(shape)
+    return ()
+
+
+def kernel_row(e: Entry) -> dict:
+    """The flat view of a kernel record that tables, plots and rankings use."""
+    rec = e.rec
+    cfg, met, prov = rec["config"], rec["metrics"], rec["provenance"]
+    shape = _shape(cfg.get("shape"))
+    elems = math.prod(shape) if shape else None
+    return {
+        "entry": e,
+        "hardware": prov["hardware_id"],
+        "norm": rec["norm"]["name"],
+        "family": _s(rec["norm"].get("family")),
+        "backend": _s(cfg.get("backend"), "?"),
+        "layout": _s(cfg.get("layout"), "?"),
+        "shape": shape,
+        "elements": elems,
+        "num_features": num(cfg.get("num_features")),
+        "dtype": _s(cfg.get("dtype"), "?"),
+        "pass": _s(cfg.get("pass"), "?"),
+        "device": _s(cfg.get("device"), "?"),
+        "timing": _s(cfg.get("timing"), "?"),
+        "threads": num(cfg.get("threads")),
+        "shape_class": _s(cfg.get("shape_class"), "?"),
+        "time": num(met.get("time_median_s")),
+        "iqr": num(met.get("time_iqr_s")),
+        "reps": num(met.get("reps")),
+        "bytes": num(met.get("bytes_moved")),
+        "gbps": num(met.get("gbps")),
+        "ceiling": num(met.get("ceiling_gbps")),
+        "pct": num(met.get("pct_of_ceiling")),
+        "datasheet": num(met.get("datasheet_peak_gbps")),
+        "suspect": met.get("suspect") is True,
+        "suspect_reason": _s(met.get("suspect_reason")),
+        "peak_mem": num(met.get("peak_mem_bytes")),
+        "saved": num(met.get("saved_bytes")),
+        "err_y": _err(met.get("err"), "y", "max_abs"),
+        "err_y_rel": _err(met.get("err"), "y", "max_rel"),
+        "err_dx": _err(met.get("err"), "dx", "max_abs"),
+        "err_dw": _err(met.get("err"), "dw", "max_abs"),
+        "timestamp": _s(prov.get("timestamp")),
+        "speedup": None,
+    }
+
+
+def _same_measurement(r: dict) -> tuple:
+    """Everything that must match for two kernel rows to be timed against each other (all but the backend)."""
+    return (r["hardware"], r["norm"], r["layout"], r["shape"], r["dtype"], r["pass"], r["device"], r["timing"],
+            r["threads"])
+
+
+def add_speedups(rows: list[dict]) -> None:
+    """Set ``speedup`` = eager time / this time where the eager run of the same measurement exists."""
+    eager = {_same_measurement(r): r["time"] for r in rows if r["backend"] == "eager" and r["time"]}
+    for r in rows:
+        base = eager.get(_same_measurement(r))
+        r["speedup"] = base / r["time"] if base and r["time"] else None
+
+
+def rank_kernels(rows: list[dict]) -> list[dict]:
+    """Fastest first: lowest median time; trustworthy (non-suspect) before suspect; then id for a stable order."""
+    return sorted(rows, key=lambda r: (r["suspect"], r["time"] if r["time"] is not None else math.inf,
+                                       r["entry"].rid))
+
+
+def rank_by_bandwidth(rows: list[dict]) -> list[dict]:
+    """Closest to the bandwidth ceiling first (percent of ceiling, then GB/s): the one ranking that is fair
+    across shapes and norms of a memory-bound op. Suspect rows go last, rows without numbers after them."""
+    return sorted(rows, key=lambda r: (r["suspect"], r["pct"] is None and r["gbps"] is None,
+                                       -(r["pct"] if r["pct"] is not None else -1.0), -(r["gbps"] or 0.0),
+                                       r["entry"].rid))
+
+
+def best_by_bandwidth(rows: list[dict], n: int = 5) -> list[dict]:
+    """The ``n`` rows closest to the bandwidth ceiling; suspect rows never lead."""
+    return [r for r in rank_by_bandwidth(rows) if not r["suspect"] and (r["pct"] is not None
+                                                                          or r["gbps"] is not None)][:n]
+
+
+def best_backend_per_norm(rows: list[dict]) -> list[dict]:
+    """For each norm, its best non-suspect row by percent of ceiling (GB/s where no ceiling), sorted best first."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        if r["suspect"] or (r["pct"] is None and r["gbps"] is None):
+            continue
+        cur = best.get(r["norm"])
+        score = (r["pct"] if r["pct"] is not None else -1.0, r["gbps"] or 0.0)
+        if cur is None or score > (cur["pct"] if cur["pct"] is not None else -1.0, cur["gbps"] or 0.0):
+            best[r["norm"]] = r
+    return sorted(best.values(), key=lambda r: (-(r["pct"] if r["pct"] is not None else -1.0),
+                                                -(r["gbps"] or 0.0), r["norm"]))
+
+
+# --- accuracy --------------------------------------------------------------------------------------------------------
+
+def accuracy_row(e: Entry) -> dict:
+    rec = e.rec
+    cfg, met, prov = rec["config"], rec["metrics"], rec["provenance"]
+    curve = []
+    for p in met.get("curve") or []:
+        if isinstance(p, list) and len(p) == 3 and isinstance(p[0], int) and not isinstance(p[0], bool):
+            curve.append((p[0], num(p[1]), num(p[2])))
+    rest = {k: v for k, v in cfg.items() if k != "seed"}
+    try:
+        cell = json.dumps([prov["hardware_id"], rec["norm"]["name"], rest], sort_keys=True, default=str)
+    except (TypeError, ValueError):  # keys of mixed types cannot be sorted; the record then is its own cell
+        cell = e.rid
+    return {
+        "entry": e,
+        "hardware": prov["hardware_id"],
+        "norm": rec["norm"]["name"],
+        "task": _s(cfg.get("task"), "?"),
+        "offline": cfg.get("task_offline") is True,
+        "model": _s(cfg.get("model"), "?"),
+        "placement": cfg.get("placement") if isinstance(cfg.get("placement"), str) else None,
+        "quick": cfg.get("quick") is True,
+        "seed": num(cfg.get("seed")),
+        "recipe": cfg.get("recipe") if isinstance(cfg.get("recipe"), dict) else {},
+        "metric": _s(met.get("metric"), "metric"),
+        "higher": met.get("higher_is_better") is not False,
+        "final": num(met.get("final")),
+        "best": num(met.get("best")),
+        "steps": num(met.get("steps")),
+        "wall": num(met.get("wall_time_s")),
+        "target": num(met.get("target")),
+        "ttt": num(met.get("time_to_target_s")),
+        "stt": num(met.get("steps_to_target")),
+        "diverged": met.get("diverged") is True,
+        "curve": curve,
+        "timestamp": _s(prov.get("timestamp")),
+        "cell": cell,
+    }
+
+
+@dataclass
+class Cell:
+    """All seeds of one (hardware, norm, config-but-seed): the unit a leaderboard row summarises."""
+
+    runs: list[dict]
+    final: Stats = field(init=False)
+    best: Stats = field(init=False)
+    wall: Stats = field(init=False)
+    ttt: Stats = field(init=False)
+
+    def __post_init__(self):
+        self.runs.sort(key=lambda r: (r["seed"] if r["seed"] is not None else math.inf, r["entry"].rid))
+        ok = [r for r in self.runs if not r["diverged"]]
+        # A diverged run has no meaningful final quality: it counts in the divergence rate, not in the mean.
+        self.final = seed_stats(r["final"] for r in ok)
+        self.best = seed_stats(r["best"] for r in ok)
+        self.wall = seed_stats(r["wall"] for r in self.runs)
+        self.ttt = seed_stats(r["ttt"] for r in self.runs if r["ttt"] is not None)
+
+    def __getattr__(self, name):
+        # Fields every run of a cell shares (hardware, norm, task, model, placement, metric, ...).
+        if name in ("hardware", "norm", "task", "offline", "model", "placement", "quick", "metric", "higher",
+                    "target", "recipe"):
+            return self.runs[0][name]
+        raise AttributeError(name)
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+    @property
+    def n_diverged(self) -> int:
+        return sum(r["diverged"] for r in self.runs)
+
+    @property
+    def divergence_rate(self) -> float:
+        return self.n_diverged / self.n if self.n else 0.0
+
+    @property
+    def n_reached(self) -> int:
+        return sum(r["ttt"] is not None or r["stt"] is not None for r in self.runs)
+
+    @property
+    def table_key(self) -> tuple:
+        """The leaderboard table this cell belongs to: one per task, model and budget."""
+        return (self.offline, self.task, self.model, self.quick)
+
+
+def accuracy_cells(rows: list[dict]) -> list[Cell]:
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["cell"], []).append(r)
+    return [Cell(runs) for runs in groups.values()]
+
+
+def rank_cells(cells: list[Cell]) -> list[Cell]:
+    """Best first: by mean final metric in the metric's own direction; cells with no finished run go last,
+    then more seeds before fewer, then the lower divergence rate."""
+    def key(c: Cell):
+        m = c.final.mean
+        if m is None:
+            return (1, 0.0, 0, c.divergence_rate, c.norm)
+        return (0, -m if c.higher else m, -c.final.n, c.divergence_rate, c.norm)
+
+    return sorted(cells, key=key)
+
+
+def pareto_front(points: list[tuple[float, float]], higher_is_better: bool = True) -> list[int]:
+    """Indices of the points no other point beats on both cost (x, lower is better) and quality (y).
+
+    Returned in order of increasing x. Ties in x keep only the best y.
+    """
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1] if higher_is_better
+                                                      else points[i][1]))
+    front, best = [], None
+    for i in order:
+        y = points[i][1]
+        if best is None or (y > best if higher_is_better else y < best):
+            front.append(i)
+            best = y
+    return front
+
+
+def mean_curve(runs: list[dict], column: int) -> list[tuple[float, float]]:
+    """(step, mean over seeds) of curve ``column`` (1 = train loss, 2 = eval metric) at steps any seed logged."""
+    by_step: dict[int, list[float]] = {}
+    for r in runs:
+        for point in r["curve"]:
+            v = point[column]
+            if v is not None:
+                by_step.setdefault(point[0], []).append(v)
+    return [(float(s), statistics.fmean(vs)) for s, vs in sorted(by_step.items())]

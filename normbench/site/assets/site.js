@@ -1,0 +1,91 @@
+// normbench leaderboard: sortable and filterable tables. No data is injected as HTML; only textContent is written.
+(function () {
+  "use strict";
+
+  function cellValue(row, index, numeric) {
+    var cell = row.cells[index];
+    if (!cell) return numeric ? null : "";
+    var v = cell.getAttribute("data-v");
+    if (numeric) {
+      if (v === null || v === "") return null;
+      var x = parseFloat(v);
+      return isNaN(x) ? null : x;
+    }
+    return (v !== null ? v : cell.textContent).trim().toLowerCase();
+  }
+
+  function sortTable(table, th) {
+    var index = Array.prototype.indexOf.call(th.parentNode.children, th);
+    var numeric = th.getAttribute("data-sort") === "num";
+    var current = th.getAttribute("aria-sort");
+    // Numbers start ascending (fastest time first); a second click reverses.
+    var dir = current === "ascending" ? "descending" : "ascending";
+    var heads = th.parentNode.children;
+    for (var i = 0; i < heads.length; i++) heads[i].setAttribute("aria-sort", "none");
+    th.setAttribute("aria-sort", dir);
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    var sign = dir === "ascending" ? 1 : -1;
+    rows.forEach(function (r, i) { r._nbIndex = i; });
+    rows.sort(function (a, b) {
+      var x = cellValue(a, index, numeric), y = cellValue(b, index, numeric);
+      // Missing values always sink to the bottom, whatever the direction.
+      if (x === null || x === "") return (y === null || y === "") ? a._nbIndex - b._nbIndex : 1;
+      if (y === null || y === "") return -1;
+      if (x < y) return -sign;
+      if (x > y) return sign;
+      return a._nbIndex - b._nbIndex;
+    });
+    var frag = document.createDocumentFragment();
+    rows.forEach(function (r) { frag.appendChild(r); });
+    body.appendChild(frag);
+  }
+
+  function applyFilters(box) {
+    var table = document.getElementById(box.getAttribute("data-table"));
+    if (!table) return;
+    var selects = box.querySelectorAll("select[data-filter]");
+    var search = box.querySelector("input[data-search]");
+    var needle = search ? search.value.trim().toLowerCase() : "";
+    var rows = table.tBodies[0].rows;
+    var shown = 0;
+    for (var i = 0; i < rows.length; i++) {
+      var row = rows[i], ok = true;
+      for (var j = 0; j < selects.length && ok; j++) {
+        var want = selects[j].value;
+        if (want !== "" && row.getAttribute("data-f-" + selects[j].getAttribute("data-filter")) !== want) ok = false;
+      }
+      if (ok && needle && row.textContent.toLowerCase().indexOf(needle) < 0) ok = false;
+      row.hidden = !ok;
+      if (ok) shown++;
+    }
+    var count = document.querySelector('[data-count-for="' + CSS.escape(table.id) + '"]');
+    if (count) count.textContent = shown === rows.length ? rows.length + " rows" : shown + " of " + rows.length + " rows";
+  }
+
+  function init() {
+    var tables = document.querySelectorAll("table.sortable");
+    for (var t = 0; t < tables.length; t++) {
+      (function (table) {
+        var heads = table.querySelectorAll("thead th[data-sort]");
+        for (var h = 0; h < heads.length; h++) {
+          (function (th) {
+            var button = th.querySelector("button");
+            (button || th).addEventListener("click", function () { sortTable(table, th); });
+          })(heads[h]);
+        }
+      })(tables[t]);
+    }
+    var boxes = document.querySelectorAll(".filters[data-table]");
+    for (var b = 0; b < boxes.length; b++) {
+      (function (box) {
+        box.addEventListener("change", function () { applyFilters(box); });
+        box.addEventListener("input", function () { applyFilters(box); });
+      })(boxes[b]);
+    }
+    document.documentElement.classList.add("js");
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

@@ -1,0 +1,193 @@
+"""Reading result records for the site: every file is read, every record validated, and nothing is dropped silently.
+
+Valid records become ``Entry`` objects; invalid ones (bad JSON, failed validation, a record the site cannot
+render) become ``Rejected`` items that the build prints and the site lists on its "rejected records" page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+
+
+@dataclass
+class Entry:
+    """One valid record, where it came from, and the file name its copy gets in the site."""
+
+    rec: dict
+    path: str          # the record file, as the user would type it (e.g. results/kernel/cpu-x/layernorm.json)
+    index: int         # position inside that file
+    key: str = ""      # safe, unique name for site/records/<key>.json and anchors
+
+    @property
+    def href(self) -> str:
+        return f"records/{self.key}.json"
+
+    @property
+    def kind(self) -> str:
+        return self.rec["kind"]
+
+    @property
+    def rid(self) -> str:
+        return str(self.rec.get("id"))
+
+
+@dataclass
+class Rejected:
+    """A file or record that could not go on the leaderboard, with every reason."""
+
+    path: str
+    index: int | None
+    label: str
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Loaded:
+    entries: list[Entry]
+    rejected: list[Rejected]
+    superseded: list[tuple[Entry, Entry]]   # (older dropped, newer kept) for records sharing an id
+    files: int
+
+
+def _display_path(path: Path, root: Path) -> str:
+    base = root.parent if root.is_dir() else root.parent
+    try:
+        return os.path.relpath(path, base)
+    except ValueError:  # different drives on Windows
+        return str(path)
+
+
+def _label(rec, index) -> str:
+    try:
+        from normbench.results.schema import describe
+
+        return describe(rec, index)
+    except Exception:  # a hostile record must not break the description either
+        return f"record {index}"
+
+
+def site_problems(rec: dict) -> list[str]:
+    """What the site itself needs beyond the schema (so that a validator gap cannot crash the build)."""
+    problems = []
+    if rec.get("kind") not in ("kernel", "accuracy"):
+        problems.append("kind must be kernel or accuracy")
+    norm = rec.get("norm")
+    if not isinstance(norm, dict) or not isinstance(norm.get("name"), str) or not norm["name"]:
+        problems.append("norm.name must be a string")
+    for part in ("config", "metrics", "provenance"):
+        if not isinstance(rec.get(part), dict):
+            problems.append(f"{part} must be an object")
+    prov = rec.get("provenance")
+    if isinstance(prov, dict) and not isinstance(prov.get("hardware_id"), str):
+        problems.append("provenance.hardware_id must be a string")
+    if not isinstance(rec.get("id"), str) or not rec.get("id"):
+        problems.append("id must be a string")
+    return problems
+
+
+def _validate(rec) -> list[str]:
+    try:
+        from normbench.results import validate_record
+    except ImportError:  # the results package is the authority; without it the site's own checks still run
+        validate_record = None
+    problems: list[str] = []
+    if validate_record is not None:
+        try:
+            problems = list(validate_record(rec))
+        except Exception as exc:  # the validator crashing on a record is itself a finding
+            problems = [f"the validator failed on this record: {type(exc).__name__}: {exc}"]
+    if not problems and isinstance(rec, dict):
+        problems = site_problems(rec)
+    elif not isinstance(rec, dict):
+        problems = problems or [f"a record must be a JSON object, got {type(rec).__name__}"]
+    return [str(p) for p in problems]
+
+
+def _record_files(root: Path) -> list[Path]:
+    try:
+        from normbench.results import record_files
+
+        return list(record_files(root))
+    except ImportError:
+        pass
+    if root.is_file():
+        return [root]
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        files.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".json") and not f.startswith("."))
+    return files
+
+
+def _timestamp(rec: dict) -> str:
+    ts = rec.get("provenance", {}).get("timestamp")
+    return ts if isinstance(ts, str) else ""
+
+
+def _assign_keys(entries: list[Entry]) -> None:
+    used: set[str] = set()
+    for e in entries:
+        rid = e.rid
+        key = rid.replace(":", "_") if _SAFE_KEY.match(rid) else "r-" + hashlib.sha256(rid.encode()).hexdigest()[:16]
+        base, n = key, 2
+        while key.lower() in used:  # case-insensitive file systems
+            key, n = f"{base}-{n}", n + 1
+        used.add(key.lower())
+        e.key = key
+
+
+def load_results(root: str | os.PathLike) -> Loaded:
+    """Read every record under ``root`` (a directory or one file)."""
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(
+            f"no results at {root}: run `normbench bench --quick` (or `normbench train --quick`) first, "
+            "or pass --results DIR"
+        )
+    files = _record_files(root)
+    entries: list[Entry] = []
+    rejected: list[Rejected] = []
+    for path in files:
+        shown = _display_path(path, root)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            rejected.append(Rejected(shown, None, "file", [f"cannot be read: {exc}"]))
+            continue
+        except (json.JSONDecodeError, RecursionError) as exc:
+            rejected.append(Rejected(shown, None, "file", [f"is not valid JSON: {exc}"]))
+            continue
+        if isinstance(data, dict):
+            data = [data]
+        if not isinstance(data, list):
+            rejected.append(Rejected(shown, None, "file",
+                                     [f"must hold a JSON array of records, not {type(data).__name__}"]))
+            continue
+        for i, rec in enumerate(data):
+            problems = _validate(rec)
+            if problems:
+                rejected.append(Rejected(shown, i, _label(rec, i), problems))
+            else:
+                entries.append(Entry(rec, shown, i))
+    # One id is one measurement: keep the newest copy and report the others.
+    newest: dict[str, Entry] = {}
+    superseded: list[tuple[Entry, Entry]] = []
+    for e in entries:
+        old = newest.get(e.rid)
+        if old is None:
+            newest[e.rid] = e
+        elif _timestamp(e.rec) > _timestamp(old.rec):
+            superseded.append((old, e))
+            newest[e.rid] = e
+        else:
+            superseded.append((e, old))
+    kept = list(newest.values())
+    _assign_keys(kept)
+    return Loaded(kept, rejected, superseded, len(files))

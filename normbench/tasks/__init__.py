@@ -1,0 +1,149 @@
+"""Accuracy tasks: the registry of datasets (real ones through Hugging Face ``datasets``, offline generated ones).
+
+A :class:`Task` says what the data is and how to score a model on it; ``task.load(...)`` returns a
+:class:`TaskData` of tensors (``uint8`` images ``[N, 3, H, W]`` with ``int64`` labels, or a 1-D ``int64``
+token stream) that the training harness batches. Real tasks need the dataset on disk (the ``datasets`` cache
+or ``--data-dir``); offline tasks are generated from a seed and run anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from normbench.tasks.hub import DatasetUnavailable
+
+__all__ = [
+    "DatasetUnavailable",
+    "Task",
+    "TaskData",
+    "all_tasks",
+    "get_task",
+    "list_tasks",
+    "default_task",
+    "load_task",
+]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One dataset and how it is scored."""
+
+    name: str
+    title: str
+    modality: str  # "image" | "text"
+    offline: bool
+    metric: str  # "top1" | "perplexity"
+    higher_is_better: bool
+    description: str
+    source: str  # Hugging Face dataset id (and config) or "generated"
+    loader: Callable[..., "TaskData"]
+    default_model: str
+    models: tuple[str, ...]
+    num_classes: int | None = None  # image tasks
+    image_size: int | None = None  # side of the training crop
+    vocab_size: int | None = None  # text tasks
+    tokenizer: str | None = None
+    why_norms_differ: str = ""
+
+    @property
+    def layout(self) -> str:
+        """The norm layout the task's default model needs: images for a ResNet, tokens for transformers."""
+        return "images" if self.default_model == "resnet" else "tokens"
+
+    def load(self, data_dir: str | None = None, quick: bool = False) -> "TaskData":
+        """Load (or generate) the data; a real dataset that cannot be reached raises ``DatasetUnavailable``."""
+        return self.loader(self, data_dir=data_dir, quick=quick)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "modality": self.modality,
+            "offline": self.offline,
+            "metric": self.metric,
+            "higher_is_better": self.higher_is_better,
+            "source": self.source,
+            "default_model": self.default_model,
+            "models": list(self.models),
+            "num_classes": self.num_classes,
+            "image_size": self.image_size,
+            "vocab_size": self.vocab_size,
+            "tokenizer": self.tokenizer,
+            "description": self.description,
+            "why_norms_differ": self.why_norms_differ,
+        }
+
+
+@dataclass
+class TaskData:
+    """Tensors for one task: ``train``/``eval`` dicts with ``x``/``y`` (images) or ``tokens`` (text)."""
+
+    task: Task
+    train: dict[str, torch.Tensor]
+    eval: dict[str, torch.Tensor]
+    #: Per-channel mean and std (in [0, 1] units) used to standardise uint8 images.
+    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
+    std: tuple[float, ...] = (0.25, 0.25, 0.25)
+    #: Stored image side (training crops are ``task.image_size``; eval takes the centre crop).
+    stored_size: int | None = None
+    info: dict = field(default_factory=dict)
+
+    def num_train(self) -> int:
+        return len(self.train["y"]) if "y" in self.train else len(self.train["tokens"])
+
+
+def _registry() -> dict[str, Task]:
+    from normbench.tasks import synthetic, text, vision
+
+    tasks = [*synthetic.TASKS, *vision.TASKS, *text.TASKS]
+    return {t.name: t for t in tasks}
+
+
+_TASKS: dict[str, Task] | None = None
+
+
+def _tasks() -> dict[str, Task]:
+    global _TASKS
+    if _TASKS is None:
+        _TASKS = _registry()
+    return _TASKS
+
+
+def all_tasks() -> list[Task]:
+    """Every task, offline ones first."""
+    return list(_tasks().values())
+
+
+def list_tasks() -> list[str]:
+    return list(_tasks())
+
+
+def get_task(name: str) -> Task:
+    """The task called ``name``; an unknown name raises ``KeyError`` listing the tasks."""
+    tasks = _tasks()
+    if name not in tasks:
+        import difflib
+
+        close = difflib.get_close_matches(name, tasks, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise KeyError(f"unknown task {name!r}{hint}; tasks: {', '.join(tasks)} (see `normbench tasks`)")
+    return tasks[name]
+
+
+def default_task(layouts) -> str:
+    """The offline task a norm trains on when no ``--task`` is given: language if it has a token layout."""
+    return "synth-lm" if "tokens" in tuple(layouts) else "synth-shapes"
+
+
+_CACHE: dict = {}
+
+
+def load_task(name: str, data_dir: str | None = None, quick: bool = False) -> TaskData:
+    """``get_task(name).load(...)``, memoised per process so a sweep loads each dataset once."""
+    key = (name, data_dir, quick)
+    if key not in _CACHE:
+        _CACHE[key] = get_task(name).load(data_dir=data_dir, quick=quick)
+    return _CACHE[key]

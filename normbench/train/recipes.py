@@ -1,0 +1,169 @@
+"""Fixed training recipes per (task, model[, variant]): the norm and placement are the only things that change.
+
+A recipe fixes the optimizer, learning-rate schedule, budget, batch size, augmentation, evaluation cadence,
+the quality target for time-to-target, and the model's size. ``docs/accuracy.md`` explains each one.
+Variants are extra cells of the same task (``bs2``: micro-batches; ``deep``: a deep GPT for placements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class Recipe:
+    task: str
+    model: str
+    variant: str = "default"
+    optimizer: str = "adamw"  # "adamw" | "sgd" (Nesterov momentum)
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = 0
+    schedule: str = "cosine"  # linear warm-up, then cosine decay to min_lr_ratio * lr
+    min_lr_ratio: float = 0.0
+    steps: int = 1000
+    batch_size: int = 32
+    eval_every: int = 100
+    #: Periodic evaluations use at most this many examples (images or sequences); the final one uses all.
+    eval_limit: int | None = None
+    augmentation: str = "none"  # "none" | "crop+flip" | "crop"
+    crop_padding: int = 0
+    label_smoothing: float = 0.0
+    grad_clip: float | None = 1.0  # global-norm clipping
+    agc: float | None = None  # adaptive gradient clipping (NFNets) threshold
+    seq_len: int | None = None
+    target: float | None = None
+    model_options: dict = field(default_factory=dict)
+    #: Steps used by ``--quick`` (real tasks only: a smoke run; offline recipes are already small).
+    quick_steps: int | None = None
+    notes: str = ""
+
+    @property
+    def name(self) -> str:
+        base = f"{self.task}/{self.model}"
+        return base if self.variant == "default" else f"{base}/{self.variant}"
+
+    def for_quick(self) -> "Recipe":
+        if self.quick_steps is None or self.quick_steps >= self.steps:
+            return self
+        ev = max(1, min(self.eval_every, self.quick_steps // 4))
+        return replace(self, steps=self.quick_steps, eval_every=ev, warmup_steps=min(self.warmup_steps,
+                                                                                   self.quick_steps // 10))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        d["name"] = self.name
+        return d
+
+
+_SHAPES_RESNET = Recipe(
+    task="synth-shapes", model="resnet", optimizer="sgd", lr=0.05, weight_decay=5e-4, warmup_steps=20, steps=300,
+    batch_size=32, eval_every=50, augmentation="none", target=0.6,
+    notes="SGD+Nesterov, warm-up then cosine; no flips (they would turn a diagonal into another class)",
+)
+_SHAPES_VIT = Recipe(
+    task="synth-shapes", model="vit", optimizer="adamw", lr=2e-3, weight_decay=0.05, warmup_steps=30, steps=300,
+    batch_size=32, eval_every=50, augmentation="none", target=0.5,
+)
+_LM = Recipe(
+    task="synth-lm", model="gpt", optimizer="adamw", lr=3e-3, weight_decay=0.1, warmup_steps=30, steps=300,
+    batch_size=8, eval_every=50, eval_limit=128, seq_len=64, target=8.0,
+    model_options={"n_layer": 4, "n_head": 4, "n_embd": 64},
+)
+
+RECIPES: dict[str, Recipe] = {}
+
+
+def _add(r: Recipe) -> None:
+    RECIPES[r.name] = r
+
+
+_add(_SHAPES_RESNET)
+_add(replace(_SHAPES_RESNET, variant="bs2", batch_size=2, lr=0.05 * 2 / 32, steps=600, eval_every=100,
+             warmup_steps=0, notes="micro-batch cell: batch size 2, learning rate scaled linearly from batch 32"))
+for _m in ("fixup_resnet", "skipinit_resnet"):
+    _add(replace(_SHAPES_RESNET, model=_m))
+_add(replace(_SHAPES_RESNET, model="nf_resnet", grad_clip=None, agc=0.04,
+             notes="NF-ResNet: adaptive gradient clipping (lambda 0.04) instead of global-norm clipping"))
+_add(_SHAPES_VIT)
+_add(_LM)
+_add(replace(_LM, variant="deep", model_options={"n_layer": 16, "n_head": 4, "n_embd": 64}, warmup_steps=0,
+             notes="deep cell for placements: 16 blocks, no warm-up (where Post-LN is known to struggle)"))
+
+# Real tasks. Budgets follow common short schedules; they need a GPU to finish in reasonable time.
+_CIFAR_RESNET = Recipe(
+    task="cifar10", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-4, warmup_steps=390, steps=30 * 390,
+    batch_size=128, eval_every=1950, eval_limit=2000, augmentation="crop+flip", crop_padding=4, target=0.90,
+    quick_steps=100, notes="ResNet-20 (3x3 BasicBlocks), 30 epochs",
+)
+_CIFAR_VIT = Recipe(
+    task="cifar10", model="vit", optimizer="adamw", lr=1e-3, weight_decay=0.05, warmup_steps=1950,
+    steps=50 * 390, batch_size=128, eval_every=1950, eval_limit=2000, augmentation="crop+flip", crop_padding=4,
+    label_smoothing=0.1, target=0.75, quick_steps=100, notes="ViT 6x192, patch 4, 50 epochs",
+)
+for _r in (_CIFAR_RESNET, _CIFAR_VIT):
+    _add(_r)
+    _add(replace(_r, task="cifar100", target=0.65 if _r.model == "resnet" else 0.50))
+for _m in ("fixup_resnet", "skipinit_resnet"):
+    _add(replace(_CIFAR_RESNET, model=_m))
+    _add(replace(_CIFAR_RESNET, model=_m, task="cifar100", target=0.65))
+_add(replace(_CIFAR_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
+_add(replace(_CIFAR_RESNET, model="nf_resnet", task="cifar100", grad_clip=None, agc=0.02, target=0.65))
+_add(replace(_CIFAR_RESNET, variant="bs2", batch_size=2, lr=0.1 * 2 / 128, steps=60_000, eval_every=10_000,
+             warmup_steps=0, quick_steps=200, notes="micro-batch cell: batch size 2, lr scaled linearly"))
+
+_IMAGENETTE_RESNET = Recipe(
+    task="imagenette", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-5 * 10, warmup_steps=296,
+    steps=40 * 148, batch_size=64, eval_every=740, eval_limit=1000, augmentation="crop+flip", target=0.85,
+    quick_steps=50, notes="ResNet-18, random 128px crops of the 144px images, 40 epochs",
+)
+_add(_IMAGENETTE_RESNET)
+_add(replace(_IMAGENETTE_RESNET, model="vit", optimizer="adamw", lr=5e-4, weight_decay=0.05, warmup_steps=740,
+             label_smoothing=0.1, target=0.65, notes="ViT 6x192, patch 16, 40 epochs"))
+for _m in ("fixup_resnet", "skipinit_resnet"):
+    _add(replace(_IMAGENETTE_RESNET, model=_m))
+_add(replace(_IMAGENETTE_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
+
+_TINY_RESNET = Recipe(
+    task="tiny-imagenet", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-4, warmup_steps=781,
+    steps=30 * 781, batch_size=128, eval_every=3905, eval_limit=2000, augmentation="crop+flip", crop_padding=4,
+    target=0.50, quick_steps=50, notes="ResNet-18 with a 3x3 stem and max-pool, 30 epochs",
+)
+_add(_TINY_RESNET)
+_add(replace(_TINY_RESNET, model="vit", optimizer="adamw", lr=1e-3, weight_decay=0.05, warmup_steps=3905,
+             label_smoothing=0.1, target=0.35, notes="ViT 6x192, patch 8, 30 epochs"))
+for _m in ("fixup_resnet", "skipinit_resnet"):
+    _add(replace(_TINY_RESNET, model=_m))
+_add(replace(_TINY_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
+
+_WT2 = Recipe(
+    task="wikitext-2", model="gpt", optimizer="adamw", lr=1e-3, weight_decay=0.1, warmup_steps=200, steps=5000,
+    batch_size=32, eval_every=500, eval_limit=256, seq_len=256, target=3.0, quick_steps=50,
+    model_options={"n_layer": 6, "n_head": 8, "n_embd": 256}, notes="byte-level perplexity (vocabulary 256)",
+)
+_add(_WT2)
+_add(replace(_WT2, variant="deep", model_options={"n_layer": 24, "n_head": 8, "n_embd": 256}, warmup_steps=0,
+             notes="deep cell for placements: 24 blocks, no warm-up"))
+_add(replace(_WT2, task="wikitext-103", steps=20_000, batch_size=64, seq_len=512, eval_every=2000, target=2.6,
+             warmup_steps=1000, model_options={"n_layer": 8, "n_head": 8, "n_embd": 512}))
+
+
+def recipe_names() -> list[str]:
+    return list(RECIPES)
+
+
+def get_recipe(task: str, model: str, variant: str | None = None) -> Recipe:
+    """The recipe for ``task``/``model`` (and ``variant``); a missing one raises ``KeyError`` listing what exists."""
+    key = f"{task}/{model}" + (f"/{variant}" if variant and variant != "default" else "")
+    if key not in RECIPES:
+        have = [n for n in RECIPES if n.startswith(f"{task}/")]
+        raise KeyError(f"no recipe {key!r}; recipes for {task}: {', '.join(have) or 'none'}")
+    return RECIPES[key]
+
+
+def variants(task: str, model: str) -> list[str]:
+    prefix = f"{task}/{model}"
+    return [r.variant for n, r in RECIPES.items() if n == prefix or n.startswith(prefix + "/")]

@@ -1,0 +1,225 @@
+"""Tests of the result-record schema, its validation, atomic storage and the DataFrame loaders."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import pytest
+
+from normbench import results
+
+
+def _prov(hw_id="cpu-test-2c"):
+    return {
+        "timestamp": "2025-01-02T03:04:05Z", "normbench_version": "0.1.0", "git_commit": "abc123", "python": "3.11.7",
+        "torch": "2.13.0", "triton": None, "platform": "Linux",
+        "hardware": {"cpu": "Test CPU", "cores": 2, "threads": 2, "gpu": None, "gpu_memory_gb": None,
+                     "driver": None, "cuda": None},
+        "hardware_id": hw_id, "plugins": {}, "command": "normbench bench --quick",
+    }
+
+
+def _norm(name="layernorm"):
+    # A plugin norm that is not installed here must still validate: records carry the metadata themselves.
+    return {"name": name, "title": "LayerNorm", "family": "features", "kind": "activation", "layouts": ["tokens"],
+            "package": "normbench", "package_version": ""}
+
+
+def kernel_record(time_s=1e-3, nbytes=4_000_000, ceiling=10.0, dtype="float32", norm="layernorm", **metric_overrides):
+    gbps = nbytes / time_s / 1e9
+    metrics = {
+        "time_median_s": time_s, "time_iqr_s": time_s / 10, "reps": 20, "bytes_moved": nbytes, "gbps": gbps,
+        "ceiling_gbps": ceiling, "pct_of_ceiling": 100 * gbps / ceiling, "datasheet_peak_gbps": None,
+        "suspect": False, "suspect_reason": None, "peak_mem_bytes": 123, "saved_bytes": 456,
+        "err": {"y": {"max_abs": 1e-6, "max_rel": 1e-5}, "dx": None, "dw": None},
+    }
+    metrics.update(metric_overrides)
+    config = {"backend": "eager", "layout": "tokens", "shape": [1000, 1000], "num_features": 1000, "dtype": dtype,
+              "pass": "fwd", "device": "cpu", "timing": "cold", "threads": 2, "shape_class": "quick",
+              "bytes_model": {"formula": "rowwise_affine", "params": {}}}
+    return results.make_record("kernel", _norm(norm), config, metrics, _prov())
+
+
+def accuracy_record(seed=0):
+    config = {"task": "synthetic", "task_offline": True, "model": "mlp", "placement": None, "seed": seed,
+              "recipe": {"lr": 1e-3}, "quick": True, "device": "cpu", "batch_size": 32}
+    metrics = {"metric": "top1", "higher_is_better": True, "final": 0.5, "best": 0.6, "steps": 10,
+               "wall_time_s": 1.5, "target": None, "time_to_target_s": None, "steps_to_target": None,
+               "diverged": False, "diverged_step": None, "curve": [[0, 2.3, None], [10, 1.1, 0.5]]}
+    return results.make_record("accuracy", _norm(), config, metrics, _prov())
+
+
+def test_valid_records_have_no_problems():
+    assert results.validate_record(kernel_record()) == []
+    assert results.validate_record(accuracy_record()) == []
+    assert results.SCHEMA_VERSION == 1
+
+
+def test_real_provenance_is_valid():
+    rec = kernel_record()
+    rec["provenance"] = results.provenance(command=["normbench", "bench"])
+    assert results.validate_record(rec) == []
+    assert rec["provenance"]["command"] == "normbench bench"
+    assert rec["provenance"]["hardware"]["cores"] >= 1
+
+
+@pytest.mark.parametrize("breakage, expected", [
+    (lambda r: r["metrics"].pop("time_median_s"), "metrics.time_median_s is missing"),
+    (lambda r: r["config"].pop("dtype"), "config.dtype is missing"),
+    (lambda r: r.pop("provenance"), "record.provenance is missing"),
+    (lambda r: r["provenance"]["hardware"].pop("gpu"), "provenance.hardware.gpu is missing"),
+    (lambda r: r["metrics"].update(time_median_s=-1.0), "metrics.time_median_s must be > 0"),
+    (lambda r: r["norm"].update(name="Layer Norm!"), "norm.name 'Layer Norm!' is malformed"),
+    (lambda r: r["config"].update(dtype="float8"), "config.dtype must be one of"),
+    (lambda r: r["config"].update(shape=[10, -1]), "config.shape must be a non-empty list of positive integers"),
+    (lambda r: r["metrics"].update(reps=0), "metrics.reps must be >= 1"),
+    (lambda r: r["metrics"].update(gbps=1e6), "does not equal bytes_moved / time_median_s"),
+    (lambda r: r.update(schema_version=99), "newer than this normbench understands"),
+    (lambda r: r["provenance"].update(timestamp="yesterday"), "not an ISO-8601 timestamp"),
+    (lambda r: r.update(kind="speed"), "record.kind must be one of"),
+    (lambda r: r["metrics"].update(suspect=True), "does not say why"),
+])
+def test_broken_kernel_records_are_rejected_with_a_clear_message(breakage, expected):
+    rec = kernel_record()
+    breakage(rec)
+    problems = results.validate_record(rec)
+    assert any(expected in p for p in problems), problems
+
+
+def test_gbps_far_above_the_ceiling_is_rejected_even_if_consistent():
+    # 4 MB in 1 µs = 4000 GB/s against a 10 GB/s ceiling: an L2-resident (or broken) measurement.
+    rec = kernel_record(time_s=1e-6, suspect=True, suspect_reason="above ceiling")
+    problems = results.validate_record(rec)
+    assert any("far above the measured ceiling" in p for p in problems), problems
+
+
+def test_above_ceiling_must_be_flagged_suspect():
+    rec = kernel_record(time_s=2.5e-4)  # 16 GB/s against a 10 GB/s ceiling
+    assert any("not flagged suspect" in p for p in results.validate_record(rec))
+    rec["metrics"].update(suspect=True, suspect_reason="above the measured copy ceiling")
+    assert results.validate_record(rec) == []
+
+
+def test_pct_of_ceiling_may_be_null_when_not_meaningful():
+    rec = kernel_record()
+    rec["metrics"]["pct_of_ceiling"] = None
+    assert results.validate_record(rec) == []
+    rec["metrics"]["pct_of_ceiling"] = 55.0
+    assert any("pct_of_ceiling" in p for p in results.validate_record(rec))
+
+
+@pytest.mark.parametrize("breakage, expected", [
+    (lambda r: r["metrics"]["curve"].append([20, float("nan"), None]), "store null for a diverged loss"),
+    (lambda r: r["config"].update(seed="zero"), "config.seed must be an integer"),
+    (lambda r: r["metrics"].pop("diverged"), "metrics.diverged is missing"),
+    (lambda r: r["metrics"].update(diverged_step=3), "diverged_step is set but metrics.diverged is false"),
+])
+def test_broken_accuracy_records_are_rejected(breakage, expected):
+    rec = accuracy_record()
+    breakage(rec)
+    problems = results.validate_record(rec)
+    assert any(expected in p for p in problems), problems
+
+
+def test_record_id_is_stable_and_depends_on_config_and_hardware():
+    a, b = kernel_record(), kernel_record(time_s=2e-3)
+    assert a["id"] == b["id"]  # same measurement, different outcome
+    assert kernel_record(dtype="bfloat16")["id"] != a["id"]
+    cfg = a["config"]
+    assert results.record_id("kernel", "layernorm", cfg, "gpu-x") != results.record_id("kernel", "layernorm", cfg,
+                                                                                          "cpu-test-2c")
+
+
+def test_write_merges_replaces_by_id_and_never_drops(tmp_path):
+    a, b = kernel_record(), kernel_record(dtype="bfloat16")
+    [path] = results.write_records([a], tmp_path)
+    assert path == tmp_path / "kernel" / "cpu-test-2c" / "layernorm.json"
+    results.write_records([b], tmp_path)
+    newer = kernel_record(time_s=2e-3)
+    results.write_records([newer], tmp_path)
+    stored = json.loads(path.read_text())
+    assert [r["id"] for r in stored] == [a["id"], b["id"]]
+    assert stored[0]["metrics"]["time_median_s"] == 2e-3
+    assert results.existing_ids(tmp_path) == {a["id"], b["id"]}
+    assert results.existing_ids(tmp_path / "nothing-here") == set()
+
+
+def test_invalid_records_write_nothing(tmp_path):
+    good, bad = kernel_record(), kernel_record()
+    bad["metrics"]["time_median_s"] = -1
+    with pytest.raises(results.InvalidRecordError, match="time_median_s"):
+        results.write_records([good, bad], tmp_path)
+    assert not (tmp_path / "kernel").exists()
+
+
+def test_missing_id_is_filled_in(tmp_path):
+    rec = kernel_record()
+    expected = rec.pop("id")
+    results.write_records([rec], tmp_path)
+    assert results.existing_ids(tmp_path) == {expected}
+
+
+def test_interrupted_write_keeps_the_old_file(tmp_path, monkeypatch):
+    [path] = results.write_records([kernel_record()], tmp_path)
+    before = path.read_text()
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(KeyboardInterrupt):
+        results.write_records([kernel_record(dtype="float16")], tmp_path)
+    monkeypatch.undo()
+    assert path.read_text() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["layernorm.json"]  # no temp file left behind
+    assert results.load_report(tmp_path) == []
+
+
+def test_corrupt_file_is_moved_aside_not_lost(tmp_path):
+    path = tmp_path / "kernel" / "cpu-test-2c" / "layernorm.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('[{"half": ')
+    with pytest.warns(UserWarning, match="moved it aside"):
+        results.write_records([kernel_record()], tmp_path)
+    assert (path.parent / "layernorm.json.corrupt-0").read_text() == '[{"half": '
+    assert len(json.loads(path.read_text())) == 1
+
+
+def test_reading_reports_invalid_records_and_files(tmp_path):
+    good = kernel_record()
+    bad = copy.deepcopy(good)
+    bad["id"] = "k-badbadbad"
+    bad["metrics"].pop("reps")
+    d = tmp_path / "kernel" / "hw"
+    d.mkdir(parents=True)
+    (d / "x.json").write_text(json.dumps([good, bad]))
+    (d / "broken.json").write_text("{not json")
+    report = results.load_report(tmp_path)
+    text = "\n".join(map(str, report))
+    assert "broken.json: is not valid JSON" in text
+    assert "x.json: record 1 id=k-badbadbad norm=layernorm: metrics.reps is missing" in text
+    with pytest.warns(UserWarning, match="metrics.reps is missing"):
+        found = list(results.iter_records(tmp_path))
+    assert [r["id"] for _, r in found] == [good["id"]]
+    with pytest.raises(results.InvalidRecordError):
+        list(results.iter_records(tmp_path, errors="raise"))
+
+
+def test_load_returns_flat_dataframes(tmp_path):
+    results.write_records([kernel_record(), kernel_record(dtype="bfloat16"), accuracy_record(),
+                           accuracy_record(seed=1)], tmp_path)
+    k = results.load(tmp_path, kind="kernel")
+    assert len(k) == 2
+    for col in ("norm", "backend", "dtype", "pass", "shape", "time_median_s", "gbps", "pct_of_ceiling",
+                "err_y_max_abs", "hardware_id", "hw_cpu", "record_path"):
+        assert col in k.columns, col
+    assert set(k["dtype"]) == {"float32", "bfloat16"}
+    a = results.load(tmp_path, kind="accuracy")
+    assert sorted(a["seed"]) == [0, 1]
+    assert {"task", "metric", "final", "curve", "recipe"} <= set(a.columns)
+    assert a["record_path"].str.endswith("accuracy/synthetic/cpu-test-2c/layernorm.json").all()
+    with pytest.raises(FileNotFoundError, match="normbench bench"):
+        results.load(tmp_path / "missing")
+

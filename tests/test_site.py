@@ -1,0 +1,273 @@
+"""The leaderboard site without a browser: aggregation rules, safe HTML, and building from good, bad and hostile records."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import test_site_support as sup
+
+from normbench.site import aggregate as agg
+from normbench.site import build_site, markdown
+from normbench.site.markup import esc, fmt_bytes, fmt_gbps, fmt_time, safe_url
+from normbench.site.records import Entry
+
+# --- aggregation -------------------------------------------------------------------------------------------------------
+
+
+def test_seed_stats_mean_std_and_t_interval():
+    st = agg.seed_stats([0.90, 0.92, 0.94])
+    assert st.n == 3
+    assert st.mean == pytest.approx(0.92)
+    assert st.std == pytest.approx(0.02)
+    # 95 % CI half-width with n-1 = 2 degrees of freedom: t = 4.303.
+    assert st.ci95 == pytest.approx(4.303 * 0.02 / math.sqrt(3))
+    assert (st.low, st.high) == (pytest.approx(0.92 - st.ci95), pytest.approx(0.92 + st.ci95))
+
+
+def test_seed_stats_edge_cases():
+    one = agg.seed_stats([0.5])
+    assert (one.n, one.mean, one.std, one.ci95) == (1, 0.5, None, None)
+    none = agg.seed_stats([None, float("nan"), "x", True])
+    assert (none.n, none.mean) == (0, None)
+    big = agg.seed_stats(range(100))
+    assert big.ci95 == pytest.approx(agg.t975(99) * big.std / 10)
+    assert 1.96 < agg.t975(99) < 1.99 and agg.t975(1) == 12.706
+    with pytest.raises(ValueError):
+        agg.t975(0)
+
+
+def _entries(records):
+    out = []
+    for i, rec in enumerate(records):
+        e = Entry(rec, "results/x.json", i)
+        e.key = rec["id"]
+        out.append(e)
+    return out
+
+
+def test_seeds_combine_only_when_everything_else_matches_and_divergence_counts_apart():
+    recs = [sup.accuracy("layernorm", s, f) for s, f in enumerate((0.90, 0.92, 0.94))]
+    recs.append(sup.accuracy("layernorm", 3, None, diverged=True))
+    recs.append(sup.accuracy("layernorm", 0, 0.50, quick=True))  # another budget: its own cell
+    recs.append(sup.accuracy("layernorm", 0, 0.70, hwid="cpu-other-4c"))  # another machine: its own cell
+    cells = agg.accuracy_cells([agg.accuracy_row(e) for e in _entries(recs)])
+    assert sorted(c.n for c in cells) == [1, 1, 4]
+    main = next(c for c in cells if c.n == 4)
+    assert main.final.mean == pytest.approx(0.92) and main.final.n == 3
+    assert main.n_diverged == 1 and main.divergence_rate == pytest.approx(0.25)
+    assert [r["seed"] for r in main.runs] == [0, 1, 2, 3]
+
+
+def test_rank_cells_respects_metric_direction_and_puts_unfinished_last():
+    recs = []
+    for s in range(2):
+        recs.append(sup.accuracy("layernorm", s, 0.91))
+        recs.append(sup.accuracy("rmsnorm", s, 0.93))
+        recs.append(sup.accuracy("dyt", s, None, diverged=True))
+    ranked = agg.rank_cells(agg.accuracy_cells([agg.accuracy_row(e) for e in _entries(recs)]))
+    assert [c.norm for c in ranked] == ["rmsnorm", "layernorm", "dyt"]
+    ppl = [sup.accuracy(n, 0, v, metric="perplexity", higher=False, task="wikitext2", model="gpt")
+           for n, v in (("layernorm", 30.0), ("rmsnorm", 25.0))]
+    ranked = agg.rank_cells(agg.accuracy_cells([agg.accuracy_row(e) for e in _entries(ppl)]))
+    assert [c.norm for c in ranked] == ["rmsnorm", "layernorm"]  # lower perplexity ranks first
+
+
+def test_kernel_ranking_speedups_and_suspects():
+    recs = [
+        sup.kernel("layernorm", "eager", [512, 1024], 4e-4),
+        sup.kernel("layernorm", "compile", [512, 1024], 2e-4),
+        sup.kernel("rmsnorm", "eager", [512, 1024], 3e-4),
+        sup.kernel("rmsnorm", "compile", [64, 256], 4.4e-6, suspect=True),
+    ]
+    rows = [agg.kernel_row(e) for e in _entries(recs)]
+    agg.add_speedups(rows)
+    by = {(r["norm"], r["backend"]): r for r in rows}
+    assert by["layernorm", "compile"]["speedup"] == pytest.approx(2.0)
+    assert by["layernorm", "eager"]["speedup"] == pytest.approx(1.0)
+    assert by["rmsnorm", "compile"]["speedup"] is None  # no eager run of that shape
+    first = agg.rank_by_bandwidth(rows)[0]
+    assert (first["norm"], first["backend"]) == ("layernorm", "compile")
+    assert agg.rank_by_bandwidth(rows)[-1]["suspect"]  # fastest-looking, but suspect: last
+    assert all(not r["suspect"] for r in agg.best_by_bandwidth(rows, 5))
+    assert agg.rank_kernels(rows)[0]["time"] == pytest.approx(2e-4)
+    assert [r["norm"] for r in agg.best_backend_per_norm(rows)] == ["layernorm", "rmsnorm"]
+
+
+def test_pareto_front():
+    pts = [(100, 0.90), (110, 0.92), (120, 0.91), (90, 0.85), (130, 0.93), (95, 0.84)]
+    assert agg.pareto_front(pts) == [3, 0, 1, 4]
+    assert agg.pareto_front([(1, 30.0), (2, 25.0), (3, 28.0)], higher_is_better=False) == [0, 1]
+
+
+# --- safe HTML ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["javascript:alert(1)", "JavaScript:alert(1)", " javascript:alert(1)",
+                                 "java\tscript:alert(1)", "data:text/html,<script>", "vbscript:x", "//evil.com/x",
+                                 "/relative", "https://", "http:/x", None, 5, "https://a.b/c d"])
+def test_safe_url_refuses_everything_but_http_links(url):
+    assert safe_url(url) is None
+
+
+def test_safe_url_and_escaping():
+    assert safe_url("https://arxiv.org/abs/1607.06450") == "https://arxiv.org/abs/1607.06450"
+    assert esc('<a href="x">\'&') == "&lt;a href=&quot;x&quot;&gt;&#x27;&amp;"
+    assert fmt_time(1.5e-5) == "15.0 µs" and fmt_time(2.5e-3) == "2.50 ms" and fmt_time(None) == "–"
+    assert fmt_gbps(1234.0) == "1.23 TB/s" and fmt_gbps(12.345) == "12.3 GB/s"
+    assert fmt_bytes(3 * 2**20) == "3.00 MiB"
+
+
+def test_markdown_renders_structure_and_never_raw_html():
+    md = ("# Title\n\nSome *text* with `code <b>` and a [paper](https://arxiv.org/abs/1) and a [bad](javascript:x)."
+          "\n\n| a | b |\n|---|---|\n| <script>x</script> | 2 |\n\n- one\n- two\n\n```\n<script>alert(1)</script>\n```\n"
+          "<img src=x onerror=alert(1)>\n")
+    out = markdown.render(md)
+    assert "<h2" in out and "<table" in out and "<ul>" in out and "<pre><code>" in out
+    assert '<a href="https://arxiv.org/abs/1"' in out
+    assert "javascript:" not in out.replace("javascript:x", "")  # shown as text only
+    assert 'href="javascript' not in out
+    assert "<script" not in out and "<img" not in out
+    assert "&lt;script&gt;" in out and "<code>code &lt;b&gt;</code>" in out
+
+
+# --- building the site -------------------------------------------------------------------------------------------------
+
+
+class _Audit(HTMLParser):
+    """Collects what would let a page run script: script tags, on* attributes, non-http(s) links, inline styles."""
+
+    def __init__(self):
+        super().__init__()
+        self.problems: list[str] = []
+        self.scripts: list[dict] = []
+        self.links: list[str] = []
+        self.csp: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "meta" and a.get("http-equiv") == "Content-Security-Policy":
+            self.csp.append(a.get("content") or "")
+        if tag == "script":
+            self.scripts.append(a)
+        for k, v in attrs:
+            if k.startswith("on"):
+                self.problems.append(f"<{tag} {k}=...>")
+            if k == "style":
+                self.problems.append(f"<{tag} style=...> (CSP forbids inline styles)")
+            if k in ("href", "src", "action", "formaction", "xlink:href") and v is not None:
+                self.links.append(v)
+                low = re.sub(r"[\s\x00-\x1f]", "", v).lower()
+                if low.startswith(("javascript:", "data:", "vbscript:")):
+                    self.problems.append(f"<{tag} {k}={v!r}>")
+        if tag in ("iframe", "object", "embed", "base", "form", "img") and tag != "img":
+            self.problems.append(f"<{tag}>")
+        if tag == "img":
+            self.problems.append("<img> (the site draws no images)")
+
+
+def audit(html: str) -> _Audit:
+    a = _Audit()
+    a.feed(html)
+    return a
+
+
+def _pages(site: Path) -> list[Path]:
+    return sorted(site.rglob("*.html"))
+
+
+@pytest.fixture(scope="module")
+def demo_site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demo")
+    sup.write_demo(root / "results")
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "measurement.md").write_text("# Measurement\n\nBytes: `2·N·C·s`. See [ref](https://example.org).\n")
+    report = build_site(root / "results", root / "site")
+    return root, report
+
+
+def test_build_writes_every_page_and_each_row_links_to_its_record(demo_site):
+    root, report = demo_site
+    site = root / "site"
+    assert report.records == len(sup.demo_records()) and not report.rejected
+    for name in ("index.html", "kernels.html", "accuracy.html", "norms.html", "hardware.html", "methodology.html",
+                 "rejected.html", "norms/layernorm.html", "norms/groupnorm.html", "assets/site.js", "assets/site.css"):
+        assert (site / name).is_file(), name
+    kernels = (site / "kernels.html").read_text()
+    hrefs = set(re.findall(r'href="(records/[^"]+\.json)"', kernels))
+    assert len(hrefs) == report.kernel  # every kernel record has a row with a link
+    for h in hrefs:
+        rec = json.loads((site / h).read_text())
+        assert rec["kind"] == "kernel" and h == f"records/{rec['id']}.json"
+    acc = (site / "accuracy.html").read_text()
+    assert len(set(re.findall(r'href="(records/a-[^"]+\.json)"', acc))) == report.accuracy
+    assert "offline task" in acc and "± " in acc
+    assert "Measurement" in (site / "methodology.html").read_text()
+    assert 'href="https://example.org"' in (site / "methodology.html").read_text()
+    for page in _pages(site):
+        html = page.read_text()
+        a = audit(html)
+        assert not a.problems, (page, a.problems)
+        assert [s.get("src") for s in a.scripts] in (["assets/site.js"], ["../assets/site.js"]), page
+        assert len(a.csp) == 1 and "default-src 'none'" in a.csp[0] and "script-src 'self';" in a.csp[0]
+        for link in a.links:  # no dangling relative links
+            if not link.startswith(("http://", "https://", "#")):
+                target = (page.parent / link.split("#")[0]).resolve()
+                assert target.exists(), (page, link)
+
+
+def test_rebuild_replaces_the_site_and_refuses_foreign_directories(demo_site, tmp_path):
+    root, _ = demo_site
+    stale = root / "site" / "norms" / "stale.html"
+    stale.write_text("old")
+    build_site(root / "results", root / "site")
+    assert not stale.exists()  # a rebuild leaves no page of a norm that is gone
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="refusing to replace"):
+        build_site(root / "results", foreign)
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    with pytest.raises(ValueError, match="would replace the results"):
+        build_site(root / "results", root)
+    with pytest.raises(FileNotFoundError, match="normbench bench"):
+        build_site(tmp_path / "nothing", tmp_path / "out")
+
+
+def test_hostile_and_invalid_records_are_escaped_reported_and_never_break_the_build(tmp_path, capsys):
+    from normbench.cli import main
+
+    sup.write_demo(tmp_path / "results")
+    sup.write_hostile(tmp_path / "results")
+    assert main(["site", "build", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "site")]) == 0
+    out, err = capsys.readouterr()
+    assert "5 rejected" in out and "site/index.html" in out
+    assert "broken.json" in err and "invalid.json [0]" in err and "invalid.json [2]" in err
+    site = tmp_path / "site"
+    rejected = (site / "rejected.html").read_text()
+    for what in ("broken.json", "invalid.json", "record.metrics is missing", "onerror"):
+        assert what in rejected
+    evil = site / "norms" / "evilnorm.html"
+    assert evil.is_file()
+    for page in _pages(site):
+        html = page.read_text()
+        a = audit(html)
+        assert not a.problems, (page, a.problems)
+        assert len(a.scripts) == 1 and a.scripts[0].get("src", "").endswith("assets/site.js"), page
+        assert "<script>window" not in html and "<svg onload" not in html and "<img" not in html
+    text = evil.read_text()
+    assert "&lt;script&gt;window.__pwned" in text  # shown as text, not run
+    assert 'href="javascript' not in text and "link not shown" in text
+    assert main(["site", "build", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "site"),
+                 "--strict"]) == 1
+
+
+def test_empty_results_still_build(tmp_path):
+    (tmp_path / "results").mkdir()
+    report = build_site(tmp_path / "results", tmp_path / "site")
+    assert report.records == 0 and "No results yet" in (tmp_path / "site" / "index.html").read_text()

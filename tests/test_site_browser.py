@@ -1,0 +1,213 @@
+"""The built site in a real headless Chromium: pages render without console errors, tables sort and filter, and
+hostile records run no script.
+
+Needs Debian's chromium (/usr/bin/chromium) and the ``playwright`` package (which is only used to drive that
+browser; it never downloads one). Set NORMBENCH_UPDATE_SCREENSHOTS=1 to copy the screenshots to docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import test_site_support as sup
+
+from normbench.site import build_site
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("NORMBENCH_CHROMIUM", "/usr/bin/chromium")
+# The machine's network is closed; these keep Chromium from trying to reach it and from touching a real profile.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PAGES = ("index.html", "kernels.html", "accuracy.html", "norms.html", "hardware.html", "methodology.html",
+         "rejected.html")
+
+pytestmark = pytest.mark.slow
+
+
+def _skip_reason() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"no Chromium at {CHROMIUM}: apt-get install -y chromium (scripts/test.sh installs it in CI)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed: pip install playwright (used only to drive Debian's chromium)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory(prefix="nb-chromium-") as profile, sync_playwright() as p:
+        # A persistent context on a fresh directory is Playwright's way of passing --user-data-dir.
+        ctx = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=FLAGS, headless=True,
+                                                   viewport={"width": 1360, "height": 900}, offline=True)
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+class Visit:
+    """A page with its console errors, page errors and dialogs recorded."""
+
+    def __init__(self, ctx):
+        self.page = ctx.new_page()
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}")
+                     if m.type in ("error", "warning") else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        self.page.on("dialog", self._dialog)
+
+    def _dialog(self, d):
+        self.dialogs.append(d.message)
+        d.dismiss()
+
+    def open(self, path: Path):
+        self.page.goto(path.resolve().as_uri())
+        self.page.wait_for_load_state("load")
+        # The script marks the document once it has wired up the tables.
+        self.page.wait_for_function("document.documentElement.classList.contains('js')", timeout=5000)
+
+    def close(self):
+        self.page.close()
+
+
+def _screens(site: Path, ctx, out: Path, pages) -> list[Path]:
+    v = Visit(ctx)
+    shots = []
+    try:
+        for name in pages:
+            v.open(site / name)
+            shot = out / (name.replace("/", "-").replace(".html", ".png"))
+            v.page.screenshot(path=str(shot), full_page=True)
+            shots.append(shot)
+        assert not v.errors, v.errors
+    finally:
+        v.close()
+    return shots
+
+
+def _keep(shots: list[Path], prefix: str) -> None:
+    if os.environ.get("NORMBENCH_UPDATE_SCREENSHOTS") == "1":
+        dest = REPO / "docs" / "screenshots"
+        dest.mkdir(parents=True, exist_ok=True)
+        for s in shots:
+            shutil.copyfile(s, dest / f"{prefix}{s.name}")
+
+
+def _column(page, table: str, index: int) -> list[str]:
+    return page.eval_on_selector_all(f"#{table} tbody tr:not([hidden])",
+                                     f"rows => rows.map(r => r.cells[{index}].getAttribute('data-v'))")
+
+
+def test_demo_site_renders_sorts_and_filters(browser, tmp_path):
+    sup.write_demo(tmp_path / "results")
+    build_site(tmp_path / "results", tmp_path / "site")
+    site = tmp_path / "site"
+    v = Visit(browser)
+    try:
+        for name in PAGES + ("norms/layernorm.html", "norms/groupnorm.html"):
+            v.open(site / name)
+            assert v.page.locator("h1").count() == 1, name
+        assert not v.errors, v.errors  # includes any Content-Security-Policy violation
+
+        v.open(site / "kernels.html")
+        table = v.page.get_attribute("table.sortable", "id")
+        heads = v.page.locator(f"#{table} thead th")
+        labels = [heads.nth(i).inner_text().strip(" ↕▲▼") for i in range(heads.count())]
+        gb = labels.index("GB/s")
+        heads.nth(gb).locator("button").click()
+        vals = [float(x) for x in _column(v.page, table, gb) if x]
+        assert vals == sorted(vals) and len(vals) > 10
+        assert v.page.get_attribute(f"#{table} thead th:nth-child({gb + 1})", "aria-sort") == "ascending"
+        heads.nth(gb).locator("button").click()
+        vals = [float(x) for x in _column(v.page, table, gb) if x]
+        assert vals == sorted(vals, reverse=True)
+
+        total = v.page.locator(f"#{table} tbody tr").count()
+        box = v.page.locator(f'.filters[data-table="{table}"]')
+        box.locator('select[data-filter="dtype"]').select_option("bfloat16")
+        box.locator('select[data-filter="pass"]').select_option("fwd+bwd")
+        dt, ps = labels.index("dtype"), labels.index("pass")
+        shown = v.page.locator(f"#{table} tbody tr:not([hidden])")
+        assert 0 < shown.count() < total
+        assert set(_column(v.page, table, dt)) == {"bfloat16"} and set(_column(v.page, table, ps)) == {"fwd+bwd"}
+        assert f"{shown.count()} of {total} rows" in box.locator(".count").inner_text()
+        box.locator("input[data-search]").fill("rmsnorm")
+        assert set(_column(v.page, table, labels.index("norm"))) == {"rmsnorm"}
+        box.locator("input[data-search]").fill("")
+        box.locator('select[data-filter="dtype"]').select_option("")
+        box.locator('select[data-filter="pass"]').select_option("")
+        assert v.page.locator(f"#{table} tbody tr:not([hidden])").count() == total
+
+        # A row's record link leads to the record itself.
+        href = v.page.get_attribute(f"#{table} tbody tr a.rec", "href")
+        v.page.goto((site / href).as_uri())
+        assert '"schema": "normbench.record"' in v.page.content()
+        assert not v.errors, v.errors
+    finally:
+        v.close()
+    shots = _screens(site, browser, tmp_path, ("index.html", "kernels.html", "accuracy.html", "norms/rmsnorm.html"))
+    assert all(s.stat().st_size > 10_000 for s in shots)
+    _keep(shots, "demo-")
+
+
+def test_hostile_records_run_no_script(browser, tmp_path):
+    sup.write_demo(tmp_path / "results")
+    sup.write_hostile(tmp_path / "results")
+    report = build_site(tmp_path / "results", tmp_path / "site")
+    assert len(report.rejected) == 5
+    site = tmp_path / "site"
+    v = Visit(browser)
+    try:
+        for page in sorted(site.rglob("*.html")):
+            v.open(page)
+            # Hover and click everything a payload might hang on; nothing may set the marker or open a dialog.
+            for el in v.page.locator("a, td, dd, h1, h2, h3, pre, svg text").all()[:400]:
+                try:
+                    el.hover(timeout=200)
+                except Exception:  # hidden or detached elements cannot be hovered; that is fine
+                    pass
+            state = v.page.evaluate("""() => ({
+                pwned: typeof window.__pwned === 'undefined' ? null : String(window.__pwned),
+                scripts: [...document.scripts].map(s => s.getAttribute('src') || ('inline:' + s.type)),
+                handlers: [...document.querySelectorAll('*')].flatMap(
+                    e => [...e.attributes].filter(a => a.name.startsWith('on')).map(a => e.tagName + ' ' + a.name)),
+                jsLinks: [...document.querySelectorAll('[href],[src]')].map(e => e.getAttribute('href') ||
+                    e.getAttribute('src')).filter(u => /^\\s*(javascript|data|vbscript):/i.test(u)),
+                foreign: document.querySelectorAll('img, iframe, object, embed, base, form').length,
+            })""")
+            assert state["pwned"] is None, (page, state)
+            assert len(state["scripts"]) == 1 and state["scripts"][0].endswith("assets/site.js"), (page, state)
+            assert not state["handlers"] and not state["jsLinks"] and state["foreign"] == 0, (page, state)
+        assert not v.dialogs, v.dialogs
+        assert not v.errors, v.errors
+        v.open(site / "norms" / "evilnorm.html")
+        assert '<script>window.__pwned = "script"</script> Evil Norm' in v.page.inner_text("h1")
+        v.open(site / "rejected.html")
+        assert v.page.locator("table tbody tr").count() == 5
+    finally:
+        v.close()
+    _keep(_screens(site, browser, tmp_path, ("norms/evilnorm.html", "rejected.html")), "hostile-")
+
+
+def test_committed_results_render(browser, tmp_path):
+    results = REPO / "results"
+    if not results.is_dir() or not any(results.rglob("*.json")):
+        pytest.skip("no committed results/ yet")
+    report = build_site(results, tmp_path / "site", docs=REPO / "docs" if (REPO / "docs").is_dir() else None)
+    site = tmp_path / "site"
+    pages = list(PAGES) + [str(p.relative_to(site)) for p in sorted((site / "norms").glob("*.html"))][:40]
+    shots = _screens(site, browser, tmp_path, pages)
+    assert report.records > 0
+    _keep([s for s in shots if s.name in {"index.png", "kernels.png", "accuracy.png", "methodology.png",
+                                          "hardware.png", "norms-layernorm.png", "norms-rmsnorm.png"}], "")

@@ -1,0 +1,179 @@
+"""Synthetic result records for the site tests (written to tmp dirs only, never into results/); holds no tests."""
+
+from __future__ import annotations
+
+import math
+
+from normbench.results import make_record, write_records
+
+CPU_HW = {"cpu": "Test CPU 9000", "cores": 8, "threads": 8, "gpu": None, "gpu_memory_gb": None, "driver": None,
+          "cuda": None}
+GPU_HW = {"cpu": "Test Host CPU", "cores": 16, "threads": 16, "gpu": "NVIDIA H200", "gpu_memory_gb": 139.8,
+          "driver": "565.57", "cuda": "12.8"}
+
+
+def norm_meta(name: str, **over) -> dict:
+    meta = {
+        "name": name,
+        "title": name.replace("_", " ").title(),
+        "paper": {"title": f"The {name} paper", "authors": "A. Author, B. Author", "year": 2020,
+                  "url": f"https://arxiv.org/abs/2001.{abs(hash(name)) % 99999:05d}"},
+        "family": "features",
+        "kind": "activation",
+        "layouts": ["tokens"],
+        "formula": "y = γ·(x−μ)/√(σ²+ε)+β",
+        "batch_dependent": False,
+        "running_state": False,
+        "backends": ["eager", "compile"],
+        "package": "normbench",
+        "package_version": "0.1.0",
+        "notes": "",
+    }
+    meta.update(over)
+    return meta
+
+
+def prov(hw: dict, hardware_id: str, ts: str = "2025-11-21T10:00:00Z", **over) -> dict:
+    p = {
+        "timestamp": ts, "normbench_version": "0.1.0", "git_commit": "0123456789abcdef0123456789abcdef01234567",
+        "python": "3.11.2", "torch": "2.13.0", "triton": None, "platform": "Linux-test-x86_64",
+        "hardware": dict(hw), "hardware_id": hardware_id, "plugins": {}, "command": "normbench bench --quick",
+    }
+    p.update(over)
+    return p
+
+
+def kernel(norm: str | dict, backend: str, shape: list[int], time_s: float, *, dtype="float32", pss="fwd",
+           ceiling=20.0, hw=CPU_HW, hwid="cpu-test-cpu-9000-8c", suspect=False, ts="2025-11-21T10:00:00Z",
+           shape_class="llm", device="cpu", timing="cold", peak_mem=None) -> dict:
+    meta = norm if isinstance(norm, dict) else norm_meta(norm)
+    elem = 4 if dtype == "float32" else 2
+    n = math.prod(shape)
+    nbytes = 2 * n * elem + 2 * shape[-1] * elem
+    gbps = nbytes / time_s / 1e9
+    cfg = {"backend": backend, "layout": "tokens", "shape": list(shape), "num_features": shape[-1], "dtype": dtype,
+           "pass": pss, "device": device, "timing": timing, "threads": hw["threads"], "shape_class": shape_class}
+    met = {"time_median_s": time_s, "time_iqr_s": time_s * 0.03, "reps": 50, "bytes_moved": nbytes, "gbps": gbps,
+           "ceiling_gbps": ceiling, "pct_of_ceiling": 100.0 * gbps / ceiling if ceiling else None,
+           "datasheet_peak_gbps": 4800.0 if hw.get("gpu") else None, "suspect": suspect,
+           "suspect_reason": "above the measured ceiling (cache-resident)" if suspect else None,
+           "peak_mem_bytes": peak_mem if peak_mem is not None else n * elem, "saved_bytes": 0,
+           "err": {"y": {"max_abs": 2e-7, "max_rel": 1e-6}, "dx": None, "dw": None}}
+    return make_record("kernel", meta, cfg, met, prov(hw, hwid, ts))
+
+
+def accuracy(norm: str | dict, seed: int, final: float | None, *, task="cifar10", model="resnet18", offline=False,
+             diverged=False, wall=100.0, ttt=None, metric="top1", higher=True, placement=None, quick=False,
+             hw=CPU_HW, hwid="cpu-test-cpu-9000-8c", ts="2025-11-21T12:00:00Z", target=0.9) -> dict:
+    meta = norm if isinstance(norm, dict) else norm_meta(norm)
+    cfg = {"task": task, "task_offline": offline, "model": model, "placement": placement, "seed": seed,
+           "recipe": {"optimizer": "sgd", "lr": 0.1, "epochs": 30}, "quick": quick, "device": "cpu",
+           "batch_size": 128}
+    curve = [[s, 2.3 * math.exp(-s / 400) + 0.1 * seed, None if s % 200 else (final or 0.1) * (1 - math.exp(-s / 300))]
+             for s in range(0, 1001, 100)]
+    met = {"metric": metric, "higher_is_better": higher, "final": final, "best": final, "steps": 1000,
+           "wall_time_s": wall, "target": target, "time_to_target_s": ttt, "steps_to_target": None if ttt is None
+           else int(ttt * 5), "diverged": diverged, "diverged_step": 420 if diverged else None,
+           "curve": [[s, None if diverged and s > 400 else loss, ev] for s, loss, ev in curve]}
+    return make_record("accuracy", meta, cfg, met, prov(hw, hwid, ts))
+
+
+def demo_records() -> list[dict]:
+    """A small but complete leaderboard: two machines, several norms, backends, shapes, dtypes and seeds."""
+    recs = []
+    specs = {
+        "layernorm": norm_meta("layernorm", title="Layer Normalization"),
+        "rmsnorm": norm_meta("rmsnorm", title="RMSNorm", formula="y = γ·x/√(mean(x²)+ε)"),
+        "dyt": norm_meta("dyt", title="Dynamic Tanh", family="pointwise", formula="y = γ·tanh(α·x)+β"),
+        "groupnorm": norm_meta("groupnorm", title="Group Normalization", family="groups", layouts=["images"]),
+    }
+    speed = {"layernorm": 1.0, "rmsnorm": 0.8, "dyt": 0.7, "groupnorm": 1.3}
+    for name, meta in specs.items():
+        for c in (256, 1024, 4096):
+            for dtype in ("float32", "bfloat16"):
+                for pss in ("fwd", "fwd+bwd"):
+                    base = speed[name] * c * 512 * 1e-9 * (1 if dtype == "float32" else 0.6) * (1 if pss == "fwd"
+                                                                                                 else 2.5)
+                    recs.append(kernel(meta, "eager", [512, c], base + 2e-5, dtype=dtype, pss=pss))
+                    recs.append(kernel(meta, "compile", [512, c], base * 0.7 + 1e-5, dtype=dtype, pss=pss))
+        for c in (1024, 4096, 8192):
+            ceiling = 4000.0
+            base = speed[name] * c * 8192 * 4 * 2 / 3.2e12
+            recs.append(kernel(meta, "eager", [8192, c], base * 1.6, hw=GPU_HW, hwid="gpu-nvidia-h200",
+                               ceiling=ceiling, device="cuda", dtype="bfloat16"))
+            recs.append(kernel(meta, "triton", [8192, c], base, hw=GPU_HW, hwid="gpu-nvidia-h200", ceiling=ceiling,
+                               device="cuda", dtype="bfloat16"))
+    recs.append(kernel(specs["rmsnorm"], "compile", [64, 256], 4.4e-6, ceiling=20.0, suspect=True,
+                       shape_class="quick"))
+    finals = {"layernorm": (0.912, 0.915, 0.909), "rmsnorm": (0.918, 0.914, 0.916), "dyt": (0.905, None, 0.907),
+              "groupnorm": (0.897, 0.901, 0.899)}
+    walls = {"layernorm": 120.0, "rmsnorm": 110.0, "dyt": 100.0, "groupnorm": 140.0}
+    for name, fs in finals.items():
+        for seed, f in enumerate(fs):
+            recs.append(accuracy(specs[name], seed, f, diverged=f is None, wall=walls[name] + seed,
+                                 ttt=None if f is None or f < 0.91 else 80.0 + seed))
+            recs.append(accuracy(specs[name], seed, 0.5 + 0.01 * seed, task="synthetic_images", model="tiny_cnn",
+                                 offline=True, quick=True, wall=5.0, target=None))
+    return recs
+
+
+def write_demo(root) -> list:
+    return write_records(demo_records(), root)
+
+
+# --- hostile input: third-party text that tries to run script ---------------------------------------------------------
+
+XSS = '<script>window.__pwned = "script"</script>'
+ATTR = '"><img src=x onerror="window.__pwned=\'img\'">'
+SVG = "<svg onload=\"window.__pwned='svg'\"></svg>"
+CLOSE = '</script><script>window.__pwned="close"</script>'
+JS_URL = "javascript:window.__pwned='href'"
+
+
+def hostile_records() -> list[dict]:
+    """Records that pass validation yet carry script in every free-text field, plus a javascript: paper link."""
+    meta = norm_meta(
+        "evilnorm",
+        title=XSS + " Evil Norm",
+        paper={"title": ATTR, "authors": SVG, "year": 2024, "url": JS_URL},
+        family=ATTR, kind=SVG, layouts=["tokens", XSS], formula=CLOSE + " y = x", backends=["eager", XSS],
+        package=XSS, package_version=ATTR, notes=CLOSE + " <a href=\"javascript:alert(1)\">click</a> " + SVG,
+    )
+    hw = dict(CPU_HW, cpu=XSS + " EvilCPU", gpu=None)
+    k = kernel(meta, "eager", [64, 512], 2e-5, hw=hw, shape_class=ATTR)
+    k["provenance"]["platform"] = SVG
+    k["provenance"]["command"] = CLOSE
+    k["provenance"]["plugins"] = {XSS: ATTR}
+    k["config"]["bytes_model"] = {"formula": XSS, "note": CLOSE}
+    s = kernel(meta, "compile", [64, 512], 8.9e-6, hw=hw, ceiling=25.0, suspect=True)
+    s["metrics"]["suspect_reason"] = ATTR
+    out = [k, s]
+    for seed in range(2):
+        a = accuracy(meta, seed, 0.5 + seed / 10, task=XSS, model=ATTR, placement=SVG, hw=hw, metric=CLOSE)
+        a["config"]["recipe"] = {XSS: CLOSE, "lr": ATTR}
+        out.append(a)
+    return out
+
+
+def invalid_records() -> list:
+    """Records that fail validation: a hostile name and id, a missing section, and a non-object."""
+    bad_name = kernel(norm_meta("layernorm"), "eager", [64, 512], 2e-5)
+    bad_name["norm"]["name"] = XSS
+    bad_name["id"] = ATTR
+    no_metrics = accuracy("rmsnorm", 0, 0.9)
+    del no_metrics["metrics"]
+    return [bad_name, no_metrics, CLOSE]
+
+
+def write_hostile(root) -> None:
+    """Hostile but valid records, invalid ones, a file that is not JSON, and a hostile file name."""
+    import json
+    from pathlib import Path
+
+    root = Path(root)
+    write_records(hostile_records(), root)
+    bad = root / "kernel" / "cpu-test-cpu-9000-8c"
+    bad.mkdir(parents=True, exist_ok=True)
+    (bad / "invalid.json").write_text(json.dumps(invalid_records()), encoding="utf-8")
+    (bad / "broken.json").write_text('{"schema": "normbench.record", ' + CLOSE, encoding="utf-8")
+    (bad / (ATTR.replace("/", "") + ".json")).write_text(json.dumps([{"kind": XSS}]), encoding="utf-8")
