@@ -112,3 +112,11 @@ def test_import_is_light():
     code = "import sys, normbench; normbench.list_norms(); print(sorted(m for m in ('triton','timm','datasets','pandas') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_whole_zoo_passes_the_contract():
+    from normbench.check import check_norm
+
+    failures = [f"{r.norm}: {r.check}: {r.detail}" for name in sorted(EXPECTED)
+                for r in check_norm(normbench.get_norm(name)) if not r.ok]
+    assert not failures, "\n".join(failures)

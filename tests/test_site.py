@@ -1,4 +1,4 @@
-"""The leaderboard site without a browser: aggregation rules, safe HTML, and building from good, bad and hostile records."""
+"""The site without a browser: aggregation rules, safe HTML, and building from good, bad and hostile records."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from normbench.site import build_site, markdown
 from normbench.site.markup import esc, fmt_bytes, fmt_gbps, fmt_time, safe_url
 from normbench.site.records import Entry
 
-# --- aggregation -------------------------------------------------------------------------------------------------------
+# --- aggregation ----------------------------------------------------------------------------------------------------
 
 
 def test_seed_stats_mean_std_and_t_interval():
@@ -104,7 +104,7 @@ def test_pareto_front():
     assert agg.pareto_front([(1, 30.0), (2, 25.0), (3, 28.0)], higher_is_better=False) == [0, 1]
 
 
-# --- safe HTML ---------------------------------------------------------------------------------------------------------
+# --- safe HTML -------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("url", ["javascript:alert(1)", "JavaScript:alert(1)", " javascript:alert(1)",
@@ -124,7 +124,8 @@ def test_safe_url_and_escaping():
 
 def test_markdown_renders_structure_and_never_raw_html():
     md = ("# Title\n\nSome *text* with `code <b>` and a [paper](https://arxiv.org/abs/1) and a [bad](javascript:x)."
-          "\n\n| a | b |\n|---|---|\n| <script>x</script> | 2 |\n\n- one\n- two\n\n```\n<script>alert(1)</script>\n```\n"
+          "\n\n| a | b |\n|---|---|\n| <script>x</script> | 2 |\n\n- one\n- two\n\n"
+          "```\n<script>alert(1)</script>\n```\n"
           "<img src=x onerror=alert(1)>\n")
     out = markdown.render(md)
     assert "<h2" in out and "<table" in out and "<ul>" in out and "<pre><code>" in out
@@ -135,7 +136,7 @@ def test_markdown_renders_structure_and_never_raw_html():
     assert "&lt;script&gt;" in out and "<code>code &lt;b&gt;</code>" in out
 
 
-# --- building the site -------------------------------------------------------------------------------------------------
+# --- building the site ----------------------------------------------------------------------------------------------
 
 
 class _Audit(HTMLParser):

@@ -58,9 +58,15 @@ def _check(*tensors: torch.Tensor) -> None:
         common.check_tensor(t)
 
 
-def _f(t: torch.Tensor | None, like: torch.Tensor | None):
-    """A float32 gradient cast back to its parameter's dtype."""
-    return None if t is None or like is None else t.to(like.dtype)
+def _f(t: torch.Tensor | None, like):
+    """A float32 gradient cast back to its parameter's dtype (``like``: the parameter or its dtype)."""
+    if t is None or like is None:
+        return None
+    return t.to(like if isinstance(like, torch.dtype) else like.dtype)
+
+
+def _dtype(p: torch.Tensor | None):
+    return None if p is None else p.dtype
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -94,19 +100,19 @@ class _RowNormFn(torch.autograd.Function):
         y, _, aux, rstd = R.forward(xk, None, weight, bias, mode=mode, eps=eps, images=how == "images",
                                     scalar_weight=scalar_weight, store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(xk, weight, aux, rstd)
-        ctx.cfg = (mode, how, scalar_weight, bias is not None)
+        ctx.cfg = (mode, how, scalar_weight, _dtype(bias))
         return _back(y, how)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         xk, weight, aux, rstd = ctx.saved_tensors
-        mode, how, scalar_weight, has_bias = ctx.cfg
+        mode, how, scalar_weight, bias_dtype = ctx.cfg
         need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
         dx, dw, db = _mod("_rownorm").backward(_grad_view(dy, how), None, xk, weight, aux, rstd, mode=mode,
                                                images=how == "images", scalar_weight=scalar_weight,
-                                               has_bias=has_bias, need_dw=need_dw)
-        return _back(dx, how), _f(dw, weight), _f(db, weight), None, None, None, None
+                                               has_bias=bias_dtype is not None, need_dw=need_dw)
+        return _back(dx, how), _f(dw, weight), _f(db, bias_dtype), None, None, None, None
 
 
 class _AddRowNormFn(torch.autograd.Function):
@@ -118,7 +124,7 @@ class _AddRowNormFn(torch.autograd.Function):
         y, s, aux, rstd = _mod("_rownorm").forward(xk, rk, weight, bias, mode=mode, eps=eps,
                                                    store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(s, weight, aux, rstd)
-        ctx.cfg = (mode, bias is not None, x.dtype, residual.dtype)
+        ctx.cfg = (mode, _dtype(bias), x.dtype, residual.dtype)
         ctx.set_materialize_grads(False)  # an unused s (or y) then costs no zero tensor and no read
         return y, s
 
@@ -126,18 +132,18 @@ class _AddRowNormFn(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy, ds):
         s, weight, aux, rstd = ctx.saved_tensors
-        mode, has_bias, xdt, rdt = ctx.cfg
+        mode, bias_dtype, xdt, rdt = ctx.cfg
         if dy is None:
             dx, dw, db = ds, None, None
         else:
             need_dw = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
             dx, dw, db = _mod("_rownorm").backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
-                                                   s, weight, aux, rstd, mode=mode, has_bias=has_bias,
+                                                   s, weight, aux, rstd, mode=mode, has_bias=bias_dtype is not None,
                                                    need_dw=need_dw)
         if dx is None:
             return None, None, None, None, None, None
         # d(x + r)/dx = d(x + r)/dr = 1: both inputs get the same gradient, as torch's own add does.
-        return dx.to(xdt), dx.to(rdt), _f(dw, weight), _f(db, weight), None, None
+        return dx.to(xdt), dx.to(rdt), _f(dw, weight), _f(db, bias_dtype), None, None
 
 
 class _PointwiseFn(torch.autograd.Function):
@@ -153,17 +159,17 @@ class _PointwiseFn(torch.autograd.Function):
             xk, how = x.contiguous(), "images"
         y = P.forward(xk, alpha, shift, weight, bias, kind=kind, images=how == "images")
         ctx.save_for_backward(xk, alpha, shift, weight)
-        ctx.cfg = (kind, how)
+        ctx.cfg = (kind, how, bias.dtype)
         return _back(y, how)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         xk, alpha, shift, weight = ctx.saved_tensors
-        kind, how = ctx.cfg
+        kind, how, bias_dtype = ctx.cfg
         dx, dw, db, da, ds = _mod("_pointwise").backward(_grad_view(dy, how), xk, alpha, shift, weight, kind=kind,
                                                          images=how == "images")
-        return _back(dx, how), _f(da, alpha), _f(ds, shift), _f(dw, weight), _f(db, weight), None, None
+        return _back(dx, how), _f(da, alpha), _f(ds, shift), _f(dw, weight), _f(db, bias_dtype), None, None
 
 
 class _GroupNormFn(torch.autograd.Function):
@@ -174,18 +180,18 @@ class _GroupNormFn(torch.autograd.Function):
         y, mean, rstd = _mod("_groupnorm").forward(xk, num_groups, weight, bias, eps,
                                                    store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(xk, weight, mean, rstd)
-        ctx.cfg = (num_groups, bias is not None, bias)
+        ctx.cfg = (num_groups, _dtype(bias))
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         xk, weight, mean, rstd = ctx.saved_tensors
-        num_groups, has_bias, bias = ctx.cfg
+        num_groups, bias_dtype = ctx.cfg
         need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        dx, dw, db = _mod("_groupnorm").backward(dy.contiguous(), xk, num_groups, weight, mean, rstd, has_bias,
-                                                 need_dw=need_dw)
-        return dx, _f(dw, weight), _f(db, bias), None, None
+        dx, dw, db = _mod("_groupnorm").backward(dy.contiguous(), xk, num_groups, weight, mean, rstd,
+                                                 bias_dtype is not None, need_dw=need_dw)
+        return dx, _f(dw, weight), _f(db, bias_dtype), None, None
 
 
 # ---------------------------------------------------------------------------------------------------------------

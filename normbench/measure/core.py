@@ -100,8 +100,9 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
     """Every case of a sweep, grouped by norm; availability is checked when a case runs, not here.
 
     ``quick`` (the defaults below when an argument is ``None``): the quick shapes, float32 and bfloat16,
-    fwd and fwd+bwd, every backend. Otherwise the llm and vision shape classes, every dtype the device
-    supports and all three passes. Unknown names raise ``ValueError``/``KeyError`` naming what exists.
+    fwd and fwd+bwd, every backend, except that ``compile`` runs float32 on one layout per norm (tokens
+    when the norm has it). Otherwise the llm and vision shape classes, every dtype the device supports and
+    all three passes. Unknown names raise ``ValueError``/``KeyError`` naming what exists.
     """
     from normbench.registry import REGISTRY
 
@@ -112,6 +113,7 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
         raise ValueError("--device cuda asked for, but torch sees no CUDA device here; use --device cpu")
     names = list(norms) if norms else REGISTRY.names()
     specs = [REGISTRY.get(n) for n in names]
+    dtypes_given = bool(dtypes)
     dtypes = tuple(dtypes) if dtypes else (QUICK_DTYPES if quick else device_dtypes(device))
     for d in dtypes:
         if d not in DTYPES:
@@ -132,17 +134,25 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
         layouts = tuple(layouts)
         shapes = [s for s in shapes if s.layout in layouts]
     threads = threads or torch.get_num_threads()
+    # torch.compile costs seconds of compilation per (norm, layout, dtype) on a CPU; the quick sweep therefore
+    # compiles float32 on one layout per norm (tokens when it has it) unless dtypes or layouts were chosen.
+    trim_compile = quick and not dtypes_given and not layouts
     known_backends = set()
     cases = []
     for spec in specs:
         spec_backends = backends_for(spec)
         known_backends.update(spec_backends)
         wanted = [b for b in (backends or spec_backends) if b in spec_backends]
+        first_layout = "tokens" if "tokens" in spec.layouts else spec.layouts[0]
         for shape in shapes:
             if shape.layout not in spec.layouts:
                 continue
             for backend in wanted:
+                if trim_compile and backend == "compile" and shape.layout != first_layout:
+                    continue
                 for dtype in dtypes:
+                    if trim_compile and backend == "compile" and dtype != "float32":
+                        continue
                     for timing in timings:
                         for p in passes:
                             cases.append(Case(spec.name, backend, shape, dtype, p, device, timing, threads,

@@ -16,18 +16,24 @@ import torch
 class TimerSettings:
     """How long to warm up and how many repetitions to take.
 
-    Repetitions stop at ``max_reps``, or once at least ``min_reps`` were taken and ``min_time`` seconds of
-    timed work accumulated. Warm-up runs ``warmup`` calls (compilation and autotuning happen there).
+    Repetitions stop at ``max_reps``, once at least ``min_reps`` were taken and ``min_time`` seconds of
+    timed work accumulated, or (for slow calls) once ``max_time`` seconds accumulated over at least 3
+    repetitions. Warm-up runs ``warmup`` calls (compilation and autotuning happen there).
     """
 
     warmup: int = 5
     min_reps: int = 20
     max_reps: int = 1000
     min_time: float = 0.5
+    max_time: float = 30.0
 
     @classmethod
     def quick(cls) -> "TimerSettings":
-        return cls(warmup=2, min_reps=5, max_reps=25, min_time=0.05)
+        return cls(warmup=1, min_reps=5, max_reps=25, min_time=0.05, max_time=0.5)
+
+    def done(self, reps: int, total: float) -> bool:
+        return (reps >= self.max_reps or (reps >= self.min_reps and total >= self.min_time)
+                or (reps >= 3 and total >= self.max_time))
 
 
 def cpu_time(fn: Callable[[], object], settings: TimerSettings, pre: Callable[[], object] | None = None) -> list[float]:
@@ -46,7 +52,7 @@ def cpu_time(fn: Callable[[], object], settings: TimerSettings, pre: Callable[[]
         dt = time.perf_counter() - t0
         samples.append(dt)
         total += dt
-        if len(samples) >= settings.min_reps and total >= settings.min_time:
+        if settings.done(len(samples), total):
             break
     return samples
 
@@ -122,6 +128,6 @@ def cuda_time(fn: Callable[[], object], settings: TimerSettings, device, *, cold
             dt = start.elapsed_time(end) / 1e3
             samples.append(dt)
             total += dt
-        if len(samples) >= settings.min_reps and total >= settings.min_time:
+        if settings.done(len(samples), total):
             break
     return samples, used_graph

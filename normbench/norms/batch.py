@@ -179,6 +179,23 @@ class _PowerNormFunction(torch.autograd.Function):
         return gx, None, None, None
 
 
+# The custom backward writes running statistics; compiled graphs do not reliably replay such side effects, so
+# the compile backend runs these three functions eagerly (a graph break) and compiles the rest.
+@torch.compiler.disable
+def _power_norm(xs, scale, nu, alpha):
+    return _PowerNormFunction.apply(xs, scale, nu, alpha)
+
+
+@torch.compiler.disable
+def _unified_norm(xs, scale, module, t, skip):
+    return _UnifiedNormFunction.apply(xs, scale, module, t, skip)
+
+
+@torch.compiler.disable
+def _online_norm(xs, module):
+    return _OnlineNormFunction.apply(xs, module)
+
+
 class PowerNorm(_BatchStatNorm):
     """Shen et al. 2020: y = γ·x/ψ_{t−1} + β, no centring, with the approximate backward of Algorithm 1.
 
@@ -224,7 +241,7 @@ class PowerNorm(_BatchStatNorm):
                 used = phi
                 self.running_phi.copy_(self.alpha_fwd * phi + (1 - self.alpha_fwd) * psi2_b)
             scale = (_c(used, xs.dtype) + self.eps).sqrt()
-        z = _PowerNormFunction.apply(xs, scale, self.running_nu, self.alpha_bkw)
+        z = _power_norm(xs, scale, self.running_nu, self.alpha_bkw)
         return self._finish(z, x)
 
     def extra_repr(self) -> str:
@@ -289,7 +306,8 @@ class UnifiedNorm(_BatchStatNorm):
     it off and suggests off for NLP, on for vision). Differences from that code: its "gradient compensation"
     (rescaling ∂L/∂x and ∂L/∂γ by a clamped √(σ̂²+ε)/√(r+ε) after 1000 steps, described in the code only) is left
     out, so ∂L/∂γ is the gradient of this forward; outlier checks start only once the window holds M earlier
-    statistics (the code compares against a zero-filled window before that). Works at batch size 1.
+    statistics (with a warm-up shorter than M the code would compare against a partly zero-filled window).
+    Works at batch size 1 (no centring: a single value per channel is fine).
     """
 
     def __init__(self, num_features: int, layout: str = "tokens", eps: float = 1e-5, momentum: float = 0.9,
@@ -334,7 +352,7 @@ class UnifiedNorm(_BatchStatNorm):
                 var = x2
             self.running_var.copy_(self.momentum * self.running_var.to(xs.dtype) + (1 - self.momentum) * var)
             scale = (_c(var, xs.dtype) + self.eps).sqrt()
-        z = _UnifiedNormFunction.apply(xs, scale, self, t, skip)
+        z = _unified_norm(xs, scale, self, t, skip)
         return self._finish(z, x)
 
     def extra_repr(self) -> str:
@@ -439,7 +457,7 @@ class OnlineNorm(_BatchStatNorm):
         check_input(x, self.num_features, self.layout, "OnlineNorm")
         xs = to_ncs(x.to(compute_dtype(x)), self.layout)
         if self.training:
-            z = _OnlineNormFunction.apply(xs, self)
+            z = _online_norm(xs, self)
         else:
             z = (xs - _c(self.running_mean, xs.dtype)) / (_c(self.running_var, xs.dtype) + self.eps).sqrt()
         y = z * _c(self.weight, z.dtype) + _c(self.bias, z.dtype)
@@ -506,7 +524,7 @@ class BatchChannelNorm(nn.Module):
                 with torch.no_grad():
                     rm, rv, r = self.running_mean.to(dt), self.running_var.to(dt), self.momentum
                     batch_mean = xs.mean(dim=(0, 2))
-                    dev2 = xs.var(dim=(0, 2), unbiased=False)
+                    dev2 = (xs - _c(rm, dt)).pow(2).mean(dim=(0, 2))
                     self.running_mean.copy_((1 - r) * rm + r * batch_mean)
                     self.running_var.copy_((1 - r) * rv + r * dev2)
                     self.num_batches_tracked.add_(1)

@@ -84,7 +84,7 @@ GROUPNORM = NormSpec(
     name="groupnorm", title="GroupNorm",
     paper=Paper("Group Normalization", "Wu, He", 2018, _arxiv("1803.08494")),
     family="groups", kind="activation", layouts=("images",), factory=_M + "groups:GroupNorm",
-    formula="per sample and group g of G (default 32, fewer if C is smaller): y = γ·(x − μ_g)/sqrt(σ_g² + ε) + β over (C/G, H, W)",
+    formula="per sample and group g of G (32, or the largest divisor of C ≤ 32): y = γ·(x − μ_g)/sqrt(σ_g² + ε) + β over (C/G, H, W)",
     extra_backends=_triton("groupnorm"),
 )
 INSTANCENORM = NormSpec(
@@ -127,6 +127,7 @@ POWERNORM = NormSpec(
     family="batch", kind="activation", layouts=("tokens", "images"), factory=_M + "batch:PowerNorm",
     batch_dependent=True, running_state=True,
     formula="ψ_B² = mean over batch of x²; y = γ·x/ψ_{t−1} + β; running ψ² with momentum; approximate backward",
+    notes="ψ₀ is undefined in Algorithm 1: the first warmup_iters (default 1) steps divide by their own batch ψ",
 )
 UNIFIED_NORM = NormSpec(
     name="unified_norm", title="Unified Normalization",
@@ -135,7 +136,8 @@ UNIFIED_NORM = NormSpec(
     family="batch", kind="activation", layouts=("tokens", "images"), factory=_M + "batch:UnifiedNorm",
     batch_dependent=True, running_state=True,
     formula="per channel, no centring: y = γ·x / sqrt(geometric mean of the last M batch second moments + ε) + β, "
-            "with outlier filtration falling back to running statistics",
+            "with outlier filtration (an outlier batch uses its own statistic; the running value replaces it in the window)",
+    notes="follows the authors' code (window 4, momentum 0.9); their code-only gradient compensation is left out",
 )
 ONLINE_NORM = NormSpec(
     name="online_norm", title="Online Normalization",
@@ -143,7 +145,7 @@ ONLINE_NORM = NormSpec(
     family="batch", kind="activation", layouts=("tokens", "images"), factory=_M + "batch:OnlineNorm",
     batch_dependent=True, running_state=True,
     formula="per feature running μ, σ² updated sample by sample (decay α_f); y = γ·(x − μ_{t−1})/σ_{t−1} + β; "
-            "gradient de-biased with decaying error accumulators (decay α_b)",
+            "gradient de-biased with decaying error accumulators (decay α_b); activation clamping at ±5 (authors' default)",
 )
 BATCH_CHANNEL_NORM = NormSpec(
     name="batch_channel_norm", title="Batch-Channel Normalization", paper=BCN_PAPER, family="batch",

@@ -89,7 +89,7 @@ class Row:
 
 
 def table(tid: str, cols: list[Col], rows: list[Row], *, filters: list[tuple[str, str]] = (),
-          search: str | None = None, caption: str = "") -> str:
+          search: str | None = None, caption: str = "", cls: str = "") -> str:
     """A table the script makes sortable (click a header) and filterable (the selects above it).
 
     ``filters`` is [(key, label)]: a select per key listing the distinct ``Row.filters[key]`` values.
@@ -104,10 +104,10 @@ def table(tid: str, cols: list[Col], rows: list[Row], *, filters: list[tuple[str
             out.append(f'<label>{esc(label)} <select data-filter="{esc(key)}"><option value="">all</option>'
                        f"{opts}</select></label>")
         if search:
-            out.append(f'<label>{esc(search)} <input type="search" data-search="1" placeholder="filter by name"'
+            out.append(f'<label>{esc(search)} <input type="search" data-search="1" placeholder="text in any column"'
                        ' autocomplete="off"></label>')
         out.append(f'<span class="count" data-count-for="{esc(tid)}">{len(rows)} rows</span></div>')
-    out.append(f'<div class="table-wrap"><table class="lb sortable" id="{esc(tid)}">')
+    out.append(f'<div class="table-wrap"><table class="{esc(("lb sortable " + cls).strip())}" id="{esc(tid)}">')
     if caption:
         out.append(f"<caption>{caption}</caption>")
     out.append("<thead><tr>")

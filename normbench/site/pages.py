@@ -106,8 +106,8 @@ class Site:
     @staticmethod
     def rec_link(e, depth: int = 0, text: str | None = None) -> str:
         label = text if text is not None else e.rid[:10]
-        return (f'<a class="rec" href="{"../" * depth}{esc(e.href)}" title="{esc(e.path)} [{e.index}] · id {esc(e.rid)}">'
-                f"{esc(label)}</a>")
+        title = f"{e.path} [{e.index}] · id {e.rid}"
+        return f'<a class="rec" href="{"../" * depth}{esc(e.href)}" title="{esc(title)}">{esc(label)}</a>'
 
     # --- kernel tables -------------------------------------------------------------------------------------------
 
@@ -170,7 +170,7 @@ class Site:
         for key, label in (("timing", "timing"), ("layout", "layout"), ("hardware", "hardware")):
             if len({r.filters[key] for r in out}) > 1:
                 filters.append((key, label))
-        return table(tid, cols, out, filters=filters, search="norm")
+        return table(tid, cols, out, filters=filters, search="find")
 
     def gbps_plots(self, rows: list[dict], depth: int, limit: int, title_prefix: str = "",
                    with_hw: bool = False) -> list[str]:
@@ -220,6 +220,32 @@ class Site:
             if len(plots) >= limit:
                 break
         return plots
+
+    def shape_bars(self, rows: list[dict], depth: int, limit: int) -> list[str]:
+        """Where a machine measured a single hidden size (no curve to draw): GB/s of every backend, dtype and
+        pass at its largest shape, against the measured ceiling."""
+        plots = []
+        sizes: dict[tuple, set] = {}
+        for r in rows:
+            sizes.setdefault((r["hardware"], r["layout"], r["dtype"], r["pass"]), set()).add(r["num_features"])
+        curves = {k[:2] for k, v in sizes.items() if len(v) > 1}
+        for hw, layout in sorted({(r["hardware"], r["layout"]) for r in rows}):
+            if (hw, layout) in curves or len(plots) >= limit:
+                continue
+            grp = [r for r in rows if r["hardware"] == hw and r["layout"] == layout and r["gbps"] is not None]
+            if not grp:
+                continue
+            biggest = max(grp, key=lambda r: (r["elements"] or 0))["shape"]
+            grp = sorted((r for r in grp if r["shape"] == biggest),
+                         key=lambda r: (r["backend"] != "eager", r["backend"], r["dtype"], r["pass"], r["timing"]))
+            items = [(f"{r['backend']} · {r['dtype']} · {r['pass']}", r["gbps"], "../" * depth + r["entry"].href,
+                      f"{fmt_time(r['time'])}, {fmt_gbps(r['gbps'])}, {fmt_pct(r['pct'])} of ceiling"
+                      + (f" (suspect: {r['suspect_reason']})" if r["suspect"] else ""), r["suspect"]) for r in grp]
+            ceilings = sorted(r["ceiling"] for r in grp if r["ceiling"])
+            ref = (ceilings[len(ceilings) // 2], "copy ceiling") if ceilings else None
+            plots.append(bar_chart(items, xlabel="GB/s", ref=ref, value_fmt=fmt_gbps,
+                                   title=f"{layout} {fmt_shape(biggest)} · {hw}"))
+        return [p for p in plots if p]
 
     # --- pages ---------------------------------------------------------------------------------------------------
 
@@ -308,7 +334,7 @@ class Site:
             plots = []
             if best and any(r["pct"] is not None for r in best):
                 items = [(r["norm"], r["pct"], r["entry"].href,
-                          f"{r['norm']} ({r['backend']}, {fmt_shape(r['shape'])}): {fmt_gbps(r['gbps'])}, "
+                          f"{r['backend']}, {r['layout']} {fmt_shape(r['shape'])}: {fmt_gbps(r['gbps'])}, "
                           f"{fmt_pct(r['pct'])} of ceiling", False) for r in best if r["pct"] is not None]
                 plots.append(bar_chart(items, xlabel="% of measured copy bandwidth",
                                        title=f"Best result per norm · {combo[0]} · {combo[1]}",
@@ -395,7 +421,7 @@ class Site:
             rows.append(Row(cells_html, filters={"placement": c.placement or "", "hardware": c.hardware},
                             cls="diverged" if c.final.mean is None else ""))
         filters = [(k, k) for k in ("placement", "hardware") if len({r.filters[k] for r in rows}) > 1]
-        return table(tid, cols, rows, filters=filters, search="norm")
+        return table(tid, cols, rows, filters=filters, search="find")
 
     def acc_plots(self, cells: list, depth: int = 0, title_suffix: str = "") -> list[str]:
         plots = []
@@ -403,10 +429,13 @@ class Site:
         for hw in sorted({c.hardware for c in cells}):
             hc = [c for c in cells if c.hardware == hw and c.final.mean is not None and c.wall.mean is not None]
             if len(hc) >= 2:
-                pts = [Point(c.wall.mean, c.final.mean, "../" * depth + c.runs[0]["entry"].href,
-                             f"{c.norm}{' / ' + c.placement if c.placement else ''}: {fmt_metric(c.final.mean, c.metric)}"
-                             f" in {fmt_seconds_human(c.wall.mean)} ({c.final.n} seeds)", c.final.ci95,
-                             c.norm + (f" ({c.placement})" if c.placement else "")) for c in hc]
+                pts = []
+                for c in hc:
+                    name = c.norm + (f" ({c.placement})" if c.placement else "")
+                    tip = (f"{name}: {fmt_metric(c.final.mean, c.metric)} in {fmt_seconds_human(c.wall.mean)} "
+                           f"({c.final.n} seeds)")
+                    pts.append(Point(c.wall.mean, c.final.mean, "../" * depth + c.runs[0]["entry"].href, tip,
+                                     c.final.ci95, name))
                 front = agg.pareto_front([(p.x, p.y) for p in pts], c0.higher)
                 plots.append(pareto_plot(pts, front, xlabel=f"training wall time (s) on {hw}",
                                          ylabel=c0.metric, title=f"Speed against {c0.metric}{title_suffix} · {hw}",
@@ -482,7 +511,8 @@ class Site:
             ], filters={"family": _s(m.get("family")), "kind": _s(m.get("kind"))}))
         cols = [Col("name"), Col("title"), Col("family"), Col("kind"), Col("paper"), Col("year", True),
                 Col("kernel results", True), Col("training runs", True), Col("package")]
-        body = table("norms", cols, rows, filters=[("family", "family"), ("kind", "kind")], search="name")
+        body = table("norms", cols, rows, filters=[("family", "family"), ("kind", "kind")], search="find",
+                     cls="wrapping")
         return page("Norms", body, self.info, active="norms.html",
                     lead="Every norm with results, as described by the records themselves (so a plugin's norm shows "
                          "here even where the plugin is not installed).")
@@ -525,6 +555,7 @@ class Site:
         body.append("<h2>Kernel results</h2>")
         if krows:
             plots = self.gbps_plots(krows, 1, MAX_PLOTS_PER_NORM, "", with_hw=True)
+            plots += self.shape_bars(krows, 1, MAX_PLOTS_PER_NORM - len(plots))
             if plots:
                 body.append('<div class="plots">' + "".join(plots) + "</div>")
             body.append(self.kernel_table("kernels-" + slug(name), krows, depth=1,
@@ -572,6 +603,7 @@ class Site:
             ts = sorted(_s(p.get("timestamp")) for p in provs if _s(p.get("timestamp")))
             kr = [r for r in self.kernels if r["hardware"] == hw]
             ceil = sorted(r["ceiling"] for r in kr if r["ceiling"])
+            methods = sorted({m for r in kr if isinstance(m := r["entry"].rec["metrics"].get("ceiling_method"), str)})
             peak = sorted({r["datasheet"] for r in kr if r["datasheet"]})
             commits = sorted({_s(p.get("git_commit"))[:10] for p in provs if _s(p.get("git_commit"))})
             plugins = sorted({f"{k} {v}" for p in provs if isinstance(p.get("plugins"), dict)
@@ -585,6 +617,7 @@ class Site:
                 ("driver / CUDA", f"{esc(h.get('driver') or '–')} / {esc(h.get('cuda') or '–')}"),
                 ("copy ceiling (measured)", (f"{fmt_gbps(ceil[len(ceil) // 2])} median, {fmt_gbps(ceil[0])} – "
                                              f"{fmt_gbps(ceil[-1])}") if ceil else "–"),
+                ("ceiling method", "<br>".join(esc(m) for m in methods[:5]) or "–"),
                 ("datasheet peak", ", ".join(fmt_gbps(p) for p in peak) or "–"),
                 ("platform", esc(seen("platform"))),
                 ("Python", esc(seen("python"))), ("torch", esc(seen("torch"))), ("Triton", esc(seen("triton"))),
@@ -671,8 +704,8 @@ Seeds combine only when every other setting is equal. Diverged seeds count in th
                 + "".join(f"<li>{esc(p)}</li>" for p in r.problems[:20])
                 + (f"<li>… and {len(r.problems) - 20} more</li>" if len(r.problems) > 20 else "")
                 + "</ul></td></tr>" for r in rej)
-            body.append('<div class="table-wrap"><table class="lb"><thead><tr><th>file</th><th>record</th>'
-                        f"<th>problems</th></tr></thead><tbody>{rows}</tbody></table></div>")
+            body.append('<div class="table-wrap"><table class="lb wrapping rejected"><thead><tr><th>file</th>'
+                        f"<th>record</th><th>problems</th></tr></thead><tbody>{rows}</tbody></table></div>")
         else:
             body.append("<p>Every record is valid.</p>")
         if self.loaded.superseded:

@@ -219,11 +219,14 @@ def line_plot(series: list[Series], *, xlabel: str, ylabel: str, title: str, xlo
 def bar_chart(items: list[tuple[str, float, str | None, str, bool]], *, xlabel: str, title: str,
               ref: tuple[float, str] | None = None, width: int = 560, value_fmt=None) -> str:
     """Horizontal bars, one per (label, value, href, tooltip, flagged); ``ref`` draws a labelled vertical line."""
-    items = [it for it in items if it[1] is not None]
+    # Long labels are cut so the bars keep their room; the full text stays in the tooltip.
+    items = [((it[0][:34] + "…") if len(it[0]) > 35 else it[0], it[1], it[2],
+              f"{it[0]}: {it[3]}" if it[3] else it[0], it[4])
+             for it in items if it[1] is not None]
     if not items:
         return ""
     bar, gap = 16, 6
-    left = min(190, 12 + 7 * max(len(it[0]) for it in items))
+    left = min(260, 14 + 7 * max(len(it[0]) for it in items))
     height = 28 + 40 + len(items) * (bar + gap)
     hi = max([it[1] for it in items] + ([ref[0]] if ref else []))
     xt = ticks(0, hi * 1.08 if hi > 0 else 1)

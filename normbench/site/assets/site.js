@@ -24,20 +24,22 @@
     for (var i = 0; i < heads.length; i++) heads[i].setAttribute("aria-sort", "none");
     th.setAttribute("aria-sort", dir);
     var body = table.tBodies[0];
-    var rows = Array.prototype.slice.call(body.rows);
     var sign = dir === "ascending" ? 1 : -1;
-    rows.forEach(function (r, i) { r._nbIndex = i; });
-    rows.sort(function (a, b) {
-      var x = cellValue(a, index, numeric), y = cellValue(b, index, numeric);
+    // Keys are read once per row (not per comparison) so thousands of rows sort at once.
+    var items = Array.prototype.map.call(body.rows, function (r, i) {
+      return { row: r, key: cellValue(r, index, numeric), i: i };
+    });
+    items.sort(function (a, b) {
+      var x = a.key, y = b.key;
       // Missing values always sink to the bottom, whatever the direction.
-      if (x === null || x === "") return (y === null || y === "") ? a._nbIndex - b._nbIndex : 1;
-      if (y === null || y === "") return -1;
+      var xm = x === null || x === "", ym = y === null || y === "";
+      if (xm || ym) return xm && ym ? a.i - b.i : (xm ? 1 : -1);
       if (x < y) return -sign;
       if (x > y) return sign;
-      return a._nbIndex - b._nbIndex;
+      return a.i - b.i;
     });
     var frag = document.createDocumentFragment();
-    rows.forEach(function (r) { frag.appendChild(r); });
+    items.forEach(function (it) { frag.appendChild(it.row); });
     body.appendChild(frag);
   }
 

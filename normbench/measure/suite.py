@@ -1,0 +1,165 @@
+"""What the ASV and pytest-benchmark suites share: their parameter grids and thin wrappers over the core.
+
+Grid selection (environment variables, read when the suite is imported):
+
+* ``NORMBENCH_ASV_GRID`` / ``NORMBENCH_PYTEST_GRID``: ``small`` (default), ``quick`` or ``full``.
+
+  - ``small``: LayerNorm, RMSNorm, DyT and every installed plugin norm; eager; the quick tokens shape; float32;
+    fwd+bwd. It finishes in a few minutes on a 2-core CPU (ASV starts one process per benchmark and parameter set).
+  - ``quick``: every registered norm; eager and compile; both quick shapes; float32 and bfloat16; fwd and fwd+bwd.
+  - ``full``: every registered norm; every backend (including triton, liger, apex); the llm and vision shapes;
+    every dtype of the device; fwd, bwd and fwd+bwd.
+* ``NORMBENCH_ASV_NORMS`` / ``NORMBENCH_PYTEST_NORMS``: comma-separated norms replacing the grid's norm list.
+
+Combinations a norm cannot run (layout it lacks, backend unavailable here) are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from normbench.measure.core import (
+    PASSES,
+    QUICK_DTYPES,
+    QUICK_PASSES,
+    Case,
+    Prepared,
+    Unsupported,
+    backends_for,
+    default_device,
+    device_dtypes,
+)
+from normbench.measure.shapes import by_label, quick_shapes, shapes_for
+
+SMALL_NORMS = ("layernorm", "rmsnorm", "dyt")
+GRIDS = ("small", "quick", "full")
+PARAM_NAMES = ["norm", "backend", "shape", "dtype", "pass"]
+
+__all__ = ["GRIDS", "PARAM_NAMES", "Unsupported", "grid", "case_for", "prepare", "sidecar_root"]
+
+
+def _plugin_norms() -> list[str]:
+    from normbench.registry import REGISTRY
+
+    return [n for n in REGISTRY.names() if REGISTRY.get(n).package != "normbench"]
+
+
+def grid(kind: str | None = None, norms: str | None = None, env_prefix: str = "NORMBENCH_ASV") -> list[list[str]]:
+    """``[norms, backends, shape labels, dtypes, passes]`` for the chosen grid (see the module docstring)."""
+    from normbench.registry import REGISTRY
+
+    kind = (kind or os.environ.get(f"{env_prefix}_GRID") or "small").strip().lower()
+    if kind not in GRIDS:
+        raise ValueError(f"{env_prefix}_GRID must be one of {', '.join(GRIDS)}, got {kind!r}")
+    norms = norms if norms is not None else os.environ.get(f"{env_prefix}_NORMS")
+    device = default_device()
+    if kind == "small":
+        names = [n for n in SMALL_NORMS if n in REGISTRY.specs] + _plugin_norms()
+        backends, shapes, dtypes, passes = ["eager"], [quick_shapes()[0].label], ["float32"], ["fwd+bwd"]
+    elif kind == "quick":
+        names = REGISTRY.names()
+        backends = ["eager", "compile"]
+        shapes = [s.label for s in quick_shapes()]
+        dtypes, passes = list(QUICK_DTYPES), list(QUICK_PASSES)
+    else:
+        names = REGISTRY.names()
+        backends = []
+        for n in names:
+            for b in backends_for(REGISTRY.get(n)):
+                if b not in backends:
+                    backends.append(b)
+        shapes = [s.label for s in shapes_for("all")]
+        dtypes, passes = list(device_dtypes(device)), list(PASSES)
+    if norms:
+        names = [REGISTRY.get(n.strip()).name for n in norms.split(",") if n.strip()]
+    return [list(dict.fromkeys(names)), backends, shapes, dtypes, passes]
+
+
+def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harness: str) -> Case:
+    """The core's case for one parameter combination; raises :class:`Unsupported` (with the reason) if it cannot run."""
+    import torch
+
+    from normbench.registry import REGISTRY
+
+    spec = REGISTRY.get(norm)
+    s = by_label(shape)
+    if s.layout not in spec.layouts:
+        raise Unsupported(f"{norm} does not support the {s.layout} layout")
+    if backend not in backends_for(spec):
+        raise Unsupported(f"{norm} has no backend {backend}")
+    device = default_device()
+    timing = "cold" if device.startswith("cuda") else "hot"
+    return Case(norm, backend, s, dtype, pass_, device, timing, torch.get_num_threads(), False, harness)
+
+
+def prepare(case: Case):
+    """(prepared module, timed callable, untimed pre-callable, synchronize) for a case, warmed up."""
+    import torch
+
+    from normbench.registry import REGISTRY
+
+    prep = Prepared(REGISTRY.get(case.norm), case.backend, case.shape, case.dtype, case.device)
+    fn, pre = prep.pass_fns(case.pass_)
+    if case.device.startswith("cuda"):
+        def sync():
+            torch.cuda.synchronize(case.device)
+    else:
+        def sync():
+            return None
+    for _ in range(2):  # compiles torch.compile / Triton kernels outside the timed region
+        if pre is not None:
+            pre()
+        fn()
+    sync()
+    return prep, fn, pre, sync
+
+
+def sidecar_root() -> Path:
+    """Where the ASV suite writes full normbench records and machine info: ``<repo>/.asv/normbench``."""
+    base = os.environ.get("ASV_CONF_DIR") or os.getcwd()
+    return Path(base) / ".asv" / "normbench"
+
+
+def write_machine_sidecar(ctx) -> Path:
+    """Record this machine's provenance (GPU fields included) and ceiling for ``normbench ingest-asv``."""
+    from normbench.results.store import atomic_write_text
+
+    path = sidecar_root() / "machine" / f"{socket.gethostname()}.json"
+    data = {"hostname": socket.gethostname(), "provenance": ctx.provenance, "ceiling_gbps": ctx.ceiling_gbps,
+            "ceiling_method": ctx.ceiling_method, "datasheet_peak_gbps": ctx.datasheet_peak_gbps}
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def combo_key(norm: str, backend: str, shape: str, dtype: str, pass_: str) -> str:
+    return "|".join((norm, backend, shape, dtype, pass_))
+
+
+def sync_timer() -> float:
+    """``time.perf_counter`` after waiting for the GPU, so a timed region covers the kernels it launched."""
+    import time
+
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def benchmark_extra_info(prep, case: Case, ctx, samples: list[float]) -> dict:
+    """The normbench record for pytest-benchmark's samples, and the fields to show in its ``extra_info``."""
+    from normbench.measure.core import build_record
+    from normbench.measure.memory import saved_bytes
+
+    record = build_record(prep, case, ctx, list(samples), False, prep.errors(),
+                          None, saved_bytes(prep.forward, prep.params))
+    m = record["metrics"]
+    extra = {k: m[k] for k in ("bytes_moved", "gbps", "ceiling_gbps", "pct_of_ceiling", "datasheet_peak_gbps",
+                               "suspect", "saved_bytes")}
+    extra["bytes_model"] = record["config"]["bytes_model"]
+    extra["norm"], extra["backend"], extra["dtype"], extra["pass"] = case.norm, case.backend, case.dtype, case.pass_
+    extra["shape"] = record["config"]["shape"]
+    return {"record": record, "extra_info": extra}

@@ -1,0 +1,93 @@
+"""ASV benchmarks of every norm x backend x shape x dtype x pass, thin declarations over ``normbench.measure``.
+
+``Kernel`` times one pass with ASV's own timer (``time_``) and process peak memory (``peakmem_``).
+``Metrics`` runs the normbench measurement core over the whole grid once (``setup_cache``), writes full normbench
+records (with GPU fields ASV's machine file lacks) to ``.asv/normbench/records`` and reports GB/s, percent of the
+copy ceiling and memory above the inputs as ``track_`` benchmarks. ``normbench ingest-asv`` turns both into
+normbench records. The grid is chosen by ``NORMBENCH_ASV_GRID`` (small, quick, full) and ``NORMBENCH_ASV_NORMS``.
+"""
+
+from normbench.measure import suite
+
+PARAMS = suite.grid(env_prefix="NORMBENCH_ASV")
+
+
+class Kernel:
+    """ASV-timed passes (``time_kernel``) and ASV's process peak memory (``peakmem_kernel``)."""
+
+    params = PARAMS
+    param_names = suite.PARAM_NAMES
+    rounds = 1
+    repeat = (1, 10, 5.0)
+    warmup_time = 0.2
+    timeout = 900
+
+    def setup_cache(self):
+        from normbench.measure.core import default_device, make_context
+        from normbench.measure.timers import TimerSettings
+
+        ctx = make_context(default_device(), TimerSettings.quick(), command=["asv", "run"])
+        suite.write_machine_sidecar(ctx)
+        return {"hardware_id": ctx.provenance["hardware_id"]}
+
+    def setup(self, cache, norm, backend, shape, dtype, pass_):
+        try:
+            case = suite.case_for(norm, backend, shape, dtype, pass_, harness="asv")
+            self.prep, fn, pre, sync = suite.prepare(case)
+        except suite.Unsupported as exc:
+            raise NotImplementedError(str(exc)) from None
+
+        def run():
+            if pre is not None:
+                pre()
+            fn()
+            sync()
+
+        self.run = run
+
+    def time_kernel(self, cache, norm, backend, shape, dtype, pass_):
+        self.run()
+
+    def peakmem_kernel(self, cache, norm, backend, shape, dtype, pass_):
+        self.run()
+
+
+class Metrics:
+    """GB/s, percent of the measured copy ceiling and memory above the inputs, from the normbench core."""
+
+    params = PARAMS
+    param_names = suite.PARAM_NAMES
+    rounds = 1
+    repeat = 1
+    number = 1
+    timeout = 3600
+
+    def setup_cache(self):
+        from normbench.measure.asv_ingest import measure_grid
+
+        return measure_grid(PARAMS)
+
+    setup_cache.timeout = 3600
+
+    def setup(self, cache, norm, backend, shape, dtype, pass_):
+        key = suite.combo_key(norm, backend, shape, dtype, pass_)
+        if key not in cache["results"]:
+            raise NotImplementedError(cache["skipped"].get(key, "not measured"))
+        self.result = cache["results"][key]
+
+    def track_gbps(self, cache, norm, backend, shape, dtype, pass_):
+        return self.result["gbps"]
+
+    track_gbps.unit = "GB/s"
+
+    def track_pct_of_ceiling(self, cache, norm, backend, shape, dtype, pass_):
+        pct = self.result["pct_of_ceiling"]
+        return float("nan") if pct is None else pct
+
+    track_pct_of_ceiling.unit = "%"
+
+    def track_peak_mem_above_inputs(self, cache, norm, backend, shape, dtype, pass_):
+        peak = self.result["peak_mem_bytes"]
+        return float("nan") if peak is None else peak
+
+    track_peak_mem_above_inputs.unit = "bytes"

@@ -1,0 +1,298 @@
+"""Tests of the measurement core on the CPU: statistics, bytes models, planning, records, sweeps and the CLI.
+
+Shapes are tiny and repetitions few; no test asserts a timing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import normbench
+from normbench import results
+from normbench.measure import bytes_model as bm
+from normbench.measure import core
+from normbench.measure.ceiling import datasheet_peak_gbps
+from normbench.measure.shapes import Shape, by_label, input_shape, llm_shapes, quick_shapes, vision_shapes
+from normbench.measure.stats import quantile, summarize
+from normbench.measure.timers import TimerSettings
+
+TINY_TOKENS = Shape("tiny-tokens", "tokens", (16, 64), "quick")
+TINY_IMAGES = Shape("tiny-images", "images", (2, 8, 4, 4), "quick")
+FAST = TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0)
+
+
+def _ctx(ceiling=50.0):
+    # A stated (not measured) ceiling keeps the tests fast; records from tests never reach results/.
+    return core.Context(ceiling, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
+
+
+def _cases(norm, shape=TINY_TOKENS, backend="eager", dtype="float32", passes=("fwd", "bwd", "fwd+bwd")):
+    return [core.Case(norm, backend, shape, dtype, p, "cpu", "hot", torch.get_num_threads()) for p in passes]
+
+
+# --- statistics -------------------------------------------------------------------------------------------------
+
+def test_quantiles_interpolate_like_numpy():
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert quantile(xs, 0.5) == 3.0
+    assert quantile(xs, 0.25) == 2.0
+    assert quantile([1.0, 2.0], 0.5) == 1.5
+    s = summarize([1.0, 2.0, 3.0, 4.0])
+    assert (s["median"], s["q25"], s["q75"], s["iqr"], s["reps"]) == (2.5, 1.75, 3.25, 1.5, 4)
+
+
+def test_summarize_rejects_empty_and_negative_samples():
+    with pytest.raises(ValueError, match="zero samples"):
+        summarize([])
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        summarize([1.0, -1.0])
+    with pytest.raises(ValueError):
+        quantile([1.0], 1.5)
+
+
+# --- bytes models -----------------------------------------------------------------------------------------------
+
+def _params(**kw):
+    base = dict(n_elements=1000, inputs=1, elem_bytes=4, param_bytes=80, stat_rows=10, stats_per_row=2,
+                running_values=0)
+    base.update(kw)
+    return base
+
+
+def test_rowwise_formula_by_hand():
+    p = _params()
+    fwd = 4 * 1000 + 80 + 4 * 1000 + 4 * 10 * 2          # read x, read w, write y, write mean+rstd
+    bwd = 3 * 4 * 1000 + 2 * 80 + 4 * 10 * 2             # read x, dy, stats, w; write dx, dw
+    assert bm.bytes_moved("rowwise", "fwd", p) == fwd
+    assert bm.bytes_moved("rowwise", "bwd", p) == bwd
+    assert bm.bytes_moved("rowwise", "fwd+bwd", p) == fwd + bwd
+
+
+def test_residual_and_running_state_and_identity():
+    p = _params(inputs=2, elem_bytes=2, stats_per_row=1)
+    # forward reads x and r, writes y and s; backward reads s, dy, ds and writes one dx (shared by x and r)
+    assert bm.bytes_moved("residual_rowwise", "fwd", p) == 2 * 2 * 2 * 1000 + 80 + 4 * 10
+    assert bm.bytes_moved("residual_rowwise", "bwd", p) == 4 * 2 * 1000 + 2 * 80 + 4 * 10
+    run = _params(stat_rows=0, stats_per_row=0, running_values=16)
+    assert bm.bytes_moved("channelwise", "fwd", run) == 2 * 4 * 1000 + 80 + 2 * 4 * 16
+    assert all(bm.bytes_moved("identity", p_, _params()) == 0 for p_ in bm.PASSES)
+
+
+def test_formula_choice_covers_every_registered_norm():
+    expect = {"layernorm": "rowwise", "rmsnorm": "rowwise", "add_rmsnorm": "residual_rowwise",
+              "groupnorm": "groupwise", "batchnorm": "channelwise", "dyt": "pointwise", "none": "identity",
+              "weight_norm": "weight_reparam", "qk_norm": "rowwise"}
+    for name in normbench.list_norms():
+        spec = normbench.get_norm(name)
+        f = bm.formula_for(spec.family, spec.kind, name)
+        assert f in bm.FORMULAS
+        if name in expect:
+            assert f == expect[name], name
+    assert bm.formula_for("some_new_family", "activation") == "rowwise"  # plugin default
+    assert not bm.FORMULAS["weight_reparam"][1]
+
+
+def test_bytes_model_rejects_bad_params():
+    with pytest.raises(KeyError, match="unknown bytes formula"):
+        bm.bytes_moved("nope", "fwd", _params())
+    with pytest.raises(KeyError, match="needs params"):
+        bm.bytes_moved("rowwise", "fwd", {"n_elements": 1})
+    with pytest.raises(ValueError, match="non-negative integer"):
+        bm.bytes_moved("rowwise", "fwd", _params(n_elements=-1))
+    with pytest.raises(ValueError, match="pass must be"):
+        bm.bytes_moved("rowwise", "forward", _params())
+
+
+# --- shapes, ceilings, planning ---------------------------------------------------------------------------------
+
+def test_shapes_come_from_real_models():
+    hidden = {s.dims[1] for s in llm_shapes()}
+    tokens = {s.dims[0] for s in llm_shapes()}
+    assert min(hidden) == 512 and max(hidden) == 16384 and {4096, 32768} <= tokens
+    assert any(s.label.startswith("resnet50") for s in vision_shapes())
+    assert any(s.label.startswith("vit") for s in vision_shapes())
+    assert {s.layout for s in quick_shapes()} == {"tokens", "images"}
+    assert input_shape(by_label("llm-4096x4096"), "attention") == (4096, 32, 128)
+    with pytest.raises(KeyError):
+        by_label("nope")
+
+
+def test_datasheet_peaks():
+    assert datasheet_peak_gbps("NVIDIA H200") == 4800.0
+    assert datasheet_peak_gbps("NVIDIA H100 80GB HBM3") == 3350.0
+    assert datasheet_peak_gbps(None) is None
+    assert datasheet_peak_gbps("Some Laptop GPU") is None
+
+
+def test_quick_plan_covers_the_whole_zoo():
+    cases = core.plan(quick=True, device="cpu")
+    assert {c.norm for c in cases} == set(normbench.list_norms())
+    assert {c.dtype for c in cases} == {"float32", "bfloat16"}
+    assert {c.pass_ for c in cases} == {"fwd", "fwd+bwd"}
+    assert {"eager", "compile"} <= {c.backend for c in cases}
+    assert {c.timing for c in cases} == {"hot"}
+    for c in cases:
+        assert c.shape.layout in normbench.get_norm(c.norm).layouts
+
+
+def test_plan_rejects_bad_selections():
+    with pytest.raises(ValueError, match="unknown dtype"):
+        core.plan(norms=["layernorm"], dtypes=["float8"], device="cpu")
+    with pytest.raises(ValueError, match="unknown pass"):
+        core.plan(norms=["layernorm"], passes=["sideways"], device="cpu")
+    with pytest.raises(ValueError, match="unknown backend"):
+        core.plan(norms=["layernorm"], backends=["cuda-magic"], device="cpu")
+    with pytest.raises(ValueError, match="needs CUDA"):
+        core.plan(norms=["layernorm"], timings=["cold"], device="cpu")
+    with pytest.raises(KeyError, match="unknown norm"):
+        core.plan(norms=["layernorn"], device="cpu")
+
+
+# --- measuring ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("norm, shape", [("layernorm", TINY_TOKENS), ("add_rmsnorm", TINY_TOKENS),
+                                         ("dyt", TINY_IMAGES), ("none", TINY_TOKENS)])
+def test_measure_group_writes_valid_recomputable_records(norm, shape, tmp_path):
+    records = core.measure_group(_cases(norm, shape), _ctx())
+    assert [r["config"]["pass"] for r in records] == ["fwd", "bwd", "fwd+bwd"]
+    for rec in records:
+        assert results.validate_record(rec) == []
+        cfg, m = rec["config"], rec["metrics"]
+        # GB/s and % of ceiling follow from the record's own fields and the published formula
+        assert m["bytes_moved"] == bm.from_record_config(cfg)
+        assert math.isclose(m["gbps"], m["bytes_moved"] / m["time_median_s"] / 1e9)
+        if m["pct_of_ceiling"] is not None:
+            assert math.isclose(m["pct_of_ceiling"], 100 * m["gbps"] / m["ceiling_gbps"])
+        assert m["err"]["y"]["max_abs"] < 1e-4  # float32 against the float64 reference
+        assert m["reps"] == 3
+        assert rec["norm"]["name"] == norm
+    bwd = records[2]["metrics"]
+    if norm != "none":
+        assert bwd["err"]["dx"] is not None and bwd["saved_bytes"] > 0
+    assert records[0]["metrics"]["err"]["dx"] is None  # fwd carries no gradient error
+    results.write_records(records, tmp_path)
+    assert results.load_report(tmp_path) == []
+
+
+def test_weight_norms_report_flops_and_no_pct():
+    [rec] = core.measure_group(_cases("weight_std", TINY_TOKENS, passes=("fwd",)), _ctx())
+    assert results.validate_record(rec) == []
+    assert rec["config"]["bytes_model"]["formula"] == "weight_reparam"
+    assert rec["metrics"]["pct_of_ceiling"] is None
+    assert rec["metrics"]["flops"] == 2 * 16 * 64 * 64
+
+
+def test_bfloat16_error_is_larger_than_float32():
+    f32 = core.measure_group(_cases("rmsnorm", passes=("fwd+bwd",)), _ctx())[0]["metrics"]["err"]
+    bf16 = core.measure_group(_cases("rmsnorm", dtype="bfloat16", passes=("fwd+bwd",)), _ctx())[0]["metrics"]["err"]
+    assert bf16["y"]["max_rel"] > f32["y"]["max_rel"]
+    assert bf16["dx"]["max_rel"] > f32["dx"]["max_rel"]
+
+
+def test_unavailable_backend_is_skipped_with_its_reason():
+    spec = normbench.get_norm("layernorm")
+    reason = spec.backend_unavailable("triton")
+    if reason is None:
+        pytest.skip("triton runs here")
+    with pytest.raises(core.Unsupported, match="triton unavailable"):
+        core.measure_group(_cases("layernorm", backend="triton"), _ctx())
+    with pytest.raises(core.Unsupported, match="liger"):
+        core.measure_group(_cases("layernorm", backend="liger"), _ctx())
+    with pytest.raises(core.Unsupported, match="layout"):
+        core.measure_group(_cases("add_rmsnorm", TINY_IMAGES), _ctx())
+
+
+def test_far_above_ceiling_is_refused():
+    with pytest.raises(core.FarAboveCeiling):
+        core.measure_group(_cases("dyt", passes=("fwd",)), _ctx(ceiling=1e-9))
+
+
+def test_above_ceiling_is_flagged_suspect():
+    cases = _cases("dyt", passes=("fwd",))
+    rec = core.measure_group(cases, _ctx(ceiling=1e9))[0]
+    gbps = rec["metrics"]["gbps"]
+    ctx = _ctx(ceiling=gbps / 2)  # the same measurement against a ceiling half its bandwidth
+    prep = core.Prepared(normbench.get_norm("dyt"), "eager", TINY_TOKENS, "float32", "cpu")
+    t = rec["metrics"]["time_median_s"]
+    again = core.build_record(prep, cases[0], ctx, [t, t, t], False, {"y": None}, None, None)
+    assert again["metrics"]["suspect"] and "above the measured copy ceiling" in again["metrics"]["suspect_reason"]
+    assert results.validate_record(again) == []
+
+
+# --- sweeps: resume, interruption, skip log ---------------------------------------------------------------------
+
+def test_sweep_writes_resumes_and_survives_interruption(tmp_path, monkeypatch):
+    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx())
+    cases = (_cases("layernorm", passes=("fwd",)) + _cases("rmsnorm", passes=("fwd",))
+             + _cases("layernorm", backend="triton", passes=("fwd",)))
+    calls = []
+    real = core.measure_group
+
+    def interrupt_second(group, ctx):
+        calls.append(group[0].norm)
+        if group[0].norm == "rmsnorm":
+            raise KeyboardInterrupt
+        return real(group, ctx)
+
+    monkeypatch.setattr(core, "measure_group", interrupt_second)
+    s = core.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)
+    assert s.interrupted and s.written == 1
+    assert results.load_report(tmp_path) == []  # everything on disk is readable
+    monkeypatch.setattr(core, "measure_group", real)
+    s = core.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)
+    assert s.already_done == 1 and s.written == 1 and not s.interrupted
+    if normbench.get_norm("layernorm").backend_unavailable("triton"):
+        assert len(s.skipped) == 1
+        hw = results.provenance(device="cpu")["hardware_id"]
+        skipped = json.loads((tmp_path / "kernel" / hw / "_skipped.json").read_text())
+        assert any("triton" in e["reason"] for e in skipped.values())
+    df = results.load(tmp_path, kind="kernel")
+    assert sorted(df["norm"]) == ["layernorm", "rmsnorm"]
+    s = core.run_sweep(cases[:2], tmp_path, settings=FAST, progress=False, log=lambda m: None)
+    assert s.already_done == 2 and s.written == 0
+
+
+def test_failures_in_one_norm_do_not_stop_the_sweep(tmp_path, monkeypatch):
+    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx())
+    real = core.measure_group
+
+    def broken_dyt(group, ctx):
+        if group[0].norm == "dyt":
+            raise RuntimeError("kernel exploded")
+        return real(group, ctx)
+
+    monkeypatch.setattr(core, "measure_group", broken_dyt)
+    s = core.run_sweep(_cases("dyt", passes=("fwd",)) + _cases("rmsnorm", passes=("fwd",)), tmp_path,
+                       settings=FAST, progress=False, log=lambda m: None)
+    assert s.written == 1 and len(s.failed) == 1 and "kernel exploded" in s.failed[0][1]
+
+
+# --- CLI ------------------------------------------------------------------------------------------------------------
+
+def test_cli_bench_list_and_validate(tmp_path, capsys, monkeypatch):
+    from normbench.cli import main
+    from normbench.measure import ceiling
+
+    assert main(["bench", "--quick", "--norm", "rmsnorm", "--backend", "eager", "--pass", "fwd,fwd+bwd",
+                 "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "rmsnorm/eager/quick-2048x512/float32/fwd/hot" in out
+    monkeypatch.setattr(ceiling, "measure", lambda device: ceiling.Ceiling(50.0, "test ceiling", device))
+    rc = main(["bench", "--quick", "--norm", "dyt", "--backend", "eager", "--dtype", "float32", "--pass", "fwd",
+               "--layout", "tokens", "--out", str(tmp_path), "--no-progress"])
+    assert rc == 0
+    assert main(["validate", str(tmp_path)]) == 0
+    assert "1 valid record(s)" in capsys.readouterr().out
+    # hand-break the record: the validator names file, record and problem, and exits 1
+    [path] = list((tmp_path / "kernel").rglob("dyt.json"))
+    recs = json.loads(path.read_text())
+    recs[0]["metrics"]["time_median_s"] = -1.0
+    path.write_text(json.dumps(recs))
+    assert main(["validate", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"INVALID {path}: record 0 id={recs[0]['id']} norm=dyt: metrics.time_median_s must be > 0" in out
+    assert main(["validate", str(tmp_path / "missing")]) == 1
