@@ -110,13 +110,13 @@ def test_bytes_model_rejects_bad_params():
 # --- shapes, ceilings, planning ---------------------------------------------------------------------------------
 
 def test_shapes_come_from_real_models():
-    hidden = {s.dims[1] for s in llm_shapes()}
-    tokens = {s.dims[0] for s in llm_shapes()}
+    hidden = {s.dims[-1] for s in llm_shapes()}
+    tokens = {s.dims[0] * s.dims[1] for s in llm_shapes()}
     assert min(hidden) == 512 and max(hidden) == 16384 and {4096, 32768} <= tokens
     assert any(s.label.startswith("resnet50") for s in vision_shapes())
     assert any(s.label.startswith("vit") for s in vision_shapes())
     assert {s.layout for s in quick_shapes()} == {"tokens", "images"}
-    assert input_shape(by_label("llm-4096x4096"), "attention") == (4096, 32, 128)
+    assert input_shape(by_label("llm-4096x4096"), "attention") == (2, 32, 2048, 128)
     with pytest.raises(KeyError):
         by_label("nope")
 
@@ -280,7 +280,7 @@ def test_cli_bench_list_and_validate(tmp_path, capsys, monkeypatch):
     assert main(["bench", "--quick", "--norm", "rmsnorm", "--backend", "eager", "--pass", "fwd,fwd+bwd",
                  "--list"]) == 0
     out = capsys.readouterr().out
-    assert "rmsnorm/eager/quick-2048x512/float32/fwd/hot" in out
+    assert "rmsnorm/eager/quick-8x128x512/float32/fwd/hot" in out
     monkeypatch.setattr(ceiling, "measure", lambda device: ceiling.Ceiling(50.0, "test ceiling", device))
     rc = main(["bench", "--quick", "--norm", "dyt", "--backend", "eager", "--dtype", "float32", "--pass", "fwd",
                "--layout", "tokens", "--out", str(tmp_path), "--no-progress"])

@@ -134,6 +134,8 @@ def test_markdown_renders_structure_and_never_raw_html():
     assert 'href="javascript' not in out
     assert "<script" not in out and "<img" not in out
     assert "&lt;script&gt;" in out and "<code>code &lt;b&gt;</code>" in out
+    assert markdown.inline("**same `state_dict`**") == "<strong>same <code>state_dict</code></strong>"
+    assert 'href' not in markdown.inline('[x](https://a.b/`"onmouseover=1`)')
 
 
 # --- building the site ----------------------------------------------------------------------------------------------
@@ -247,11 +249,11 @@ def test_hostile_and_invalid_records_are_escaped_reported_and_never_break_the_bu
     sup.write_hostile(tmp_path / "results")
     assert main(["site", "build", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "site")]) == 0
     out, err = capsys.readouterr()
-    assert "5 rejected" in out and "site/index.html" in out
+    assert "6 rejected" in out and "site/index.html" in out
     assert "broken.json" in err and "invalid.json [0]" in err and "invalid.json [2]" in err
     site = tmp_path / "site"
     rejected = (site / "rejected.html").read_text()
-    for what in ("broken.json", "invalid.json", "record.metrics is missing", "onerror"):
+    for what in ("broken.json", "invalid.json", "record.metrics is missing", "onerror", "levels deep"):
         assert what in rejected
     evil = site / "norms" / "evilnorm.html"
     assert evil.is_file()
@@ -272,3 +274,23 @@ def test_empty_results_still_build(tmp_path):
     (tmp_path / "results").mkdir()
     report = build_site(tmp_path / "results", tmp_path / "site")
     assert report.records == 0 and "No results yet" in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_sparse_records_render(tmp_path):
+    """Nulls wherever the schema allows them, a lone hidden size, an all-diverged cell, placements."""
+    k = sup.kernel("layernorm", "eager", [64, 512], 2e-5, ceiling=None)
+    k["metrics"].update(pct_of_ceiling=None, peak_mem_bytes=None, saved_bytes=None, err={})
+    runs = [sup.accuracy("dyt", s, None, diverged=True, placement="pre", task="wikitext2", model="gpt",
+                         metric="perplexity", higher=False, target=None) for s in range(2)]
+    runs += [sup.accuracy("rmsnorm", s, 30.0 - s, placement=p, task="wikitext2", model="gpt", metric="perplexity",
+                          higher=False, target=None) for s in range(3) for p in ("pre", "post")]
+    for r in runs[:1]:
+        r["metrics"]["curve"] = []
+    sup.write_records([k] + runs, tmp_path / "results")
+    report = build_site(tmp_path / "results", tmp_path / "site")
+    assert report.records == 9 and not report.rejected
+    acc = (tmp_path / "site" / "accuracy.html").read_text()
+    assert "no finished run" in acc and "2/2" in acc and "perplexity (lower is better)" in acc
+    assert acc.index("rmsnorm") < acc.index('norms/dyt.html">dyt')  # the diverged cell ranks last
+    for page in _pages(tmp_path / "site"):
+        assert not audit(page.read_text()).problems

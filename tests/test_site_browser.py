@@ -81,12 +81,16 @@ class Visit:
         self.page.close()
 
 
-def _screens(site: Path, ctx, out: Path, pages) -> list[Path]:
+def _screens(site: Path, ctx, out: Path, pages, shoot=None) -> list[Path]:
+    """Open each page (failing on any console error) and screenshot those in ``shoot`` (default: all)."""
     v = Visit(ctx)
     shots = []
     try:
         for name in pages:
             v.open(site / name)
+            assert v.page.locator("h1").count() == 1, name
+            if shoot is not None and name not in shoot:
+                continue
             shot = out / (name.replace("/", "-").replace(".html", ".png"))
             v.page.screenshot(path=str(shot), full_page=True)
             shots.append(shot)
@@ -109,8 +113,11 @@ def _column(page, table: str, index: int) -> list[str]:
                                      f"rows => rows.map(r => r.cells[{index}].getAttribute('data-v'))")
 
 
-def test_demo_site_renders_sorts_and_filters(browser, tmp_path):
+def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatch):
+    from normbench.site import layout
+
     sup.write_demo(tmp_path / "results")
+    monkeypatch.setattr(layout, "PAGE_ROWS", 40)
     build_site(tmp_path / "results", tmp_path / "site")
     site = tmp_path / "site"
     v = Visit(browser)
@@ -135,6 +142,12 @@ def test_demo_site_renders_sorts_and_filters(browser, tmp_path):
 
         total = v.page.locator(f"#{table} tbody tr").count()
         box = v.page.locator(f'.filters[data-table="{table}"]')
+        # Long tables show their first rows and a button for the rest.
+        assert total > 40 and v.page.locator(f"#{table} tbody tr:not([hidden])").count() == 40
+        assert box.locator(".count").inner_text() == f"showing 40 of {total} rows"
+        v.page.click(f'button[data-more-for="{table}"]')
+        assert v.page.locator(f"#{table} tbody tr:not([hidden])").count() == total
+        assert v.page.locator(f'button[data-more-for="{table}"]').is_hidden()
         box.locator('select[data-filter="dtype"]').select_option("bfloat16")
         box.locator('select[data-filter="pass"]').select_option("fwd+bwd")
         dt, ps = labels.index("dtype"), labels.index("pass")
@@ -158,14 +171,14 @@ def test_demo_site_renders_sorts_and_filters(browser, tmp_path):
         v.close()
     shots = _screens(site, browser, tmp_path, ("index.html", "kernels.html", "accuracy.html", "norms/rmsnorm.html"))
     assert all(s.stat().st_size > 10_000 for s in shots)
-    _keep(shots, "demo-")
+    _keep(shots, "fixture-")
 
 
 def test_hostile_records_run_no_script(browser, tmp_path):
     sup.write_demo(tmp_path / "results")
     sup.write_hostile(tmp_path / "results")
     report = build_site(tmp_path / "results", tmp_path / "site")
-    assert len(report.rejected) == 5
+    assert len(report.rejected) == 6
     site = tmp_path / "site"
     v = Visit(browser)
     try:
@@ -194,7 +207,7 @@ def test_hostile_records_run_no_script(browser, tmp_path):
         v.open(site / "norms" / "evilnorm.html")
         assert '<script>window.__pwned = "script"</script> Evil Norm' in v.page.inner_text("h1")
         v.open(site / "rejected.html")
-        assert v.page.locator("table tbody tr").count() == 5
+        assert v.page.locator("table tbody tr").count() == 6
     finally:
         v.close()
     _keep(_screens(site, browser, tmp_path, ("norms/evilnorm.html", "rejected.html")), "hostile-")
@@ -207,8 +220,9 @@ def test_committed_results_render(browser, tmp_path):
         pytest.skip(f"no result records in {results} yet")
     report = build_site(results, tmp_path / "site", docs=REPO / "docs" if (REPO / "docs").is_dir() else None)
     site = tmp_path / "site"
-    pages = list(PAGES) + [str(p.relative_to(site)) for p in sorted((site / "norms").glob("*.html"))][:40]
-    shots = _screens(site, browser, tmp_path, pages)
-    assert report.records > 0
-    _keep([s for s in shots if s.name in {"index.png", "kernels.png", "accuracy.png", "methodology.png",
-                                          "hardware.png", "norms-layernorm.png", "norms-rmsnorm.png"}], "")
+    pages = list(PAGES) + [p.relative_to(site).as_posix() for p in sorted((site / "norms").glob("*.html"))]
+    shots = _screens(site, browser, tmp_path, pages, shoot={"index.html", "kernels.html", "accuracy.html",
+                                                            "methodology.html", "hardware.html",
+                                                            "norms/layernorm.html", "norms/rmsnorm.html"})
+    assert report.records > 0 and shots
+    _keep(shots, "")

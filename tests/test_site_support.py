@@ -156,13 +156,18 @@ def hostile_records() -> list[dict]:
 
 
 def invalid_records() -> list:
-    """Records that fail validation: a hostile name and id, a missing section, and a non-object."""
+    """Records the site must reject: a hostile name and id, a missing section, a non-object, absurd nesting."""
     bad_name = kernel(norm_meta("layernorm"), "eager", [64, 512], 2e-5)
     bad_name["norm"]["name"] = XSS
     bad_name["id"] = ATTR
     no_metrics = accuracy("rmsnorm", 0, 0.9)
     del no_metrics["metrics"]
-    return [bad_name, no_metrics, CLOSE]
+    deep = accuracy("rmsnorm", 1, 0.9)
+    nest = XSS
+    for _ in range(40):
+        nest = [nest]
+    deep["config"]["recipe"] = {"nest": nest}  # valid by the schema, but deeper than any real record
+    return [bad_name, no_metrics, CLOSE, deep]
 
 
 def write_hostile(root) -> None:

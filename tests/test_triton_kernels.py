@@ -207,6 +207,12 @@ def test_row_norms_wide_row(tb, dev, name, dtype):
     _run_row(tb, name, x, dy, "tokens", dtype, 20000)
 
 
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm"])
+def test_row_norms_64k_row(tb, dev, name):
+    x, dy = _inputs((1, 65536), torch.float32, dev, seed=14)
+    _run_row(tb, name, x, dy, "tokens", torch.float32, 65536)
+
+
 @pytest.mark.parametrize("name", list(ROW_NORMS))
 def test_row_norms_wide_path_many_blocks(tb, dev, name, monkeypatch):
     """The wide path with its limits shrunk: many rows, several column blocks and row tiles per program."""

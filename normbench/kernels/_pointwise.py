@@ -89,10 +89,10 @@ def _pw_bwd_cols_kernel(X, W, A, SH, DY, DX, DW_PART, DB_PART, DA_PART, DS_PART,
     shift = 0.0
     if KIND == 1:
         shift = tl.load(SH).to(tl.float32)
-    acc_w = tl.zeros([BLOCK_C], dtype=tl.float32)
-    acc_b = tl.zeros([BLOCK_C], dtype=tl.float32)
-    acc_a = tl.zeros([BLOCK_C], dtype=tl.float32)
-    acc_s = tl.zeros([BLOCK_C], dtype=tl.float32)
+    acc_w = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_a = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
+    acc_s = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
     for t in range(pid, n_tiles, tl.num_programs(0)):
         rows = t * BLOCK_R + tl.arange(0, BLOCK_R)
         mask = (rows < NROWS)[:, None] & cmask[None, :]
@@ -102,17 +102,17 @@ def _pw_bwd_cols_kernel(X, W, A, SH, DY, DX, DW_PART, DB_PART, DA_PART, DS_PART,
         f, d = _act(x, alpha, shift, KIND)
         dz = dy * w * d  # zero wherever dy was masked, so every sum below ignores padding
         tl.store(DX + offs, (dz * alpha).to(DX.dtype.element_ty), mask=mask)
-        acc_w += tl.sum(dy * f, axis=0)
-        acc_b += tl.sum(dy, axis=0)
-        acc_a += tl.sum(dz * x, axis=0)
+        acc_w += dy * f
+        acc_b += dy
+        acc_a += dz * x
         if KIND == 1:
-            acc_s += tl.sum(dz, axis=0)
-    tl.store(DW_PART + pid * C + cols, acc_w, mask=cmask)
-    tl.store(DB_PART + pid * C + cols, acc_b, mask=cmask)
+            acc_s += dz
+    tl.store(DW_PART + pid * C + cols, tl.sum(acc_w, axis=0), mask=cmask)
+    tl.store(DB_PART + pid * C + cols, tl.sum(acc_b, axis=0), mask=cmask)
     k = pid * tl.num_programs(1) + cb
-    tl.store(DA_PART + k, tl.sum(acc_a, axis=0))
+    tl.store(DA_PART + k, tl.sum(tl.sum(acc_a, axis=1), axis=0))
     if KIND == 1:
-        tl.store(DS_PART + k, tl.sum(acc_s, axis=0))
+        tl.store(DS_PART + k, tl.sum(tl.sum(acc_s, axis=1), axis=0))
 
 
 @triton.jit

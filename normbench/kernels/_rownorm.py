@@ -327,7 +327,9 @@ def _launch_fwd(grid, args, M: int, HW: int, **meta):
 def _launch_bwd(grid, args, **meta):
     if _row_bwd_tuned is not None:
         return _row_bwd_tuned[grid](*args, **meta)
-    warps = warps_for(meta["BLOCK_R"] * meta["BLOCK_C"], 8, 4)
+    # sm_90 ptxas: the images tile (channels strided) needs ~2x the registers of a tokens tile; at 8 elements per
+    # thread it spills at 32 warps, at 16 it fits in 128 registers (see python -m normbench.kernels.aot).
+    warps = warps_for(meta["BLOCK_R"] * meta["BLOCK_C"], 16 if meta["IMAGES"] else 8, 4)
     return _row_bwd_kernel[grid](*args, num_warps=warps, **meta)
 
 

@@ -8,6 +8,7 @@ first use, and ``unavailable()`` says why they cannot run here. Design and tunin
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 
@@ -58,6 +59,16 @@ def _check(*tensors: torch.Tensor) -> None:
         common.check_tensor(t)
 
 
+def _on(x: torch.Tensor):
+    """Launch on the tensor's GPU, not the current one (Triton launches on the current device)."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
+def _c(p):
+    """Kernels index parameters as dense vectors; a strided view is copied (and its gradient flows back)."""
+    return p.contiguous() if p is not None else None
+
+
 def _f(t: torch.Tensor | None, like):
     """A float32 gradient cast back to its parameter's dtype (``like``: the parameter or its dtype)."""
     if t is None or like is None:
@@ -97,8 +108,9 @@ class _RowNormFn(torch.autograd.Function):
         _check(x)
         C = x.shape[-1] if layout == "tokens" else x.shape[1]
         xk, how = _rows_view(x, layout, R.next_pow2(C) <= R.MAX_IMAGES_C)
-        y, _, aux, rstd = R.forward(xk, None, weight, bias, mode=mode, eps=eps, images=how == "images",
-                                    scalar_weight=scalar_weight, store_stats=any(ctx.needs_input_grad))
+        with _on(x):
+            y, _, aux, rstd = R.forward(xk, None, weight, bias, mode=mode, eps=eps, images=how == "images",
+                                        scalar_weight=scalar_weight, store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(xk, weight, aux, rstd)
         ctx.cfg = (mode, how, scalar_weight, _dtype(bias))
         return _back(y, how)
@@ -109,9 +121,10 @@ class _RowNormFn(torch.autograd.Function):
         xk, weight, aux, rstd = ctx.saved_tensors
         mode, how, scalar_weight, bias_dtype = ctx.cfg
         need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        dx, dw, db = _mod("_rownorm").backward(_grad_view(dy, how), None, xk, weight, aux, rstd, mode=mode,
-                                               images=how == "images", scalar_weight=scalar_weight,
-                                               has_bias=bias_dtype is not None, need_dw=need_dw)
+        with _on(xk):
+            dx, dw, db = _mod("_rownorm").backward(_grad_view(dy, how), None, xk, weight, aux, rstd, mode=mode,
+                                                   images=how == "images", scalar_weight=scalar_weight,
+                                                   has_bias=bias_dtype is not None, need_dw=need_dw)
         return _back(dx, how), _f(dw, weight), _f(db, bias_dtype), None, None, None, None
 
 
@@ -121,8 +134,9 @@ class _AddRowNormFn(torch.autograd.Function):
         dt = torch.promote_types(x.dtype, residual.dtype)
         xk, rk = x.to(dt).contiguous(), residual.to(dt).contiguous()
         _check(xk, rk)
-        y, s, aux, rstd = _mod("_rownorm").forward(xk, rk, weight, bias, mode=mode, eps=eps,
-                                                   store_stats=any(ctx.needs_input_grad))
+        with _on(xk):
+            y, s, aux, rstd = _mod("_rownorm").forward(xk, rk, weight, bias, mode=mode, eps=eps,
+                                                       store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(s, weight, aux, rstd)
         ctx.cfg = (mode, _dtype(bias), x.dtype, residual.dtype)
         ctx.set_materialize_grads(False)  # an unused s (or y) then costs no zero tensor and no read
@@ -137,9 +151,10 @@ class _AddRowNormFn(torch.autograd.Function):
             dx, dw, db = ds, None, None
         else:
             need_dw = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
-            dx, dw, db = _mod("_rownorm").backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
-                                                   s, weight, aux, rstd, mode=mode, has_bias=bias_dtype is not None,
-                                                   need_dw=need_dw)
+            with _on(s):
+                dx, dw, db = _mod("_rownorm").backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
+                                                       s, weight, aux, rstd, mode=mode,
+                                                       has_bias=bias_dtype is not None, need_dw=need_dw)
         if dx is None:
             return None, None, None, None, None, None
         # d(x + r)/dx = d(x + r)/dr = 1: both inputs get the same gradient, as torch's own add does.
@@ -157,7 +172,8 @@ class _PointwiseFn(torch.autograd.Function):
             xk, how = x.permute(0, 2, 3, 1), "nhwc"  # a free view: channels are already the fastest axis
         else:
             xk, how = x.contiguous(), "images"
-        y = P.forward(xk, alpha, shift, weight, bias, kind=kind, images=how == "images")
+        with _on(x):
+            y = P.forward(xk, alpha, shift, weight, bias, kind=kind, images=how == "images")
         ctx.save_for_backward(xk, alpha, shift, weight)
         ctx.cfg = (kind, how, bias.dtype)
         return _back(y, how)
@@ -167,8 +183,9 @@ class _PointwiseFn(torch.autograd.Function):
     def backward(ctx, dy):
         xk, alpha, shift, weight = ctx.saved_tensors
         kind, how, bias_dtype = ctx.cfg
-        dx, dw, db, da, ds = _mod("_pointwise").backward(_grad_view(dy, how), xk, alpha, shift, weight, kind=kind,
-                                                         images=how == "images")
+        with _on(xk):
+            dx, dw, db, da, ds = _mod("_pointwise").backward(_grad_view(dy, how), xk, alpha, shift, weight,
+                                                             kind=kind, images=how == "images")
         return _back(dx, how), _f(da, alpha), _f(ds, shift), _f(dw, weight), _f(db, bias_dtype), None, None
 
 
@@ -177,8 +194,9 @@ class _GroupNormFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, num_groups, eps):
         _check(x)
         xk = x.contiguous()  # channels_last inputs are copied to NCHW: groups are contiguous there
-        y, mean, rstd = _mod("_groupnorm").forward(xk, num_groups, weight, bias, eps,
-                                                   store_stats=any(ctx.needs_input_grad))
+        with _on(xk):
+            y, mean, rstd = _mod("_groupnorm").forward(xk, num_groups, weight, bias, eps,
+                                                       store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(xk, weight, mean, rstd)
         ctx.cfg = (num_groups, _dtype(bias))
         return y
@@ -189,8 +207,9 @@ class _GroupNormFn(torch.autograd.Function):
         xk, weight, mean, rstd = ctx.saved_tensors
         num_groups, bias_dtype = ctx.cfg
         need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        dx, dw, db = _mod("_groupnorm").backward(dy.contiguous(), xk, num_groups, weight, mean, rstd,
-                                                 bias_dtype is not None, need_dw=need_dw)
+        with _on(xk):
+            dx, dw, db = _mod("_groupnorm").backward(dy.contiguous(), xk, num_groups, weight, mean, rstd,
+                                                     bias_dtype is not None, need_dw=need_dw)
         return dx, _f(dw, weight), _f(db, bias_dtype), None, None
 
 
@@ -199,17 +218,17 @@ class _GroupNormFn(torch.autograd.Function):
 # ---------------------------------------------------------------------------------------------------------------
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, layout: str = "tokens"):
     """y = γ·(x − μ)/√(σ² + ε) + β over the C features."""
-    return _RowNormFn.apply(x, weight, bias, 0, float(eps), layout, False)
+    return _RowNormFn.apply(x, _c(weight), _c(bias), 0, float(eps), layout, False)
 
 
 def rms_norm(x, weight=None, eps: float = 1e-6, layout: str = "tokens"):
     """y = γ·x/√(mean(x²) + ε); SRMSNorm is this with no weight."""
-    return _RowNormFn.apply(x, weight, None, 1, float(eps), layout, False)
+    return _RowNormFn.apply(x, _c(weight), None, 1, float(eps), layout, False)
 
 
 def crms_norm(x, weight=None, eps: float = 1e-6, layout: str = "tokens"):
     """y = γ·x/√((Σx² + (Σx)²)/(C + 1) + ε)."""
-    return _RowNormFn.apply(x, weight, None, 2, float(eps), layout, False)
+    return _RowNormFn.apply(x, _c(weight), None, 2, float(eps), layout, False)
 
 
 def scale_norm(x, g, eps: float = 1e-5, layout: str = "tokens"):
@@ -219,22 +238,22 @@ def scale_norm(x, g, eps: float = 1e-5, layout: str = "tokens"):
 
 def add_layer_norm(x, residual, weight=None, bias=None, eps: float = 1e-5):
     """(LayerNorm(x + residual), x + residual)."""
-    return _AddRowNormFn.apply(x, residual, weight, bias, 0, float(eps))
+    return _AddRowNormFn.apply(x, residual, _c(weight), _c(bias), 0, float(eps))
 
 
 def add_rms_norm(x, residual, weight=None, eps: float = 1e-6):
     """(RMSNorm(x + residual), x + residual)."""
-    return _AddRowNormFn.apply(x, residual, weight, None, 1, float(eps))
+    return _AddRowNormFn.apply(x, residual, _c(weight), None, 1, float(eps))
 
 
 def dyt(x, alpha, weight, bias, layout: str = "tokens"):
     """y = γ·tanh(α·x) + β."""
-    return _PointwiseFn.apply(x, alpha, None, weight, bias, 0, layout)
+    return _PointwiseFn.apply(x, alpha, None, _c(weight), _c(bias), 0, layout)
 
 
 def derf(x, alpha, shift, weight, bias, layout: str = "tokens"):
     """y = γ·erf(α·x + s) + β."""
-    return _PointwiseFn.apply(x, alpha, shift, weight, bias, 1, layout)
+    return _PointwiseFn.apply(x, alpha, shift, _c(weight), _c(bias), 1, layout)
 
 
 def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
@@ -242,7 +261,7 @@ def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
     if x.dim() < 2 or x.shape[1] % num_groups:
         raise ValueError(f"group_norm needs [N, C, ...] with C divisible by num_groups={num_groups}, "
                          f"got {tuple(x.shape)}")
-    return _GroupNormFn.apply(x, weight, bias, int(num_groups), float(eps))
+    return _GroupNormFn.apply(x, _c(weight), _c(bias), int(num_groups), float(eps))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Shape:
-    """One input shape: ``dims`` is ``(tokens, C)`` for the tokens layout and ``(N, C, H, W)`` for images."""
+    """One input shape: ``dims`` is ``(batch, sequence, C)`` for the tokens layout and ``(N, C, H, W)`` for images.
+
+    Tokens carry a batch dimension so batch-dependent norms see sequences as samples, as in a model.
+    """
 
     label: str
     layout: str
@@ -30,14 +33,19 @@ class Shape:
 #: Hidden sizes of real LLMs: GPT-2 small/medium/large/XL, Llama 1B-405B, GPT-3 175B.
 LLM_HIDDEN = (512, 768, 1024, 2048, 4096, 5120, 8192, 12288, 16384)
 LLM_TOKENS = (4096, 8192, 16384, 32768)
+LLM_SEQ = 2048
 
 
 def llm_shapes() -> list[Shape]:
-    """Tokens × hidden size: every hidden size at 4k tokens, and every token count at hidden 4096 and 8192."""
+    """Tokens x hidden size: every hidden size at 4k tokens, every token count at hidden 4096 and 8192, and 32k x 16384.
+
+    Tokens are sequences of 2048 (``dims = (tokens / 2048, 2048, C)``); the label names tokens x hidden size.
+    """
     pairs = [(4096, c) for c in LLM_HIDDEN]
     pairs += [(t, c) for c in (4096, 8192) for t in LLM_TOKENS if t != 4096]
     pairs.append((32768, 16384))
-    return [Shape(f"llm-{t}x{c}", "tokens", (t, c), "llm", f"{t} tokens at hidden size {c}") for t, c in pairs]
+    return [Shape(f"llm-{t}x{c}", "tokens", (t // LLM_SEQ, LLM_SEQ, c), "llm",
+                  f"{t} tokens ({t // LLM_SEQ} sequences of {LLM_SEQ}) at hidden size {c}") for t, c in pairs]
 
 
 def vision_shapes() -> list[Shape]:
@@ -49,17 +57,20 @@ def vision_shapes() -> list[Shape]:
         ("resnet50-s3", (32, 1024, 14, 14)),
         ("resnet50-s4", (32, 2048, 7, 7)),
     ]
-    vit = [("vit-b16", (64 * 197, 768)), ("vit-l16", (64 * 197, 1024)), ("vit-h14", (64 * 257, 1280))]
+    vit = [("vit-b16", (64, 197, 768)), ("vit-l16", (64, 197, 1024)), ("vit-h14", (64, 257, 1280))]
     out = [Shape(label, "images", dims, "vision", "ResNet-50 stage, batch 32 at 224x224") for label, dims in resnet]
     out += [Shape(label, "tokens", dims, "vision", "ViT block input, batch 64") for label, dims in vit]
     return out
 
 
 def quick_shapes() -> list[Shape]:
-    """One small tokens shape (a 512-wide model over 2k tokens) and one small images shape (a CIFAR ResNet stage)."""
+    """One small tokens shape (a 512-wide model over 8 sequences of 128) and one small images shape (CIFAR-sized).
+
+    Small enough that the quick sweep of the whole zoo, torch.compile included, takes minutes on a 2-core CPU.
+    """
     return [
-        Shape("quick-2048x512", "tokens", (2048, 512), "quick", "2048 tokens at hidden size 512"),
-        Shape("quick-8x64x32x32", "images", (8, 64, 32, 32), "quick", "batch 8, 64 channels at 32x32"),
+        Shape("quick-8x128x512", "tokens", (8, 128, 512), "quick", "8 sequences of 128 tokens at hidden size 512"),
+        Shape("quick-8x32x32x32", "images", (8, 32, 32, 32), "quick", "batch 8, 32 channels at 32x32"),
     ]
 
 
@@ -90,9 +101,10 @@ def head_dim_for(hidden: int) -> int:
 
 
 def input_shape(shape: Shape, kind: str) -> tuple[int, ...]:
-    """The tensor shape a norm of ``kind`` sees for ``shape``: attention norms get ``(tokens, heads, head_dim)``."""
+    """The tensor shape a norm of ``kind`` sees: attention norms get ``(batch, heads, sequence, head_dim)``."""
     if kind == "attention" and shape.layout == "tokens":
-        t, c = shape.dims
+        *lead, c = shape.dims
         hd = head_dim_for(c)
-        return (t, c // hd, hd)
+        b, s = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0])
+        return (b, c // hd, s, hd)
     return shape.dims

@@ -117,8 +117,15 @@ def prepare(case: Case):
     return prep, fn, pre, sync
 
 
+#: Set by the ASV suite to ``<repo>/.asv/normbench`` (ASV runs benchmarks in temporary directories and gives an
+#: "existing" environment none of its ASV_* variables).
+SIDECAR_ENV = "NORMBENCH_ASV_SIDECAR"
+
+
 def sidecar_root() -> Path:
-    """Where the ASV suite writes full normbench records and machine info: ``<repo>/.asv/normbench``."""
+    """Where the ASV suite writes full normbench records and machine info (``<repo>/.asv/normbench``)."""
+    if os.environ.get(SIDECAR_ENV):
+        return Path(os.environ[SIDECAR_ENV])
     base = os.environ.get("ASV_CONF_DIR") or os.getcwd()
     return Path(base) / ".asv" / "normbench"
 

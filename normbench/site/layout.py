@@ -10,6 +10,9 @@ from normbench.site.markup import attrs, esc
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
        "base-uri 'none'; form-action 'none'")
 
+#: Rows a table shows before its "show all" button (the rest stay in the page, hidden, so sorting sees them).
+PAGE_ROWS = 250
+
 NAV = (
     ("index.html", "Overview"),
     ("kernels.html", "Kernels"),
@@ -89,10 +92,11 @@ class Row:
 
 
 def table(tid: str, cols: list[Col], rows: list[Row], *, filters: list[tuple[str, str]] = (),
-          search: str | None = None, caption: str = "", cls: str = "") -> str:
+          search: str | None = None, caption: str = "", cls: str = "", page: int | None = None) -> str:
     """A table the script makes sortable (click a header) and filterable (the selects above it).
 
     ``filters`` is [(key, label)]: a select per key listing the distinct ``Row.filters[key]`` values.
+    The script shows the first ``page`` rows (in the current order) with a button for the rest.
     Without the script the full table still shows.
     """
     out = []
@@ -107,7 +111,8 @@ def table(tid: str, cols: list[Col], rows: list[Row], *, filters: list[tuple[str
             out.append(f'<label>{esc(search)} <input type="search" data-search="1" placeholder="text in any column"'
                        ' autocomplete="off"></label>')
         out.append(f'<span class="count" data-count-for="{esc(tid)}">{len(rows)} rows</span></div>')
-    out.append(f'<div class="table-wrap"><table class="{esc(("lb sortable " + cls).strip())}" id="{esc(tid)}">')
+    out.append(f'<div class="table-wrap"><table class="{esc(("lb sortable " + cls).strip())}" id="{esc(tid)}" '
+               f'data-page="{int(page or PAGE_ROWS)}">')
     if caption:
         out.append(f"<caption>{caption}</caption>")
     out.append("<thead><tr>")
@@ -132,4 +137,5 @@ def table(tid: str, cols: list[Col], rows: list[Row], *, filters: list[tuple[str
             out.append(f"<td{cls}{dv}>{inner}</td>")
         out.append("</tr>")
     out.append("</tbody></table></div>")
+    out.append(f'<button type="button" class="more" data-more-for="{esc(tid)}" hidden>show all rows</button>')
     return "".join(out)

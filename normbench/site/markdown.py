@@ -27,7 +27,7 @@ def _plain(text: str) -> str:
     for m in _LINK.finditer(text):
         out.append(_emphasis(_autolinks(text[pos:m.start()])))
         label, url = m.group(1), m.group(2)
-        good = safe_url(url)
+        good = None if "\ue000" in url else safe_url(url)  # a code span inside a URL: not a link
         inner = _emphasis(esc(label))
         out.append(f'<a href="{esc(good)}" rel="noopener noreferrer nofollow">{inner}</a>' if good else inner)
         pos = m.end()
@@ -39,7 +39,7 @@ def _autolinks(text: str) -> str:
     out, pos = [], 0
     for m in _AUTOLINK.finditer(text):
         out.append(esc(text[pos:m.start()]))
-        good = safe_url(m.group(1))
+        good = None if "\ue000" in m.group(1) else safe_url(m.group(1))
         out.append(f'<a href="{esc(good)}" rel="noopener noreferrer nofollow">{esc(good)}</a>' if good
                    else esc(m.group(0)))
         pos = m.end()
@@ -49,16 +49,16 @@ def _autolinks(text: str) -> str:
 
 def inline(text: str) -> str:
     """One line of Markdown inline syntax as safe HTML."""
-    parts = re.split(r"(`+)(.+?)\1", text)
-    out = []
-    # re.split with two groups yields [text, ticks, code, text, ticks, code, ..., text].
-    i = 0
-    while i < len(parts):
-        out.append(_plain(parts[i]))
-        if i + 2 < len(parts):
-            out.append(f"<code>{esc(parts[i + 2].strip())}</code>")
-        i += 3
-    return "".join(out)
+    # Code spans are set aside first (as private-use placeholders) so emphasis may wrap them but never enter them.
+    codes: list[str] = []
+
+    def stash(m):
+        codes.append(f"<code>{esc(m.group(2).strip())}</code>")
+        return f"\ue000{len(codes) - 1}\ue001"
+
+    text = re.sub(r"(`+)(.+?)\1", stash, text.replace("\ue000", "").replace("\ue001", ""))
+    out = _plain(text)
+    return re.sub("\ue000(\\d+)\ue001", lambda m: codes[int(m.group(1))], out)
 
 
 def _slug(text: str, used: set[str]) -> str:

@@ -273,6 +273,7 @@ class Site:
                         "<code>normbench train --quick</code>, then <code>normbench site build</code>.</p>")
         hws = sorted({r["hardware"] for r in self.kernels})
         if hws:
+            body.append(self._norm_matrix(hws))
             body.append("<h2>Closest to the bandwidth ceiling, per machine</h2>"
                         '<p class="muted">The five kernel results with the highest share of the copy bandwidth '
                         "measured in the same run (suspect measurements excluded).</p>")
@@ -308,6 +309,30 @@ class Site:
                         '<th class="num">seeds</th><th>hardware</th></tr></thead><tbody>' + items
                         + "</tbody></table></div>")
         return page("Normalization layer leaderboard", "\n".join(body), self.info, active="index.html")
+
+    def _norm_matrix(self, hws: list[str]) -> str:
+        """Norms down, machines across: the best share of the ceiling any backend, dtype and pass reached."""
+        best = {hw: {r["norm"]: r for r in agg.best_backend_per_norm([r for r in self.kernels if r["hardware"] == hw])}
+                for hw in hws}
+        norms = sorted({n for hw in hws for n in best[hw]},
+                       key=lambda n: -max((best[hw][n]["pct"] or 0.0) for hw in hws if n in best[hw]))
+        rows = []
+        for n in norms:
+            cells = [(self.norm_link(n), n)]
+            for hw in hws:
+                r = best[hw].get(n)
+                if r is None:
+                    cells.append(("–", None))
+                else:
+                    tip = f"{r['backend']} · {r['dtype']} · {r['pass']} · {r['layout']} {fmt_shape(r['shape'])}"
+                    cells.append((f'<a class="plain" href="{esc(r["entry"].href)}" title="{esc(tip)}">'
+                                  f"{fmt_pct(r['pct'])}</a> <span class='muted'>{esc(r['backend'])}</span>",
+                                  r["pct"]))
+            rows.append(Row(cells))
+        cols = [Col("norm")] + [Col(hw, True, self.hw_name(hw)) for hw in hws]
+        return ("<h2>Every norm on every machine</h2><p class='muted'>The best share of the measured copy bandwidth "
+                "that any backend, dtype and pass of each norm reached (hover for which; click for the record).</p>"
+                + table("matrix", cols, rows, cls="narrow"))
 
     def kernels_page(self) -> str:
         body = ['<p class="muted">One table per machine. Click a column header to sort; use the selects to filter. '
@@ -634,9 +659,9 @@ class Site:
         return page("Hardware", "\n".join(body), self.info, active="hardware.html")
 
     def methodology_page(self) -> str:
-        body = ['<nav class="toc"><a href="#reading">Reading the tables</a> · <a href="#measurement">Measurement</a>'
-                ' · <a href="#accuracy-method">Accuracy</a> · <a href="#bytes">Bytes models in the records</a> · '
-                '<a href="#recipes">Recipes in the records</a></nav>']
+        toc = [("reading", "Reading the tables")] + [(a, t) for a, k, t in DOCS if k in self.docs or k in REQUIRED_DOCS]
+        toc += [("bytes", "Bytes models in the records"), ("recipes", "Recipes in the records")]
+        body = ['<nav class="toc">' + " · ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc) + "</nav>"]
         body.append("""<section id="reading"><h2>Reading the tables</h2><ul>
 <li><strong>time</strong>: median over timed repetitions (hover for the interquartile range and the count). CPU timings
 use <code>time.perf_counter</code> with a fixed thread count; GPU timings use CUDA events with the L2 cache flushed
@@ -652,11 +677,18 @@ A result above the ceiling means the data stayed in cache: it is flagged ⚠ sus
 Seeds combine only when every other setting is equal. Diverged seeds count in the divergence rate instead.</li>
 <li><strong>Pareto front</strong>: the norms no other norm beats on both training time and final quality.</li>
 </ul></section>""")
-        for anchor, key, title in (("measurement", "measurement.md", "Measurement"),
-                                   ("accuracy-method", "accuracy.md", "Accuracy")):
-            body.append(f'<section id="{anchor}" class="doc"><h2>{esc(title)}</h2>')
-            if key in self.docs:
-                body.append(markdown.render(self.docs[key], heading_offset=1))
+        for anchor, key, title in DOCS:
+            if key not in self.docs and key not in REQUIRED_DOCS:
+                continue
+            text = self.docs.get(key)
+            if text is not None:
+                # The document's own title, when it has one, heads its section.
+                m = re.match(r"\s*#\s+(.+?)\s*#*\s*(\n|$)", text)
+                if m:
+                    title, text = m.group(1), text[m.end():]
+            body.append(f'<section id="{anchor}" class="doc"><h2>{markdown.inline(title)}</h2>')
+            if text is not None:
+                body.append(markdown.render(text, heading_offset=1))
             else:
                 body.append(f'<p class="muted">docs/{esc(key)} is not written yet.</p>')
             body.append("</section>")
@@ -727,11 +759,17 @@ Seeds combine only when every other setting is equal. Diverged seeds count in th
         yield "rejected.html", self.rejected_page()
 
 
+#: (anchor, file in docs/, heading) rendered on the methodology page; the required ones say when they are missing.
+DOCS = (("measurement", "measurement.md", "Measurement"), ("accuracy-method", "accuracy.md", "Accuracy"),
+        ("kernels-doc", "kernels.md", "Kernels"))
+REQUIRED_DOCS = ("measurement.md", "accuracy.md")
+
+
 def read_docs(docs_dir: Path | None) -> dict[str, str]:
     out = {}
     if docs_dir is None:
         return out
-    for key in ("measurement.md", "accuracy.md"):
+    for _, key, _ in DOCS:
         p = docs_dir / key
         if p.is_file():
             try:

@@ -73,8 +73,26 @@ def _label(rec, index) -> str:
         return f"record {index}"
 
 
+MAX_DEPTH = 32
+
+
+def _too_deep(obj, limit: int = MAX_DEPTH) -> bool:
+    stack = [(obj, 0)]
+    while stack:
+        o, d = stack.pop()
+        if d > limit:
+            return True
+        if isinstance(o, dict):
+            stack.extend((v, d + 1) for v in o.values())
+        elif isinstance(o, list):
+            stack.extend((v, d + 1) for v in o)
+    return False
+
+
 def site_problems(rec: dict) -> list[str]:
     """What the site itself needs beyond the schema (so that a validator gap cannot crash the build)."""
+    if _too_deep(rec):
+        return [f"nested more than {MAX_DEPTH} levels deep; no normbench record is"]
     problems = []
     if rec.get("kind") not in ("kernel", "accuracy"):
         problems.append("kind must be kernel or accuracy")

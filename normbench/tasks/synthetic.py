@@ -35,14 +35,15 @@ def _u(g, n, lo, hi):
     return lo + (hi - lo) * torch.rand(n, generator=g)
 
 
-def shape_masks(labels: torch.Tensor, g: torch.Generator, size: int = SHAPES_SIZE) -> torch.Tensor:
+def shape_masks(labels: torch.Tensor, g: torch.Generator, size: int = SHAPES_SIZE,
+                radius: tuple[float, float] = (2.5, 4.5)) -> torch.Tensor:
     """Soft (anti-aliased) masks ``[N, size, size]`` in [0, 1] of each label's shape at a random place and scale."""
     n = len(labels)
     yy, xx = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32),
                             indexing="ij")
     cy = _u(g, n, 5.0, size - 5.0).view(n, 1, 1)
     cx = _u(g, n, 5.0, size - 5.0).view(n, 1, 1)
-    r = _u(g, n, 2.5, 4.5).view(n, 1, 1)
+    r = _u(g, n, *radius).view(n, 1, 1)
     w = _u(g, n, 0.8, 1.4).view(n, 1, 1)  # stroke half-width
     dy, dx = yy - cy, xx - cx
     cheb = torch.maximum(dy.abs(), dx.abs())
@@ -68,11 +69,13 @@ def shape_masks(labels: torch.Tensor, g: torch.Generator, size: int = SHAPES_SIZ
     return masks[torch.arange(n), labels]
 
 
-def make_shapes(n: int, seed: int, size: int = SHAPES_SIZE) -> dict[str, torch.Tensor]:
+def make_shapes(n: int, seed: int, size: int = SHAPES_SIZE, texture: float = 0.3, noise: float = 0.06,
+                contrast: tuple[float, float] = (0.25, 4.0), radius: tuple[float, float] = (3.0, 5.0),
+                polarity: bool = True) -> dict[str, torch.Tensor]:
     """``n`` labelled shape images ``uint8 [n, 3, size, size]`` from ``seed`` (same on every machine)."""
     g = _gen(seed)
     y = torch.randint(0, len(SHAPES_CLASSES), (n,), generator=g)
-    mask = shape_masks(y, g, size).unsqueeze(1)  # [n, 1, H, W]
+    mask = shape_masks(y, g, size, radius).unsqueeze(1)  # [n, 1, H, W]
     # Background: a random colour plus a smooth random texture (upsampled 4x4 noise).
     bg = torch.rand(n, 3, 1, 1, generator=g)
     tex = torch.nn.functional.interpolate(torch.rand(n, 3, 4, 4, generator=g), size=(size, size), mode="bilinear",
@@ -80,10 +83,13 @@ def make_shapes(n: int, seed: int, size: int = SHAPES_SIZE) -> dict[str, torch.T
     fg = torch.rand(n, 3, 1, 1, generator=g)
     # Keep the shape visible: push the foreground away from the background colour.
     fg = torch.where((fg - bg).abs() < 0.35, (bg + 0.5) % 1.0, fg)
-    img = (1 - mask) * (0.6 * bg + 0.4 * tex) + mask * fg
-    img = img + 0.08 * torch.randn(n, 3, size, size, generator=g)
+    if polarity:  # foreground brighter than the background in every channel
+        lo, hi = torch.minimum(fg, bg), torch.maximum(fg, bg)
+        fg, bg = hi, lo
+    img = (1 - mask) * ((1 - texture) * bg + texture * tex) + mask * fg
+    img = img + noise * torch.randn(n, 3, size, size, generator=g)
     # Nuisance: per-image contrast over a 16x range around a random mid-grey, and a colour cast.
-    contrast = torch.exp(_u(g, n, math.log(0.25), math.log(4.0))).view(n, 1, 1, 1)
+    contrast = torch.exp(_u(g, n, math.log(contrast[0]), math.log(contrast[1]))).view(n, 1, 1, 1)
     mid = _u(g, n, 0.3, 0.7).view(n, 1, 1, 1)
     cast = _u(g, 3 * n, -0.1, 0.1).view(n, 3, 1, 1)
     img = mid + contrast * (img - 0.5) * 0.5 + cast

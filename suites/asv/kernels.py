@@ -7,8 +7,13 @@ copy ceiling and memory above the inputs as ``track_`` benchmarks. ``normbench i
 normbench records. The grid is chosen by ``NORMBENCH_ASV_GRID`` (small, quick, full) and ``NORMBENCH_ASV_NORMS``.
 """
 
+import os
+from pathlib import Path
+
 from normbench.measure import suite
 
+# Side records go next to ASV's results (results_dir ".asv/results" in asv.conf.json, two levels up from here).
+os.environ.setdefault(suite.SIDECAR_ENV, str(Path(__file__).resolve().parents[2] / ".asv" / "normbench"))
 PARAMS = suite.grid(env_prefix="NORMBENCH_ASV")
 
 

@@ -1,4 +1,4 @@
-// normbench leaderboard: sortable and filterable tables. No data is injected as HTML; only textContent is written.
+// normbench leaderboard: sortable, filterable, paged tables. No data is injected as HTML; only textContent is written.
 (function () {
   "use strict";
 
@@ -12,6 +12,53 @@
       return isNaN(x) ? null : x;
     }
     return (v !== null ? v : cell.textContent).trim().toLowerCase();
+  }
+
+  function filterBox(table) {
+    var boxes = document.querySelectorAll(".filters[data-table]");
+    for (var i = 0; i < boxes.length; i++) if (boxes[i].getAttribute("data-table") === table.id) return boxes[i];
+    return null;
+  }
+
+  function moreButton(table) {
+    var buttons = document.querySelectorAll("button[data-more-for]");
+    for (var i = 0; i < buttons.length; i++) if (buttons[i].getAttribute("data-more-for") === table.id) return buttons[i];
+    return null;
+  }
+
+  // Shows the rows that pass the filters, the first `data-page` of them unless "show all" was pressed;
+  // hidden rows cost no layout, so long tables stay quick.
+  function refresh(table) {
+    var box = filterBox(table);
+    var selects = box ? box.querySelectorAll("select[data-filter]") : [];
+    var search = box ? box.querySelector("input[data-search]") : null;
+    var needle = search ? search.value.trim().toLowerCase() : "";
+    var limit = table._nbAll ? Infinity : (parseInt(table.getAttribute("data-page"), 10) || Infinity);
+    var rows = table.tBodies[0].rows;
+    var matches = 0, visible = 0;
+    for (var i = 0; i < rows.length; i++) {
+      var row = rows[i], ok = true;
+      for (var j = 0; j < selects.length && ok; j++) {
+        var want = selects[j].value;
+        if (want !== "" && row.getAttribute("data-f-" + selects[j].getAttribute("data-filter")) !== want) ok = false;
+      }
+      if (ok && needle && row.textContent.toLowerCase().indexOf(needle) < 0) ok = false;
+      if (ok) matches++;
+      var show = ok && matches <= limit;
+      if (show) visible++;
+      if (row.hidden === show) row.hidden = !show;
+    }
+    var total = rows.length, text;
+    if (matches === total) text = visible < matches ? "showing " + visible + " of " + total + " rows" : total + " rows";
+    else text = visible < matches ? "showing " + visible + " of " + matches + " matching (" + total + " rows)"
+                                  : matches + " of " + total + " rows";
+    var count = box ? box.querySelector(".count") : null;
+    if (count) count.textContent = text;
+    var more = moreButton(table);
+    if (more) {
+      more.hidden = visible >= matches;
+      more.textContent = "show all " + matches + " rows";
+    }
   }
 
   function sortTable(table, th) {
@@ -41,28 +88,7 @@
     var frag = document.createDocumentFragment();
     items.forEach(function (it) { frag.appendChild(it.row); });
     body.appendChild(frag);
-  }
-
-  function applyFilters(box) {
-    var table = document.getElementById(box.getAttribute("data-table"));
-    if (!table) return;
-    var selects = box.querySelectorAll("select[data-filter]");
-    var search = box.querySelector("input[data-search]");
-    var needle = search ? search.value.trim().toLowerCase() : "";
-    var rows = table.tBodies[0].rows;
-    var shown = 0;
-    for (var i = 0; i < rows.length; i++) {
-      var row = rows[i], ok = true;
-      for (var j = 0; j < selects.length && ok; j++) {
-        var want = selects[j].value;
-        if (want !== "" && row.getAttribute("data-f-" + selects[j].getAttribute("data-filter")) !== want) ok = false;
-      }
-      if (ok && needle && row.textContent.toLowerCase().indexOf(needle) < 0) ok = false;
-      row.hidden = !ok;
-      if (ok) shown++;
-    }
-    var count = document.querySelector('[data-count-for="' + CSS.escape(table.id) + '"]');
-    if (count) count.textContent = shown === rows.length ? rows.length + " rows" : shown + " of " + rows.length + " rows";
+    refresh(table);
   }
 
   function init() {
@@ -76,14 +102,15 @@
             (button || th).addEventListener("click", function () { sortTable(table, th); });
           })(heads[h]);
         }
+        var box = filterBox(table);
+        if (box) {
+          box.addEventListener("change", function () { refresh(table); });
+          box.addEventListener("input", function () { refresh(table); });
+        }
+        var more = moreButton(table);
+        if (more) more.addEventListener("click", function () { table._nbAll = true; refresh(table); });
+        refresh(table);
       })(tables[t]);
-    }
-    var boxes = document.querySelectorAll(".filters[data-table]");
-    for (var b = 0; b < boxes.length; b++) {
-      (function (box) {
-        box.addEventListener("change", function () { applyFilters(box); });
-        box.addEventListener("input", function () { applyFilters(box); });
-      })(boxes[b]);
     }
     document.documentElement.classList.add("js");
   }

@@ -1,0 +1,144 @@
+"""Tests of the ASV and pytest-benchmark suites' parametrisation and of ingesting ASV results, on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import normbench
+from normbench import results
+from normbench.measure import asv_ingest, core, suite
+from normbench.measure.timers import TimerSettings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_asv_suite(monkeypatch, tmp_path, **env):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(suite.SIDECAR_ENV, str(tmp_path / "sidecar"))
+    spec = importlib.util.spec_from_file_location("nb_asv_kernels", REPO / "suites" / "asv" / "kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_grids():
+    norms, backends, shapes, dtypes, passes = suite.grid("small")
+    assert set(suite.SMALL_NORMS) <= set(norms) and backends == ["eager"] and passes == ["fwd+bwd"]
+    plugins = [n for n in normbench.list_norms() if normbench.get_norm(n).package != "normbench"]
+    assert set(plugins) <= set(norms)  # installed plugin norms are always swept
+    norms, backends, shapes, dtypes, passes = suite.grid("full")
+    assert norms == normbench.list_norms()
+    assert {"eager", "compile", "triton", "liger", "apex"} <= set(backends)
+    assert {"llm-4096x4096", "resnet50-s1", "vit-b16"} <= set(shapes)
+    assert set(passes) == {"fwd", "bwd", "fwd+bwd"}
+    assert suite.grid("quick")[0] == normbench.list_norms()
+    assert suite.grid("small", norms="dyt,groupnorm")[0] == ["dyt", "groupnorm"]
+    with pytest.raises(ValueError, match="must be one of small, quick, full"):
+        suite.grid("huge")
+
+
+def test_case_for_explains_what_cannot_run():
+    with pytest.raises(suite.Unsupported, match="layout"):
+        suite.case_for("add_rmsnorm", "eager", "quick-8x32x32x32", "float32", "fwd", harness="asv")
+    with pytest.raises(suite.Unsupported, match="no backend"):
+        suite.case_for("batchnorm", "triton", "quick-8x128x512", "float32", "fwd", harness="asv")
+    case = suite.case_for("dyt", "eager", "quick-8x128x512", "float32", "bwd", harness="asv")
+    assert case.harness == "asv" and case.shape.dims == (8, 128, 512)
+
+
+def test_asv_suite_parametrisation_and_skips(monkeypatch, tmp_path):
+    mod = _load_asv_suite(monkeypatch, tmp_path, NORMBENCH_ASV_GRID="full")
+    assert mod.Kernel.params == suite.grid("full") == mod.Metrics.params
+    assert mod.Kernel.param_names == ["norm", "backend", "shape", "dtype", "pass"]
+    for name in ("time_kernel", "peakmem_kernel"):
+        assert callable(getattr(mod.Kernel, name))
+    for name in ("track_gbps", "track_pct_of_ceiling", "track_peak_mem_above_inputs"):
+        assert callable(getattr(mod.Metrics, name)) and getattr(mod.Metrics, name).unit
+    k = mod.Kernel()
+    with pytest.raises(NotImplementedError, match="layout"):
+        k.setup({}, "add_rmsnorm", "eager", "quick-8x32x32x32", "float32", "fwd")
+    if normbench.get_norm("rmsnorm").backend_unavailable("triton"):
+        with pytest.raises(NotImplementedError, match="triton unavailable"):
+            k.setup({}, "rmsnorm", "triton", "quick-8x128x512", "float32", "fwd")
+    m = mod.Metrics()
+    with pytest.raises(NotImplementedError, match="why not"):
+        m.setup({"results": {}, "skipped": {"dyt|eager|quick-8x128x512|float32|fwd": "why not"}},
+                "dyt", "eager", "quick-8x128x512", "float32", "fwd")
+    mod = _load_asv_suite(monkeypatch, tmp_path, NORMBENCH_ASV_GRID="small")
+    assert len(list(itertools.product(*mod.Kernel.params))) <= 3 * len(mod.Kernel.params[0])
+
+
+def test_asv_kernel_benchmark_runs(monkeypatch, tmp_path):
+    mod = _load_asv_suite(monkeypatch, tmp_path)
+    k = mod.Kernel()
+    k.setup({}, "rmsnorm", "eager", "quick-8x128x512", "float32", "bwd")
+    k.time_kernel({}, "rmsnorm", "eager", "quick-8x128x512", "float32", "bwd")
+
+
+def _asv_result_file(path: Path, combos, times):
+    """A result file in ASV's v2 format (as asv 0.6 writes it), for a Kernel.time_kernel run."""
+    params = [[repr(v) for v in dict.fromkeys(col)] for col in zip(*combos)]
+    row = [list(times), params, "v", 0, 1.0, None, None, [t * 0.9 for t in times], [t * 1.1 for t in times],
+           [1] * len(times), [10] * len(times), None, None]
+    data = {"commit_hash": "abc", "env_name": "existing-py", "date": 0, "params": {"machine": "testbox"},
+            "python": "3.11", "requirements": {}, "env_vars": {},
+            "result_columns": ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
+                               "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
+                               "samples", "profile"],
+            "results": {asv_ingest.TIME_BENCH: row}, "durations": {}, "version": 2}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_ingest_asv_with_and_without_core_records(monkeypatch, tmp_path):
+    sidecar = tmp_path / "normbench"
+    monkeypatch.setenv(suite.SIDECAR_ENV, str(sidecar))
+    ctx = core.Context(50.0, "test ceiling", results.provenance(command="asv run", device="cpu"),
+                       TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0))
+    suite.write_machine_sidecar(ctx)
+    # one parameter set also measured by the core (as the Metrics benchmarks do), one only timed by ASV
+    measured = suite.case_for("rmsnorm", "eager", "quick-8x128x512", "float32", "fwd", harness="asv")
+    results.write_records(core.measure_group([measured], ctx), sidecar / "records")
+    combos = [("rmsnorm", "eager", "quick-8x128x512", "float32", "fwd"),
+              ("rmsnorm", "eager", "quick-8x128x512", "float32", "fwd+bwd")]
+    asv_dir = tmp_path / "results"
+    _asv_result_file(asv_dir / "testbox" / "abc-existing.json", combos, [0.002, 0.004])
+    (asv_dir / "testbox" / "machine.json").write_text("{}")
+    out = tmp_path / "out"
+    n, problems = asv_ingest.ingest(asv_dir, sidecar=sidecar, out=out)
+    assert n == 2 and problems == []
+    assert results.load_report(out) == []
+    df = results.load(out, kind="kernel").set_index("pass")
+    assert (df["harness"] == "asv").all()
+    core_rec = df.loc["fwd"]
+    assert core_rec["asv_time_median_s"] == 0.002 and core_rec["err_y_max_abs"] is not None
+    asv_only = df.loc["fwd+bwd"]
+    assert asv_only["time_median_s"] == 0.004 and asv_only["timing"] == "hot"
+    assert asv_only["hw_cpu"] == ctx.provenance["hardware"]["cpu"]
+    with pytest.raises(FileNotFoundError, match="asv run"):
+        asv_ingest.ingest(tmp_path / "nowhere", out=out)
+
+
+def test_pytest_benchmark_suite_collects_grouped_by_norm(tmp_path):
+    env = dict(os.environ, NORMBENCH_PYTEST_GRID="quick", NORMBENCH_PYTEST_NORMS="layernorm,add_rmsnorm")
+    out = subprocess.run([sys.executable, "-m", "pytest", "suites/pytest_benchmark", "--collect-only", "-q",
+                          "-p", "no:randomly"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    ids = [line for line in out.stdout.splitlines() if "test_kernel[" in line]
+    assert "suites/pytest_benchmark/test_kernels.py::test_kernel[layernorm-compile-quick-8x32x32x32-bfloat16-fwd]" \
+        in ids
+    assert len(ids) == 2 * 2 * 2 * 2 * 2  # norms x backends x shapes x dtypes x passes
+
+
+def test_default_pytest_run_does_not_collect_the_suites():
+    text = (REPO / "pyproject.toml").read_text()
+    assert 'testpaths = ["tests"]' in text
