@@ -7,7 +7,7 @@ bash scripts/setup.sh
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "[test] installing Debian's chromium for the browser test" >&2
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null) \
       || echo "[test] could not install chromium; the browser test will be skipped" >&2
   else
     echo "[test] chromium not found and not root: the browser test will be skipped (apt-get install chromium)" >&2

@@ -104,7 +104,7 @@ def render(md: str, heading_offset: int = 1) -> str:
 
     def flush_para():
         if para:
-            out.append("<p>" + " ".join(inline(p) for p in para) + "</p>")
+            out.append("<p>" + inline(" ".join(para)) + "</p>")
             para.clear()
 
     while i < len(lines):
@@ -169,7 +169,7 @@ def render(md: str, heading_offset: int = 1) -> str:
                     break
                 i += 1
             tag = "ol" if ordered else "ul"
-            out.append(f"<{tag}>" + "".join("<li>" + " ".join(inline(p) for p in it) + "</li>" for it in items)
+            out.append(f"<{tag}>" + "".join("<li>" + inline(" ".join(it)) + "</li>" for it in items)
                        + f"</{tag}>")
             continue
         para.append(stripped)

@@ -54,10 +54,6 @@ def _s(v) -> str:
     return v if isinstance(v, str) else ""
 
 
-def _date(ts: str) -> str:
-    return ts[:10] if re.match(r"^\d{4}-\d{2}-\d{2}", ts or "") else "?"
-
-
 def _metric_label(metric: str, higher: bool) -> str:
     return f"{metric} ({'higher' if higher else 'lower'} is better)"
 
@@ -75,11 +71,9 @@ class Site:
         self.cells = agg.accuracy_cells(self.acc_rows)
         # The newest record of a norm describes it (metadata can improve between versions).
         self.norm_meta: dict[str, dict] = {}
+        self.hw_entries: dict[str, list] = {}   # oldest first, so [-1] describes a machine as last seen
         for e in sorted(loaded.entries, key=lambda e: _s(e.rec["provenance"].get("timestamp"))):
             self.norm_meta[e.rec["norm"]["name"]] = e.rec["norm"]
-        self.hardware = sorted({r["hardware"] for r in self.kernels} | {r["hardware"] for r in self.acc_rows})
-        self.hw_entries: dict[str, list] = {}
-        for e in loaded.entries:
             self.hw_entries.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
 
     # --- shared pieces -----------------------------------------------------------------------------------------
@@ -263,7 +257,7 @@ class Site:
                     f'<div><span class="big">{n_k}</span> kernel results</div>'
                     f'<div><span class="big">{n_a}</span> training runs</div>'
                     f'<div><span class="big">{len(norms)}</span> norms</div>'
-                    f'<div><span class="big">{len(self.hardware)}</span> machines</div>'
+                    f'<div><span class="big">{len(self.hw_entries)}</span> machines</div>'
                     f'<div><span class="big small">{esc(self.info.taken)}</span> data taken</div></div>')
         if self.loaded.rejected:
             body.append(f'<p class="notice">{len(self.loaded.rejected)} record(s) or file(s) were rejected and are '
@@ -303,10 +297,10 @@ class Site:
             items = "".join(
                 f"<tr><td>{i + 1}</td><td>{self.norm_link(c.norm)}</td><td>{esc(c.placement or '')}</td>"
                 f"<td class='num'>{self._mean_ci(c)}</td><td class='num'>{c.final.n}/{c.n}</td>"
-                f"<td>{esc(c.hardware)}</td></tr>" for i, c in enumerate(ranked))
+                f"<td>{esc(c.hardware)}</td><td>{self._seed_links(c, 0)}</td></tr>" for i, c in enumerate(ranked))
             body.append(f'<div class="table-wrap"><table class="lb compact"><thead><tr><th>#</th><th>norm</th>'
                         f'<th>placement</th><th class="num">{esc(_metric_label(c0.metric, c0.higher))}</th>'
-                        '<th class="num">seeds</th><th>hardware</th></tr></thead><tbody>' + items
+                        '<th class="num">seeds</th><th>hardware</th><th>records</th></tr></thead><tbody>' + items
                         + "</tbody></table></div>")
         return page("Normalization layer leaderboard", "\n".join(body), self.info, active="index.html")
 
@@ -405,7 +399,11 @@ class Site:
             return f'<span title="std {esc(std)} over {st.n} seeds; 95 % CI (t-distribution)">{s} ± {esc(ci)}</span>'
         return f'<span title="one seed: no interval">{s}</span>'
 
-    def acc_table(self, tid: str, cells: list, depth: int = 0, show_task: bool = False) -> str:
+    def _seed_links(self, c, depth: int) -> str:
+        return " ".join(self.rec_link(r["entry"], depth, f"s{int(r['seed'])}" if r["seed"] is not None else "run")
+                        for r in c.runs)
+
+    def acc_table(self, tid: str, cells: list, depth: int = 0) -> str:
         c0 = cells[0]
         cols = [Col("#", True, sorted="ascending"), Col("norm"), Col("placement"), Col("hardware"),
                 Col(f"{c0.metric} mean ± 95 % CI", True, _metric_label(c0.metric, c0.higher)),
@@ -414,8 +412,6 @@ class Site:
                 Col("diverged", True, "fraction of seeds whose loss became NaN/inf"),
                 Col("wall time", True, "training wall time, mean over seeds"),
                 Col("seeds", True), Col("records")]
-        if show_task:
-            cols.insert(1, Col("task · model"))
         rows = []
         for i, c in enumerate(agg.rank_cells(cells)):
             tgt = ""
@@ -425,8 +421,7 @@ class Site:
                 tgt = f"<span class='muted'>not reached (0/{c.n})</span>"
             else:
                 tgt = "<span class='muted'>no target</span>"
-            recs = " ".join(self.rec_link(r["entry"], depth, f"s{int(r['seed'])}" if r["seed"] is not None else "run")
-                            for r in c.runs)
+            recs = self._seed_links(c, depth)
             div = f"{c.n_diverged}/{c.n}"
             cells_html = [
                 (str(i + 1), float(i + 1)),
@@ -441,8 +436,6 @@ class Site:
                 (str(c.n), float(c.n)),
                 (recs, None),
             ]
-            if show_task:
-                cells_html.insert(1, (f"{esc(c.task)} · {esc(c.model)}", f"{c.task} {c.model}"))
             rows.append(Row(cells_html, filters={"placement": c.placement or "", "hardware": c.hardware},
                             cls="diverged" if c.final.mean is None else ""))
         filters = [(k, k) for k in ("placement", "hardware") if len({r.filters[k] for r in rows}) > 1]
