@@ -14,7 +14,7 @@ import torch
 import normbench
 from normbench import results
 from normbench.measure import bytes_model as bm
-from normbench.measure import core
+from normbench.measure import core, suite
 from normbench.measure.ceiling import datasheet_peak_gbps
 from normbench.measure.shapes import Shape, by_label, input_shape, llm_shapes, quick_shapes, vision_shapes
 from normbench.measure.stats import quantile, summarize
@@ -232,11 +232,11 @@ def test_sweep_writes_resumes_and_survives_interruption(tmp_path, monkeypatch):
     calls = []
     real = core.measure_group
 
-    def interrupt_second(group, ctx):
+    def interrupt_second(group, ctx, refused=None):
         calls.append(group[0].norm)
         if group[0].norm == "rmsnorm":
             raise KeyboardInterrupt
-        return real(group, ctx)
+        return real(group, ctx, refused)
 
     monkeypatch.setattr(core, "measure_group", interrupt_second)
     s = core.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)
@@ -260,10 +260,10 @@ def test_failures_in_one_norm_do_not_stop_the_sweep(tmp_path, monkeypatch):
     monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx())
     real = core.measure_group
 
-    def broken_dyt(group, ctx):
+    def broken_dyt(group, ctx, refused=None):
         if group[0].norm == "dyt":
             raise RuntimeError("kernel exploded")
-        return real(group, ctx)
+        return real(group, ctx, refused)
 
     monkeypatch.setattr(core, "measure_group", broken_dyt)
     s = core.run_sweep(_cases("dyt", passes=("fwd",)) + _cases("rmsnorm", passes=("fwd",)), tmp_path,
@@ -296,3 +296,30 @@ def test_cli_bench_list_and_validate(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert f"INVALID {path}: record 0 id={recs[0]['id']} norm=dyt: metrics.time_median_s must be > 0" in out
     assert main(["validate", str(tmp_path / "missing")]) == 1
+
+
+def test_plugin_norms_are_swept_and_their_records_outlive_the_plugin(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from normbench.registry import REGISTRY
+
+    plugin = replace(normbench.get_norm("rmsnorm"), name="plug_rms", title="Plugin RMS", package="normbench-plug",
+                     package_version="9.9", extra_backends=())
+    monkeypatch.setitem(REGISTRY.specs, "plug_rms", plugin)
+    assert any(c.norm == "plug_rms" for c in core.plan(quick=True, device="cpu"))
+    assert "plug_rms" in suite.grid("small")[0]
+    records = core.measure_group(_cases("plug_rms", passes=("fwd",)), _ctx())
+    results.write_records(records, tmp_path)
+    monkeypatch.delitem(REGISTRY.specs, "plug_rms")  # the plugin is uninstalled
+    with pytest.raises(KeyError):
+        normbench.get_norm("plug_rms")
+    assert results.load_report(tmp_path) == []
+    df = results.load(tmp_path, kind="kernel")
+    assert list(df["norm"]) == ["plug_rms"] and list(df["norm_package"]) == ["normbench-plug"]
+
+
+def test_sweep_skips_far_above_ceiling_results_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx(ceiling=1e-9))
+    s = core.run_sweep(_cases("dyt", passes=("fwd",)), tmp_path, settings=FAST, progress=False, log=lambda m: None)
+    assert s.written == 0 and not s.failed
+    assert len(s.skipped) == 1 and "more than 10x the measured ceiling" in s.skipped[0][1]

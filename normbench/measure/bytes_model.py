@@ -33,7 +33,7 @@ FORMULAS = {
     "channelwise": ("statistics per channel over the batch (N, H, W); running state read and written", True),
     "pointwise": ("no statistics: an element-wise function with scalar/per-channel parameters", True),
     "residual_rowwise": ("residual add then row statistics: reads x and r, writes y and s = x + r", True),
-    "identity": ("the no-norm baseline: returns its input, so no bytes move", True),
+    "identity": ("the no-norm baseline: returns its input, so no bytes move (% of ceiling not meaningful)", False),
     "weight_reparam": ("a reparameterised Linear/Conv2d: compute-bound, bytes reported but % of ceiling is not "
                        "meaningful", False),
 }

@@ -91,6 +91,7 @@ def _cmd_bench(args) -> int:
         print("nothing to measure: no norm supports the selected layouts/shapes", file=sys.stderr)
         return 0
     settings = TimerSettings.quick() if args.quick else TimerSettings()
+    _quiet_compile_warnings()
     t0 = time.perf_counter()
     s = run_sweep(cases, args.out, force=args.force, settings=settings, progress=not args.no_progress)
     wall = time.perf_counter() - t0
@@ -111,6 +112,18 @@ def _cmd_bench(args) -> int:
         print("interrupted; the records written so far are kept (re-run to resume)", file=sys.stderr)
         return 130
     return 1 if s.failed else 0
+
+
+def _quiet_compile_warnings() -> None:
+    """Dynamo's graph-break warnings (norms calling .item(), say) would bury the sweep's own output."""
+    import logging
+
+    try:
+        import torch._logging
+
+        torch._logging.set_logs(dynamo=logging.ERROR)
+    except (ImportError, AttributeError, TypeError):
+        pass
 
 
 def _cmd_validate(args) -> int:

@@ -150,6 +150,8 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
             for backend in wanted:
                 if trim_compile and backend == "compile" and shape.layout != first_layout:
                     continue
+                if backend in baselines.BASELINES and shape.layout != "tokens":
+                    continue  # Liger's and Apex's norms normalise the last dimension only
                 for dtype in dtypes:
                     if trim_compile and backend == "compile" and dtype != "float32":
                         continue
@@ -236,6 +238,14 @@ class Prepared:
     def backward(self, outs) -> tuple:
         o, g = self._grad_pairs(outs)
         return torch.autograd.grad(o, self.targets, g, allow_unused=True)
+
+    def retained_backward(self) -> Callable[[], object]:
+        """A backward over one forward's graph, kept alive (``retain_graph``) so it can be called repeatedly.
+
+        For harnesses that cannot run untimed code before every repetition (ASV's timer).
+        """
+        o, g = self._grad_pairs(self.forward())
+        return lambda: torch.autograd.grad(o, self.targets, g, retain_graph=True, allow_unused=True)
 
     def pass_fns(self, pass_: str) -> tuple[Callable[[], object], Callable[[], object] | None]:
         """(timed callable, untimed callable run before each repetition or ``None``)."""
@@ -358,7 +368,6 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     spec = prep.spec
     model = prep.bytes_model()
     config = case.config(spec)
-    config["graphs"] = used_graph
     config["bytes_model"] = model
     st = summarize(samples)
     nbytes = bm.bytes_moved(model["formula"], case.pass_, model["params"])
@@ -367,10 +376,10 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     suspect, reason = False, None
     if pct is not None and gbps > ctx.ceiling_gbps:
         if gbps > FAR_ABOVE_CEILING * ctx.ceiling_gbps:
-            raise FarAboveCeiling(f"{gbps:.1f} GB/s is more than {FAR_ABOVE_CEILING:g}x the measured ceiling "
-                                  f"{ctx.ceiling_gbps:.1f} GB/s; not recorded")
+            raise FarAboveCeiling(f"{gbps:.3g} GB/s is more than {FAR_ABOVE_CEILING:g}x the measured ceiling "
+                                  f"{ctx.ceiling_gbps:.3g} GB/s: a broken timing, not recorded")
         suspect = True
-        reason = (f"{gbps:.1f} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.1f} GB/s: the data was "
+        reason = (f"{gbps:.3g} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.3g} GB/s: the data was "
                   "likely cache-resident" + (" (hot timing)" if case.timing == "hot" else ""))
     metrics = {
         "time_median_s": st["median"],
@@ -394,6 +403,7 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         "err": {"y": err.get("y"), "dx": err.get("dx") if case.pass_ != "fwd" else None,
                 "dw": err.get("dw") if case.pass_ != "fwd" else None},
         "err_reference": "eager module in float64 on the same inputs",
+        "graph_used": used_graph,
     }
     flops = prep.flops(case.pass_)
     if flops is not None:
@@ -406,10 +416,11 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     return make_record("kernel", spec.to_dict(), config, metrics, prov)
 
 
-def measure_group(cases: list[Case], ctx: Context) -> list[dict]:
+def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) -> list[dict]:
     """Measure cases that share norm, backend, shape, dtype and device; returns their records.
 
-    Raises :class:`Unsupported` when the group cannot run here.
+    Raises :class:`Unsupported` when the group cannot run here. A case whose bandwidth comes out far above
+    the ceiling is left out; ``refused`` (if given) collects ``(case, reason)`` for it.
     """
     from normbench.measure.memory import saved_bytes
     from normbench.registry import REGISTRY
@@ -425,7 +436,12 @@ def measure_group(cases: list[Case], ctx: Context) -> list[dict]:
     for case in cases:
         samples, used_graph = time_pass(prep, case, ctx.settings)
         peak = peak_memory(prep, case.pass_)
-        records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved))
+        try:
+            records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved))
+        except FarAboveCeiling as exc:
+            if refused is None:
+                raise
+            refused.append((case, str(exc)))
     return records
 
 
@@ -448,16 +464,19 @@ class SweepSummary:
     interrupted: bool = False
 
 
-def _skip_log(out, hardware_id: str, entries: list[dict]) -> None:
-    """Merge skip reasons into ``<out>/kernel/<hardware_id>/_skipped.json`` (not a record file)."""
+def _skip_log(out, hardware_id: str, entries: list[dict], measured: list[str] = ()) -> None:
+    """Merge skip reasons into ``<out>/kernel/<hardware_id>/_skipped.json`` (not a record file).
+
+    Cases measured since (``measured``) leave the log.
+    """
     import json
     from pathlib import Path
 
     from normbench.results.store import atomic_write_text
 
-    if not entries:
-        return
     path = Path(out) / "kernel" / hardware_id / "_skipped.json"
+    if not entries and not (measured and path.exists()):
+        return
     try:
         current = json.loads(path.read_text()) if path.exists() else {}
         if not isinstance(current, dict):
@@ -466,6 +485,8 @@ def _skip_log(out, hardware_id: str, entries: list[dict]) -> None:
         current = {}
     for e in entries:
         current[e["case"]] = e
+    for case in measured:
+        current.pop(case, None)
     atomic_write_text(path, json.dumps(dict(sorted(current.items())), indent=1) + "\n")
 
 
@@ -498,7 +519,7 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
         return summary
     ctx = make_context(device, settings, command)
     log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})")
-    skips = []
+    skips, measured = [], []
     bar = None
     if progress:
         from tqdm import tqdm
@@ -509,27 +530,29 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
             first = group[0]
             if bar is not None:
                 bar.set_description(f"{first.norm}/{first.backend}/{first.shape.layout}/{first.dtype}")
+            refused: list = []
             try:
-                records = measure_group(group, ctx)
-                paths = write_records(records, out)
-                summary.written += len(records)
-                summary.files.update(str(p) for p in paths)
+                records = measure_group(group, ctx, refused)
+                if records:
+                    paths = write_records(records, out)
+                    summary.written += len(records)
+                    summary.files.update(str(p) for p in paths)
+                    measured += [c.describe() for c in group if all(c is not r for r, _ in refused)]
             except Unsupported as exc:
-                for c in group:
-                    summary.skipped.append((c.describe(), str(exc)))
-                    skips.append({"case": c.describe(), "norm": c.norm, "backend": c.backend,
-                                  "shape": c.shape.label, "dtype": c.dtype, "pass": c.pass_, "reason": str(exc),
-                                  "timestamp": utc_now()})
+                refused = [(c, str(exc)) for c in group]
             except KeyboardInterrupt:
                 raise
             except Exception as exc:
-                msg = f"{type(exc).__name__}: {exc}"
-                if not isinstance(exc, FarAboveCeiling):
-                    tb = traceback.extract_tb(exc.__traceback__)[-1]
-                    msg += f" (at {tb.filename}:{tb.lineno})"
+                tb = traceback.extract_tb(exc.__traceback__)[-1]
+                msg = f"{type(exc).__name__}: {exc} (at {tb.filename}:{tb.lineno})"
                 for c in group:
                     summary.failed.append((c.describe(), msg))
-                log(f"failed {first.norm}/{first.backend}/{first.shape.label}/{first.dtype}: {msg}")
+                (bar.write if bar is not None else log)(
+                    f"failed {first.norm}/{first.backend}/{first.shape.label}/{first.dtype}: {msg}")
+            for c, reason in refused:
+                summary.skipped.append((c.describe(), reason))
+                skips.append({"case": c.describe(), "norm": c.norm, "backend": c.backend, "shape": c.shape.label,
+                              "dtype": c.dtype, "pass": c.pass_, "reason": reason, "timestamp": utc_now()})
             if bar is not None:
                 bar.update(len(group))
     except KeyboardInterrupt:
@@ -537,6 +560,6 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     finally:
         if bar is not None:
             bar.close()
-        _skip_log(out, hw_id, skips)
+        _skip_log(out, hw_id, skips, measured)
     return summary
 

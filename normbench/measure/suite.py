@@ -95,14 +95,21 @@ def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harnes
     return Case(norm, backend, s, dtype, pass_, device, timing, torch.get_num_threads(), False, harness)
 
 
-def prepare(case: Case):
-    """(prepared module, timed callable, untimed pre-callable, synchronize) for a case, warmed up."""
+def prepare(case: Case, retain_graph: bool = False):
+    """(prepared module, timed callable, untimed pre-callable, synchronize) for a case, warmed up.
+
+    ``retain_graph``: for ``bwd``, time backward over one retained graph instead of rebuilding the graph
+    untimed before each call (for timers that cannot run untimed code between calls, like ASV's).
+    """
     import torch
 
     from normbench.registry import REGISTRY
 
     prep = Prepared(REGISTRY.get(case.norm), case.backend, case.shape, case.dtype, case.device)
-    fn, pre = prep.pass_fns(case.pass_)
+    if retain_graph and case.pass_ == "bwd":
+        fn, pre = prep.retained_backward(), None
+    else:
+        fn, pre = prep.pass_fns(case.pass_)
     if case.device.startswith("cuda"):
         def sync():
             torch.cuda.synchronize(case.device)

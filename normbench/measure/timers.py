@@ -59,11 +59,11 @@ def cpu_time(fn: Callable[[], object], settings: TimerSettings, pre: Callable[[]
 
 
 class L2Flusher:
-    """Evicts the GPU's L2 cache by writing a buffer twice its size (cold timing)."""
+    """Evicts the GPU's L2 cache by writing a buffer of twice its size, at least 256 MiB (cold timing)."""
 
     def __init__(self, device: torch.device):
         props = torch.cuda.get_device_properties(device)
-        size = max(2 * int(getattr(props, "L2_cache_size", 0) or 0), 64 * 2**20)
+        size = max(2 * int(getattr(props, "L2_cache_size", 0) or 0), 256 * 2**20)
         self.buf = torch.empty(size // 4, dtype=torch.float32, device=device)
 
     def __call__(self) -> None:

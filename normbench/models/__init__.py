@@ -49,7 +49,8 @@ def supports(model: str, norm) -> str | None:
         return None if spec.name == "none" else f"{model} is normalization-free: train it with --norm none"
     if model == "nf_resnet":
         if spec.kind != "weight":
-            return f"nf_resnet needs a weight norm for its convs (e.g. scaled_ws), not the {spec.kind} norm {spec.name!r}"
+            return (f"nf_resnet needs a weight norm for its convs (e.g. scaled_ws), "
+                    f"not the {spec.kind} norm {spec.name!r}")
         return None if layout in spec.layouts else f"{spec.name!r} has no {layout} layout"
     if spec.kind == "attention" and model != "gpt":
         return f"{spec.name!r} (attention kind) is applied to queries and keys; only the gpt model has them exposed"
@@ -115,7 +116,7 @@ def build_model(model: str, task, norm, placement: str | None = None, qk_norm: b
         return BuiltModel(module, info)
     from normbench.models.timm_models import build_resnet, build_vit
 
-    act = activation_spec(spec, base_norm)
+    act = activation_spec(spec, base_norm, default="batchnorm" if model == "resnet" else "layernorm")
     factory = norm_factory(act, layout)
     builder = build_resnet if model == "resnet" else build_vit
     module, arch = builder(task.image_size, task.num_classes, factory, **overrides)

@@ -98,11 +98,13 @@ class NormFreeResNet(nn.Module):
         layers = tuple(layers or p.layers)
         channels = tuple(channels or p.channels)
         self.variant = variant
+        self.wrapped = 0
         if variant == "nf":
             if weight_spec is None:
                 raise ValueError("the NF-ResNet needs a weight norm for its convs (default scaled_ws)")
 
             def conv(cin, cout, k, s, pad):
+                self.wrapped += 1
                 return weight_spec.create(cout, layout="images", layer=nn.Conv2d(cin, cout, k, s, pad))
         else:
             def conv(cin, cout, k, s, pad):
@@ -130,7 +132,7 @@ class NormFreeResNet(nn.Module):
         self.blocks = nn.Sequential(*blocks)
         self.fc = nn.Linear(cin, num_classes)
         self.config = {"arch": f"{variant}-resnet", "layers": list(layers), "channels": list(channels),
-                       "stem": p.stem, **({"alpha": alpha} if variant == "nf" else {})}
+                       "stem": p.stem, **({"alpha": alpha, "wrapped_layers": self.wrapped} if variant == "nf" else {})}
         self._init(n_branches)
 
     @torch.no_grad()

@@ -7,10 +7,12 @@ How each kind of spec enters a model:
 - ``residual`` (fused add + norm, ``module(x, r) -> (norm(x + r), x + r)``): trained as its base norm by calling
   the same module with a zero residual, so the registry's implementation is the one that runs.
 - ``weight``: every Linear (transformers, except embeddings and the classifier/LM head) or Conv2d (ResNets)
-  is wrapped with ``spec.create(C, layout, layer=existing)``; the activation norms become ``base_norm``
-  (default ``none``).
-- ``attention`` (QK-Norm): the GPT applies it to queries and keys; the activation norms become ``base_norm``
-  (default ``layernorm``).
+  is wrapped with ``spec.create(C, layout, layer=existing)``, on top of the model's standard activation norm
+  (``base_norm``, default LayerNorm in transformers and BatchNorm in the ResNet, as weight reparameterisations are
+  used in their papers; ``base_norm="none"`` gives a run without activation norms, and ``nf_resnet`` is the
+  dedicated normalization-free model).
+- ``attention`` (QK-Norm): the GPT applies it to queries and keys; the activation norms are ``base_norm``
+  (default LayerNorm).
 """
 
 from __future__ import annotations
@@ -42,13 +44,12 @@ class ResidualAsNorm(nn.Module):
         return self.inner(x, torch.zeros_like(x))[0]
 
 
-def activation_spec(spec: NormSpec, base_norm: str | NormSpec | None = None) -> NormSpec:
+def activation_spec(spec: NormSpec, base_norm: str | NormSpec | None = None,
+                    default: str = "layernorm") -> NormSpec:
     """The spec that fills the model's activation-norm slots when ``spec`` is the norm under test."""
     if spec.kind in ("activation", "residual"):
         return spec
-    if base_norm is None:
-        base_norm = "none" if spec.kind == "weight" else "layernorm"
-    base = resolve(base_norm)
+    base = resolve(base_norm if base_norm is not None else default)
     if base.kind not in ("activation", "residual"):
         raise ValueError(f"base norm {base.name!r} is a {base.kind} norm; it must be an activation norm")
     return base

@@ -19,7 +19,8 @@ from normbench.models.norms import timm_norm_layer
 class ResNetPreset:
     layers: tuple[int, ...]
     channels: tuple[int, ...]
-    stem: str  # "small": 3x3 stride-1 conv; "small_pool": that plus a stride-2 max-pool; "imagenet": timm's 7x7/2 + pool
+    #: "small": a 3x3 stride-1 conv; "small_pool": that plus a stride-2 max-pool; "imagenet": timm's 7x7/2 + pool
+    stem: str
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ RESNET_PRESETS = {
     128: ResNetPreset(layers=(2, 2, 2, 2), channels=(64, 128, 256, 512), stem="imagenet"),
 }
 VIT_PRESETS = {
-    16: ViTPreset(patch_size=2, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0),
+    16: ViTPreset(patch_size=4, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0),
     32: ViTPreset(patch_size=4, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4.0),
     64: ViTPreset(patch_size=8, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4.0),
     128: ViTPreset(patch_size=16, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4.0),

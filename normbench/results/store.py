@@ -294,12 +294,12 @@ def flatten(rec: dict, path: str | os.PathLike | None = None) -> dict:
             value = tuple(value)
         row[key] = value
     for key, value in rec["metrics"].items():
-        if isinstance(value, dict) and key != "recipe":
+        if isinstance(value, dict):
             for sub, v in value.items():
                 if isinstance(v, dict):
                     for k2, v2 in v.items():
                         row[f"{key}_{sub}_{k2}"] = v2
-                else:
+                elif v is not None or key != "err":  # err.dx is null for fwd: its columns stay NaN
                     row[f"{key}_{sub}"] = v
         else:
             row[key] = value

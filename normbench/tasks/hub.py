@@ -26,8 +26,8 @@ def how_to_provide(task: str, hub_id: str, config: str | None) -> str:
     return (
         f"To make {task} available: on a machine with network run\n"
         f"    python -c \"import datasets; datasets.load_dataset({hub_id!r}{cfg})\"\n"
-        f"  which fills the datasets cache (~/.cache/huggingface/datasets, or $HF_DATASETS_CACHE / $HF_HOME); copy that\n"
-        f"  cache here and set HF_DATASETS_OFFLINE=1. Or save it with\n"
+        f"  which fills the datasets cache (~/.cache/huggingface/datasets, or $HF_DATASETS_CACHE / $HF_HOME);\n"
+        f"  copy that cache here and set HF_DATASETS_OFFLINE=1. Or save it with\n"
         f"    datasets.load_dataset({hub_id!r}{cfg}).save_to_disk('DATA/{task}')\n"
         f"  (or copy the repository's parquet files to DATA/{hub_id}/...) and pass --data-dir DATA.\n"
         f"  Offline tasks need no download: see `normbench tasks`."

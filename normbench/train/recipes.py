@@ -53,7 +53,9 @@ class Recipe:
                                                                                    self.quick_steps // 10))
 
     def to_dict(self) -> dict:
+        """The recipe as recorded (notes are left out: prose edits must not change record ids)."""
         d = asdict(self)
+        d.pop("notes")
         d["betas"] = list(self.betas)
         d["name"] = self.name
         return d
@@ -61,12 +63,12 @@ class Recipe:
 
 _SHAPES_RESNET = Recipe(
     task="synth-shapes", model="resnet", optimizer="sgd", lr=0.05, weight_decay=5e-4, warmup_steps=20, steps=300,
-    batch_size=32, eval_every=50, augmentation="none", target=0.5,
+    batch_size=32, eval_every=50, eval_limit=500, augmentation="none", target=0.5,
     notes="SGD+Nesterov, warm-up then cosine; no flips (they would turn a diagonal into another class)",
 )
 _SHAPES_VIT = Recipe(
     task="synth-shapes", model="vit", optimizer="adamw", lr=2e-3, weight_decay=0.05, warmup_steps=30, steps=300,
-    batch_size=32, eval_every=50, augmentation="none", target=0.5,
+    batch_size=32, eval_every=50, eval_limit=500, augmentation="none", target=0.5,
 )
 _LM = Recipe(
     task="synth-lm", model="gpt", optimizer="adamw", lr=3e-3, weight_decay=0.1, warmup_steps=30, steps=300,
@@ -118,7 +120,7 @@ _add(replace(_CIFAR_RESNET, variant="bs2", batch_size=2, lr=0.1 * 2 / 128, steps
              warmup_steps=0, quick_steps=200, notes="micro-batch cell: batch size 2, lr scaled linearly"))
 
 _IMAGENETTE_RESNET = Recipe(
-    task="imagenette", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-5 * 10, warmup_steps=296,
+    task="imagenette", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-4, warmup_steps=296,
     steps=40 * 148, batch_size=64, eval_every=740, eval_limit=1000, augmentation="crop+flip", target=0.85,
     quick_steps=50, notes="ResNet-18, random 128px crops of the 144px images, 40 epochs",
 )

@@ -1,0 +1,264 @@
+"""The ``normbench tasks``, ``normbench train`` and ``normbench sweep`` commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+PLACEMENT_HELP = ("GPT norm placement: pre_ln (default), post_ln, peri_ln, mix_ln, deepnorm, hybridnorm, "
+                  "layernorm_scaling")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("tasks", help="list the accuracy tasks and which run offline")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_tasks)
+
+    p = subparsers.add_parser("train", help="train a model with one norm on one task (several seeds)")
+    p.add_argument("--norm", required=True, help="registry name of the norm under test (see `normbench list`)")
+    p.add_argument("--task", help="task (default: the offline task for the norm's layout; see `normbench tasks`)")
+    p.add_argument("--model", help="gpt, vit, resnet, fixup_resnet, skipinit_resnet, nf_resnet (default: the task's)")
+    p.add_argument("--placement", help=PLACEMENT_HELP)
+    p.add_argument("--variant", default="default", help="recipe variant, e.g. bs2 or deep (see `normbench tasks`)")
+    _common(p)
+    p.add_argument("--seed-start", type=int, default=0, help="first seed (seeds are consecutive)")
+    p.add_argument("--base-norm", help="activation norm used with a weight or attention norm under test")
+    p.add_argument("--qk-norm", action="store_true", help="add QK-Norm to the GPT's attention")
+    p.add_argument("--keep-checkpoint", action="store_true", help="keep the checkpoint after the run completes")
+    p.set_defaults(func=cmd_train)
+
+    p = subparsers.add_parser("sweep", help="train a matrix of norms x tasks x seeds (x placements), skipping "
+                                            "cells already in the results")
+    p.add_argument("--norms", nargs="+", default=["activation"],
+                   help="norm names, or 'activation' (every activation-kind norm, plugins included) or 'all'")
+    p.add_argument("--tasks", nargs="+", help="tasks (default: the offline tasks)")
+    p.add_argument("--models", nargs="+", help="models (default: each task's default model)")
+    p.add_argument("--variants", nargs="+", default=["default"], help="recipe variants (default: default)")
+    p.add_argument("--placements", nargs="+", help="GPT placements (default: pre_ln); 'all' for every one")
+    p.add_argument("--dry-run", action="store_true", help="list the runs without training")
+    _common(p)
+    p.set_defaults(func=cmd_sweep)
+
+
+def _common(p) -> None:
+    p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: 1 with --quick, else 3)")
+    p.add_argument("--quick", action="store_true",
+                   help="quick run: offline default task when no --task, short budget on real tasks")
+    p.add_argument("--out", default="results", help="results directory (default: results)")
+    p.add_argument("--data-dir", help="folder with datasets (save_to_disk folders or hub-layout parquet files)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads (default 1: results are bit-reproducible for a fixed thread count)")
+    p.add_argument("--checkpoint-dir", help="where checkpoints go (default: ~/.cache/normbench/checkpoints)")
+    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: a tenth of the run)")
+    p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint of the same run")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the records (train) or the plan (sweep) as JSON")
+    p.add_argument("--steps", type=int, help="override the recipe's number of steps (recorded; another cell)")
+    p.add_argument("--lr", type=float, help="override the recipe's learning rate (recorded; another cell)")
+    p.add_argument("--batch-size", type=int, help="override the recipe's batch size (recorded; another cell)")
+
+
+# -- tasks ----------------------------------------------------------------------------------------------------------
+
+def cmd_tasks(args) -> int:
+    from normbench.tasks import all_tasks
+    from normbench.train.recipes import variants
+
+    rows = []
+    for t in all_tasks():
+        d = t.to_dict()
+        d["recipes"] = {m: variants(t.name, m) for m in t.models if variants(t.name, m)}
+        rows.append(d)
+    if args.json:
+        print(json.dumps({"tasks": rows}, indent=2))
+        return 0
+    table = [("task", "offline", "metric", "models (variants)", "source")]
+    for d in rows:
+        models = ", ".join(m + (f" ({'/'.join(v for v in vs if v != 'default')})" if len(vs) > 1 else "")
+                           for m, vs in d["recipes"].items())
+        table.append((d["name"], "yes" if d["offline"] else "no", d["metric"], models, d["source"]))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    print("\noffline tasks are generated from a fixed seed and need no download; the others need the dataset in the "
+          "datasets cache or --data-dir (see docs/accuracy.md)")
+    return 0
+
+
+# -- train ----------------------------------------------------------------------------------------------------------
+
+def _fmt(v, digits=4):
+    return "—" if v is None else f"{v:.{digits}g}"
+
+
+def _print_summary(cells, file=None) -> None:
+    file = file or sys.stdout
+    for c in cells:
+        f = c["final"]
+        ci = f"95% CI [{_fmt(f['ci_low'])}, {_fmt(f['ci_high'])}]" if f["ci_low"] is not None else "CI needs 2+ seeds"
+        where = c["recipe"] + (f" {c['placement']}" if c["placement"] else "")
+        div = f", {c['diverged']} diverged" if c["diverged"] else ""
+        print(f"{c['norm']:>20} {where}: {c['metric']} {_fmt(f['mean'])} ± {_fmt(f['std'])} (n={f['n']}{div}), {ci}",
+              file=file)
+
+
+def _runs_for(args, norm, task, model, variant, placement, seeds):
+    from normbench.train.loop import Run
+
+    overrides = {}
+    for key in ("steps", "lr", "batch_size"):
+        v = getattr(args, key, None)
+        if v is not None:
+            overrides[key] = v
+    return [Run(task=task, model=model, norm=norm, seed=s, placement=placement, variant=variant, quick=args.quick,
+                device=args.device, data_dir=args.data_dir, base_norm=getattr(args, "base_norm", None),
+                qk_norm=getattr(args, "qk_norm", False), recipe_overrides=overrides, threads=args.threads,
+                checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+                resume=not args.no_resume, keep_checkpoint=getattr(args, "keep_checkpoint", False),
+                progress=not args.no_progress)
+            for s in seeds]
+
+
+def _execute(runs, out: str, skip: set | None = None, as_json: bool = False) -> tuple[list, list]:
+    """Train ``runs`` in order, writing each record as soon as it exists; returns (records, failures)."""
+    from normbench.results import write_records
+    from normbench.tasks import DatasetUnavailable
+    from normbench.train.loop import distributed_env, record_id_for, train
+
+    records, failures = [], []
+    rank0 = not distributed_env() or int(__import__("os").environ.get("RANK", "0")) == 0
+    for i, run in enumerate(runs, 1):
+        label = f"[{i}/{len(runs)}] {run.spec().name} {run.recipe().name}" + \
+                (f" {run.placement}" if run.placement else "") + f" seed {run.seed}"
+        if skip is not None:
+            rid = record_id_for(run)
+            if rid in skip:
+                print(f"{label}: already in {out} ({rid}), skipped", file=sys.stderr)
+                continue
+        try:
+            rec = train(run)
+        except DatasetUnavailable:
+            raise
+        except (KeyError, ValueError, ImportError, RuntimeError) as exc:
+            failures.append((label, f"{type(exc).__name__}: {exc}"))
+            print(f"{label}: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        if rec is None:
+            continue
+        if rank0:
+            paths = write_records([rec], out)
+            m = rec["metrics"]
+            state = f"diverged at step {m['diverged_step']}" if m["diverged"] else f"{m['metric']} {m['final']:.4g}"
+            print(f"{label}: {state} in {m['wall_time_s']:.1f}s -> {paths[0]}", file=sys.stderr)
+        records.append(rec)
+        if as_json:
+            print(json.dumps(rec))
+    return records, failures
+
+
+def cmd_train(args) -> int:
+    import normbench
+    from normbench.models import supports
+    from normbench.tasks import DatasetUnavailable, default_task, get_task
+    from normbench.train.stats import aggregate
+
+    spec = normbench.get_norm(args.norm)
+    task = get_task(args.task or default_task(spec.layouts))
+    model = args.model or task.default_model
+    if model not in task.models:
+        raise ValueError(f"task {task.name} trains {', '.join(task.models)}, not {model!r}")
+    reason = supports(model, spec)
+    if reason:
+        raise ValueError(reason + (f" (task {task.name}; try --task with another modality)" if not args.task else ""))
+    n = args.seeds if args.seeds is not None else (1 if args.quick else 3)
+    if n < 1:
+        raise ValueError("--seeds must be at least 1")
+    runs = _runs_for(args, spec, task.name, model, args.variant, args.placement,
+                     range(args.seed_start, args.seed_start + n))
+    try:
+        records, failures = _execute(runs, args.out, as_json=args.json)
+    except DatasetUnavailable as exc:
+        print(f"normbench: error: {exc}", file=sys.stderr)
+        return 2
+    if records and not args.json:
+        _print_summary(aggregate(records))
+    return 1 if failures else 0
+
+
+# -- sweep ----------------------------------------------------------------------------------------------------------
+
+def _norm_names(selectors) -> list[str]:
+    import normbench
+
+    names = []
+    for sel in selectors:
+        if sel in ("activation", "all"):
+            for name in normbench.list_norms():
+                kind = normbench.get_norm(name).kind
+                if sel == "all" or kind == "activation":
+                    names.append(name)
+        else:
+            normbench.get_norm(sel)  # unknown names fail here, before any training
+            names.append(sel)
+    return list(dict.fromkeys(names))
+
+
+def plan(args) -> list:
+    """Every run of the sweep matrix, in order (norms vary fastest within a cell, then seeds)."""
+    from normbench.models import supports
+    from normbench.models.gpt import PLACEMENTS
+    from normbench.tasks import all_tasks, get_task
+    from normbench.train.recipes import variants
+
+    tasks = [get_task(t) for t in args.tasks] if args.tasks else [t for t in all_tasks() if t.offline]
+    norms = _norm_names(args.norms)
+    n = args.seeds if args.seeds is not None else (1 if args.quick else 3)
+    runs = []
+    for task in tasks:
+        models = args.models or [task.default_model]
+        for model in models:
+            if model not in task.models:
+                continue
+            for variant in args.variants:
+                if variant not in variants(task.name, model):
+                    continue
+                placements = [None]
+                if model == "gpt":
+                    placements = list(PLACEMENTS) if args.placements == ["all"] else (args.placements or ["pre_ln"])
+                for placement in placements:
+                    for norm in norms:
+                        if supports(model, norm) is not None:
+                            continue
+                        runs.extend(_runs_for(args, norm, task.name, model, variant,
+                                              placement if model == "gpt" else None, range(n)))
+    return runs
+
+
+def cmd_sweep(args) -> int:
+    from normbench.results import existing_ids
+    from normbench.tasks import DatasetUnavailable
+    from normbench.train.stats import aggregate
+
+    runs = plan(args)
+    if not runs:
+        print("normbench: the sweep matrix is empty (no norm supports the chosen models/variants)", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for r in runs:
+            line = {"norm": r.spec().name, "task": r.task, "model": r.model, "variant": r.variant,
+                    "placement": r.placement, "seed": r.seed}
+            print(json.dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()))
+        return 0
+    done = existing_ids(args.out, kind="accuracy")
+    print(f"sweep: {len(runs)} runs planned; cells already in {args.out} are skipped", file=sys.stderr)
+    try:
+        records, failures = _execute(runs, args.out, skip=done, as_json=args.json)
+    except DatasetUnavailable as exc:
+        print(f"normbench: error: {exc}", file=sys.stderr)
+        return 2
+    if records and not args.json:
+        _print_summary(aggregate(records))
+    for label, err in failures:
+        print(f"failed: {label}: {err}", file=sys.stderr)
+    return 1 if failures else 0
