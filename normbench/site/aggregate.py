@@ -101,6 +101,8 @@ def kernel_row(e: Entry) -> dict:
         "device": _s(cfg.get("device"), "?"),
         "timing": _s(cfg.get("timing"), "?"),
         "threads": num(cfg.get("threads")),
+        # cli, asv or pytest-benchmark: the same configuration timed by two harnesses is two rows.
+        "harness": _s(cfg.get("harness"), "cli"),
         "shape_class": _s(cfg.get("shape_class"), "?"),
         "time": num(met.get("time_median_s")),
         "iqr": num(met.get("time_iqr_s")),
@@ -126,7 +128,7 @@ def kernel_row(e: Entry) -> dict:
 def _same_measurement(r: dict) -> tuple:
     """Everything that must match for two kernel rows to be timed against each other (all but the backend)."""
     return (r["hardware"], r["norm"], r["layout"], r["shape"], r["dtype"], r["pass"], r["device"], r["timing"],
-            r["threads"])
+            r["threads"], r["harness"])
 
 
 def add_speedups(rows: list[dict]) -> None:

@@ -158,10 +158,11 @@ class Site:
                 cells.insert(0, (self.hw_link(r["hardware"], depth), r["hardware"]))
             out.append(Row(cells, filters={"dtype": r["dtype"], "pass": r["pass"], "shape_class": r["shape_class"],
                                            "backend": r["backend"], "timing": r["timing"], "layout": r["layout"],
-                                           "hardware": r["hardware"]},
+                                           "hardware": r["hardware"], "harness": r["harness"]},
                            cls="suspect" if r["suspect"] else ""))
         filters = [("dtype", "dtype"), ("pass", "pass"), ("shape_class", "shape class"), ("backend", "backend")]
-        for key, label in (("timing", "timing"), ("layout", "layout"), ("hardware", "hardware")):
+        for key, label in (("timing", "timing"), ("layout", "layout"), ("hardware", "hardware"),
+                           ("harness", "harness")):
             if len({r.filters[key] for r in out}) > 1:
                 filters.append((key, label))
         return table(tid, cols, out, filters=filters, search="find")
