@@ -123,7 +123,8 @@ def _check_layout(spec: NormSpec, layout: str) -> list[tuple[str, bool, str]]:
         # Relative bound: a different batch size may take another float32 kernel path (conv, matmul).
         tol = 1e-5 * (1 + max(float(o.detach().abs().max()) for o in batched))
         if train and spec.batch_dependent:
-            add("batch_dependence/train", d > tol, f"declared batch-dependent but the last sample changed by only {d:.3g}")
+            add("batch_dependence/train", d > tol,
+                f"declared batch-dependent but the last sample changed by only {d:.3g}")
         else:
             add(f"batch_independence/{mode}", d < tol,
                 f"the last sample alone vs in a batch of 6 differs by {d:.3g}" + ("" if train else " in eval mode"))

@@ -10,7 +10,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 EXAMPLE = Path(REPO) / "examples" / "normbench-l1norm"
@@ -55,7 +54,8 @@ def broken_plugins(tmp_path_factory) -> Path:
 SPEC = NormSpec(name="invalid_spec", title="x", paper=P, family="features", kind="not-a-kind", layouts=("tokens",),
                 formula="y", factory=lambda c, layout="tokens": nn.Identity())
 """})
-    _fake_dist(root, "nb_wrong_shape", {"wrong_shape": "nb_wrong_shape_mod:SPEC"}, {"nb_wrong_shape_mod": _SPEC_HEAD + """
+    _fake_dist(root, "nb_wrong_shape", {"wrong_shape": "nb_wrong_shape_mod:SPEC"},
+               {"nb_wrong_shape_mod": _SPEC_HEAD + """
 class Halve(nn.Module):
     def __init__(self, c):
         super().__init__(); self.w = nn.Parameter(torch.ones(c))
