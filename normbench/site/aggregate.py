@@ -198,6 +198,9 @@ def accuracy_row(e: Entry) -> dict:
         "quick": cfg.get("quick") is True,
         "seed": num(cfg.get("seed")),
         "recipe": cfg.get("recipe") if isinstance(cfg.get("recipe"), dict) else {},
+        # A recipe variant (batch size 2, a deep stack, ...) is its own experiment and gets its own table.
+        "variant": _s(cfg.get("variant"), "default") or "default",
+        "options": _options(cfg),
         "metric": _s(met.get("metric"), "metric"),
         "higher": met.get("higher_is_better") is not False,
         "final": num(met.get("final")),
@@ -236,7 +239,7 @@ class Cell:
     def __getattr__(self, name):
         # Fields every run of a cell shares (hardware, norm, task, model, placement, metric, ...).
         if name in ("hardware", "norm", "task", "offline", "model", "placement", "quick", "metric", "higher",
-                    "target", "recipe"):
+                    "target", "recipe", "variant", "options"):
             return self.runs[0][name]
         raise AttributeError(name)
 
@@ -258,8 +261,18 @@ class Cell:
 
     @property
     def table_key(self) -> tuple:
-        """The leaderboard table this cell belongs to: one per task, model and budget."""
-        return (self.offline, self.task, self.model, self.quick)
+        """The leaderboard table this cell belongs to: one per task, model, budget and recipe variant."""
+        return (self.offline, self.task, self.model, self.quick, self.variant)
+
+
+def _options(cfg: dict) -> str:
+    """Model options besides the norm and placement that distinguish cells of one table (QK-norm, a base norm)."""
+    opts = []
+    if cfg.get("qk_norm") is True:
+        opts.append("+qk_norm")
+    if isinstance(cfg.get("base_norm"), str) and cfg.get("base_norm"):
+        opts.append(f"on {cfg['base_norm']}")
+    return " ".join(opts)
 
 
 def accuracy_cells(rows: list[dict]) -> list[Cell]:

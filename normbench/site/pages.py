@@ -289,12 +289,12 @@ class Site:
         if tables:
             body.append("<h2>Best per task</h2>")
         for key, cells in tables:
-            offline, task, model, quick = key
+            offline, task, model, quick, variant = key
             ranked = agg.rank_cells(cells)[:3]
             c0 = ranked[0]
             badge = self._task_badges(offline, quick)
             body.append(f'<h3><a href="accuracy.html#{esc(slug("t", *map(str, key)))}">{esc(task)} · {esc(model)}'
-                        f"</a> {badge}</h3>")
+                        f"{_variant_label(variant)}</a> {badge}</h3>")
             items = "".join(
                 f"<tr><td>{i + 1}</td><td>{self.norm_link(c.norm)}</td><td>{esc(c.placement or '')}</td>"
                 f"<td class='num'>{self._mean_ci(c)}</td><td class='num'>{c.final.n}/{c.n}</td>"
@@ -375,7 +375,8 @@ class Site:
         for c in self.cells:
             tables.setdefault(c.table_key, []).append(c)
         # Real tasks first, full budgets before quick ones.
-        return sorted(tables.items(), key=lambda kv: (kv[0][0], kv[0][3], kv[0][1], kv[0][2]))
+        return sorted(tables.items(), key=lambda kv: (kv[0][0], kv[0][3], kv[0][1], kv[0][2], kv[0][4] != "default",
+                                                      kv[0][4]))
 
     @staticmethod
     def _task_badges(offline: bool, quick: bool) -> str:
@@ -426,7 +427,8 @@ class Site:
             div = f"{c.n_diverged}/{c.n}"
             cells_html = [
                 (str(i + 1), float(i + 1)),
-                (self.norm_link(c.norm, depth), c.norm),
+                (self.norm_link(c.norm, depth) + (f' <span class="muted">{esc(c.options)}</span>' if c.options
+                                                   else ""), f"{c.norm} {c.options}".strip()),
                 (esc(c.placement or "–"), c.placement or ""),
                 (self.hw_link(c.hardware, depth), c.hardware),
                 (self._mean_ci(c), c.final.mean),
@@ -491,13 +493,13 @@ class Site:
             body.append('<p class="notice">No accuracy results yet: run <code>normbench train --quick</code>.</p>')
         else:
             body.append("<ul class='toc'>" + "".join(
-                f'<li><a href="#{esc(slug("t", *map(str, k)))}">{esc(k[1])} · {esc(k[2])}</a> '
+                f'<li><a href="#{esc(slug("t", *map(str, k)))}">{esc(k[1])} · {esc(k[2])}{_variant_label(k[4])}</a> '
                 f"{self._task_badges(k[0], k[3])}</li>" for k, _ in tables) + "</ul>")
         for key, cells in tables:
-            offline, task, model, quick = key
+            offline, task, model, quick, variant = key
             c0 = cells[0]
-            body.append(f'<section id="{esc(slug("t", *map(str, key)))}"><h2>{esc(task)} · {esc(model)} '
-                        f"{self._task_badges(offline, quick)}</h2>")
+            body.append(f'<section id="{esc(slug("t", *map(str, key)))}"><h2>{esc(task)} · {esc(model)}'
+                        f"{_variant_label(variant)} {self._task_badges(offline, quick)}</h2>")
             target = f"; target {fmt_metric(c0.target, c0.metric)}" if c0.target is not None else ""
             body.append(f'<p class="muted">Metric: {esc(_metric_label(c0.metric, c0.higher))}{esc(target)}. '
                         f'Recipe: <a href="methodology.html#{esc(slug("recipe", task, model))}">methodology</a>.</p>')
@@ -588,9 +590,10 @@ class Site:
             for c in cells:
                 by_table.setdefault(c.table_key, []).append(c)
             for key in sorted(by_table, key=lambda k: (k[0], k[3], k[1], k[2])):
-                offline, task, model, quick = key
+                offline, task, model, quick, variant = key
                 cs = by_table[key]
-                body.append(f"<h3>{esc(task)} · {esc(model)} {self._task_badges(offline, quick)}</h3>")
+                body.append(f"<h3>{esc(task)} · {esc(model)}{_variant_label(variant)} "
+                            f"{self._task_badges(offline, quick)}</h3>")
                 body.append(self.acc_table("acc-" + slug(name, *map(str, key)), cs, depth=1))
                 all_cells = [c for c in self.cells if c.table_key == key]
                 plots = self.acc_plots(cs, depth=1) if len(all_cells) < 2 else \
@@ -771,3 +774,7 @@ def read_docs(docs_dir: Path | None) -> dict[str, str]:
             except (OSError, UnicodeDecodeError):
                 pass
     return out
+
+
+def _variant_label(variant: str) -> str:
+    return "" if variant == "default" else f" · {esc(variant)}"
