@@ -120,6 +120,7 @@ def load_splits(task: str, hub_id: str, config: str | None, splits: dict[str, tu
                 f"{task} ({hub_id}{'/' + config if config else ''}) was not found under --data-dir {data_dir}: "
                 f"looked for a save_to_disk folder or parquet files in {', '.join(looked)}.\n{help_text}")
     else:
+        _sync_offline_mode(datasets)
         try:
             loaded = datasets.load_dataset(hub_id, config)
         except Exception as exc:  # datasets raises ConnectionError, FileNotFoundError, ValueError, ... here
@@ -142,3 +143,20 @@ def load_splits(task: str, hub_id: str, config: str | None, splits: dict[str, tu
                 f"{task}: the {logical} split has columns {ds.column_names}, but {hub_id} should have "
                 f"{list(columns)} (missing {missing}); is this the right dataset?")
     return result
+
+
+def _sync_offline_mode(datasets) -> None:
+    """Honour HF_DATASETS_OFFLINE / HF_HUB_OFFLINE set after `datasets` was imported.
+
+    Both libraries read these variables once, at import; without this a late setting is ignored and
+    `load_dataset` waits for network time-outs instead of failing at once from the cache.
+    """
+    flags = (os.environ.get("HF_DATASETS_OFFLINE"), os.environ.get("HF_HUB_OFFLINE"))
+    if not any(f and f.strip().upper() in ("1", "ON", "YES", "TRUE") for f in flags):
+        return
+    datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True
+    try:
+        from huggingface_hub import constants
+        constants.HF_HUB_OFFLINE = True
+    except ImportError:
+        pass
