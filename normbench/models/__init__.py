@@ -69,13 +69,16 @@ def _qk_factory(spec, seq_len: int):
 
 
 def build_model(model: str, task, norm, placement: str | None = None, qk_norm: bool = False,
-                base_norm=None, **overrides) -> BuiltModel:
+                base_norm=None, backend: str = "eager", **overrides) -> BuiltModel:
     """Build ``model`` for ``task`` (a ``normbench.tasks.Task``) with ``norm`` (a name or ``NormSpec``).
 
     ``placement`` and ``qk_norm`` apply to the GPT; ``base_norm`` fills the activation-norm slots when ``norm``
-    is a weight or attention norm; ``overrides`` change the size preset (e.g. ``n_layer=12`` for the GPT).
+    is a weight or attention norm; ``backend`` picks the implementation of the activation norm (e.g. "triton");
+    ``overrides`` change the size preset (e.g. ``n_layer=12`` for the GPT).
     """
     spec = resolve(norm)
+    if backend != "eager" and spec.kind not in ("activation", "residual"):
+        raise ValueError(f"--backend {backend} applies to activation norms; {spec.name!r} is a {spec.kind} norm")
     reason = supports(model, spec)
     if reason:
         raise ValueError(reason)
@@ -97,7 +100,7 @@ def build_model(model: str, task, norm, placement: str | None = None, qk_norm: b
                 raise ValueError(f"unknown gpt option {k!r}; known: {', '.join(cfg.to_dict())}")
             setattr(cfg, k, type(getattr(cfg, k))(v))
         qk_factory = _qk_factory(qk_spec, cfg.seq_len) if use_qk else None
-        module = GPT(cfg, norm_factory(act, layout), qk_factory)
+        module = GPT(cfg, norm_factory(act, layout, backend), qk_factory)
         info.update(cfg.to_dict())
         if spec.kind == "weight":
             info["wrapped_layers"] = wrap_weights(module.blocks, spec, layout, nn.Linear)
@@ -117,7 +120,7 @@ def build_model(model: str, task, norm, placement: str | None = None, qk_norm: b
     from normbench.models.timm_models import build_resnet, build_vit
 
     act = activation_spec(spec, base_norm, default="batchnorm" if model == "resnet" else "layernorm")
-    factory = norm_factory(act, layout)
+    factory = norm_factory(act, layout, backend)
     builder = build_resnet if model == "resnet" else build_vit
     module, arch = builder(task.image_size, task.num_classes, factory, **overrides)
     info.update(arch)

@@ -55,8 +55,8 @@ def activation_spec(spec: NormSpec, base_norm: str | NormSpec | None = None,
     return base
 
 
-def norm_factory(spec: NormSpec, layout: str) -> NormFactory:
-    """``factory(C, depth=None) -> nn.Module`` building ``spec`` over C channels in ``layout``."""
+def norm_factory(spec: NormSpec, layout: str, backend: str = "eager") -> NormFactory:
+    """``factory(C, depth=None) -> nn.Module`` building ``spec`` over C channels in ``layout`` with ``backend``."""
     if layout not in spec.layouts:
         raise ValueError(
             f"norm {spec.name!r} supports layouts {list(spec.layouts)}, but this model needs {layout!r}; "
@@ -67,7 +67,7 @@ def norm_factory(spec: NormSpec, layout: str) -> NormFactory:
 
     def factory(num_features: int, depth: int | None = None) -> nn.Module:
         kwargs = {"depth": int(depth)} if (wants_depth and depth is not None) else {}
-        module = spec.create(int(num_features), layout=layout, **kwargs)
+        module = spec.create(int(num_features), layout=layout, backend=backend, **kwargs)
         return ResidualAsNorm(module) if spec.kind == "residual" else module
 
     factory.spec = spec

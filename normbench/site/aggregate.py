@@ -272,6 +272,8 @@ def _options(cfg: dict) -> str:
         opts.append("+qk_norm")
     if isinstance(cfg.get("base_norm"), str) and cfg.get("base_norm"):
         opts.append(f"on {cfg['base_norm']}")
+    if isinstance(cfg.get("backend"), str) and cfg["backend"] != "eager":
+        opts.append(f"via {cfg['backend']}")
     return " ".join(opts)
 
 

@@ -24,6 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed-start", type=int, default=0, help="first seed (seeds are consecutive)")
     p.add_argument("--base-norm", help="activation norm used with a weight or attention norm under test")
     p.add_argument("--qk-norm", action="store_true", help="add QK-Norm to the GPT's attention")
+    p.add_argument("--backend", default="eager",
+                   help="implementation of the norm under test: eager (default), compile, triton (needs a GPU), ...")
     p.add_argument("--keep-checkpoint", action="store_true", help="keep the checkpoint after the run completes")
     p.set_defaults(func=cmd_train)
 
@@ -113,7 +115,8 @@ def _runs_for(args, norm, task, model, variant, placement, seeds):
             overrides[key] = v
     return [Run(task=task, model=model, norm=norm, seed=s, placement=placement, variant=variant, quick=args.quick,
                 device=args.device, data_dir=args.data_dir, base_norm=getattr(args, "base_norm", None),
-                qk_norm=getattr(args, "qk_norm", False), recipe_overrides=overrides, threads=args.threads,
+                qk_norm=getattr(args, "qk_norm", False), backend=getattr(args, "backend", "eager"),
+                recipe_overrides=overrides, threads=args.threads,
                 checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
                 resume=not args.no_resume, keep_checkpoint=getattr(args, "keep_checkpoint", False),
                 progress=not args.no_progress)

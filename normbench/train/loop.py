@@ -49,6 +49,8 @@ class Run:
     data_dir: str | None = None
     base_norm: str | None = None
     qk_norm: bool = False
+    #: Implementation of the norm under test ("eager", "compile", "triton", ...).
+    backend: str = "eager"
     #: Recipe fields changed for this run (e.g. {"steps": 20}); recorded in the config, so they are other cells.
     recipe_overrides: dict = field(default_factory=dict)
     threads: int | None = 1
@@ -220,9 +222,10 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
     spec = run.spec()
     if model_config is None:
         model_config = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
-                                   base_norm=run.base_norm, **recipe.model_options).config
+                                   base_norm=run.base_norm, backend=run.backend,
+                        **recipe.model_options).config
     placement = (run.placement or "pre_ln") if run.model == "gpt" else None
-    return {
+    config = {
         "task": task.name,
         "task_offline": task.offline,
         "model": run.model,
@@ -239,6 +242,10 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
         "world_size": world,
         "model_config": model_config,
     }
+    if run.backend != "eager":
+        # Only when not eager, so records made before backends were selectable keep their ids (and are skipped).
+        config["backend"] = run.backend
+    return config
 
 
 def checkpoint_root(explicit: str | None = None) -> Path:
@@ -294,7 +301,8 @@ def train(run: Run, command: str | None = None) -> dict | None:
 
     seed_everything(run.seed)
     built = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
-                        base_norm=run.base_norm, **recipe.model_options)
+                        base_norm=run.base_norm, backend=run.backend,
+                        **recipe.model_options)
     config = run_config(run, built.config, world)
     prov = provenance(command or command_line(), device=device.type)
     record_id = normbench.results.record_id("accuracy", spec.name, config, prov["hardware_id"])
