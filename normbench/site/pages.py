@@ -758,7 +758,7 @@ Seeds combine only when every other setting is equal. Diverged seeds count in th
 
 #: (anchor, file in docs/, heading) rendered on the methodology page; the required ones say when they are missing.
 DOCS = (("measurement", "measurement.md", "Measurement"), ("accuracy-method", "accuracy.md", "Accuracy"),
-        ("kernels-doc", "kernels.md", "Kernels"))
+        ("kernels-doc", "kernels.md", "Kernels"), ("norms-doc", "norms.md", "The norm zoo"))
 REQUIRED_DOCS = ("measurement.md", "accuracy.md")
 
 
