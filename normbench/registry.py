@@ -46,8 +46,8 @@ class Backend:
     """One implementation of a norm besides eager PyTorch.
 
     ``build(eager_module, spec) -> nn.Module`` must return a module with the same parameters and
-    ``state_dict`` keys as ``eager_module`` (usually by sharing them). ``available() -> str | None``
-    returns ``None`` when the backend can run here, else the reason it cannot.
+    ``state_dict`` keys as ``eager_module`` (usually by sharing them: see ``adopt_state``).
+    ``available() -> str | None`` returns ``None`` when the backend can run here, else the reason it cannot.
     Either may be a ``"package.module:attr"`` string, imported only when first used.
     """
 
@@ -66,6 +66,19 @@ def _resolve(obj):
     return obj
 
 
+def adopt_state(wrapper: nn.Module, module: nn.Module) -> None:
+    """Register ``module``'s children, parameters (``None`` slots too) and buffers on ``wrapper`` under their names.
+
+    A backend module built this way shares the eager module's parameters and has exactly its ``state_dict`` keys.
+    """
+    for name, child in module.named_children():
+        wrapper.add_module(name, child)
+    for name, p in module._parameters.items():
+        wrapper.register_parameter(name, p)
+    for name, b in module.named_buffers(recurse=False):
+        wrapper.register_buffer(name, b, persistent=name not in module._non_persistent_buffers_set)
+
+
 def _compile_available() -> str | None:
     if not hasattr(torch, "compile"):
         return "torch.compile needs torch 2.0 or newer"
@@ -79,12 +92,7 @@ class _Compiled(nn.Module):
         super().__init__()
         # Stored outside _modules so state_dict keys stay those of the eager module.
         object.__setattr__(self, "inner", module)
-        for name, child in module.named_children():
-            self.add_module(name, child)
-        for name, p in module.named_parameters(recurse=False):
-            self.register_parameter(name, p)
-        for name, b in module.named_buffers(recurse=False):
-            self.register_buffer(name, b, persistent=name not in module._non_persistent_buffers_set)
+        adopt_state(self, module)
         object.__setattr__(self, "_compiled", torch.compile(module, **compile_kwargs))
 
     def forward(self, *args, **kwargs):
@@ -127,7 +135,6 @@ class NormSpec:
     factory: Callable[..., nn.Module] | str
     batch_dependent: bool = False
     running_state: bool = False
-    has_params: bool = True
     notes: str = ""
     extra_backends: tuple[Backend, ...] = ()
     #: Keyword arguments the factory needs for a given use (for example ``depth`` for LayerNorm Scaling).

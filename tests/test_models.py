@@ -27,13 +27,7 @@ TINY = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # One thread: on a shared machine several OpenMP threads per process spin and run far slower.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _step(model_name: str, module: nn.Module, batch: int = 4) -> float:

@@ -116,7 +116,7 @@ def test_float64_output_and_every_gradient_match_reference(case):
     (outs, grads), (ref, ref_grads), labels = _module_vs_reference(case, torch.float64)
     for i, (o, r) in enumerate(zip(outs, ref)):
         _close(o, r, TOL[torch.float64], f"{case} output {i}")
-    for label, g, r in zip(labels, grads, ref_grads):
+    for label, g, r in zip(labels, grads, ref_grads, strict=True):
         _close(g, r, TOL[torch.float64], f"{case} d {label}")
 
 

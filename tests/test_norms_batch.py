@@ -90,7 +90,7 @@ def _assert_same(module, ym, gm, yr, gr, tol):
     torch.testing.assert_close(ym, yr, **tol)
     names = ["input", *[n for n, _ in module.named_parameters()]]
     assert len(gm) == len(gr) == len(names)
-    for name, a, b in zip(names, gm, gr):
+    for name, a, b in zip(names, gm, gr, strict=True):
         torch.testing.assert_close(a, b, **tol, msg=lambda m: f"gradient of {name}: {m}")
 
 
@@ -642,5 +642,6 @@ def test_custom_backward_under_torch_compile(cls, kw):
             (m(xi) * _proj(x.shape, step).float()).sum().backward()
             grads.append(xi.grad)
         torch.testing.assert_close(grads[1], grads[0])
-    for (name, a), b in zip(eager.state_dict().items(), compiled.state_dict().values()):
+    assert list(eager.state_dict()) == list(compiled.state_dict())
+    for (name, a), b in zip(eager.state_dict().items(), compiled.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, msg=lambda m: f"buffer {name}: {m}")

@@ -168,7 +168,7 @@ def test_float64_output_and_every_gradient_match_reference(name, layout):
     for i, (o, r) in enumerate(zip(outs, ref)):
         _close(o, r, TOL[torch.float64], f"{name}[{layout}] output {i}")
     labels = [f"d input{i}" for i in range(len(grads) - len(names))] + [f"d {n}" for n in names]
-    for label, g, r in zip(labels, grads, ref_grads):
+    for label, g, r in zip(labels, grads, ref_grads, strict=True):
         _close(g, r, TOL[torch.float64], f"{name}[{layout}] {label}")
 
 

@@ -44,7 +44,7 @@ def _check(module, ref, x, tol, seed=2):
     gr = torch.autograd.grad((yr * proj).sum(), [xr, *params.values()])
     assert ym.dtype == x.dtype
     torch.testing.assert_close(ym.double(), yr, **tol)
-    for name, a, b in zip(["input", *names], gm, gr):
+    for name, a, b in zip(["input", *names], gm, gr, strict=True):
         torch.testing.assert_close(a.double(), b, **tol, msg=lambda m: f"grad of {name}: {m}")
 
 

@@ -139,7 +139,7 @@ CASES = [(n, lay, t) for n in NAMES for lay in ("tokens", "images")
 def test_float64_output_and_every_gradient_match_reference(name, layout, training):
     m, (out, grads), (ref, ref_grads, u1, v1), labels = _module_vs_reference(name, layout, training)
     _close(out, ref, TOL[torch.float64], f"{name}[{layout}] output")
-    for label, g, r in zip(labels, grads, ref_grads):
+    for label, g, r in zip(labels, grads, ref_grads, strict=True):
         _close(g, r, TOL[torch.float64], f"{name}[{layout}] d {label}")
     if name in POWER_ITERATED:  # the buffers hold the iterated vectors after training, the old ones after eval
         _close(m.u, u1, TOL[torch.float64], f"{name} u after forward")
@@ -203,7 +203,7 @@ def test_wraps_an_existing_layer(name, which):
         _, (out, grads), (ref, ref_grads, _, _), labels = _module_vs_reference(name, "tokens", training, m=m, x=x)
         assert out.shape == layer(x).shape
         _close(out, ref, TOL[torch.float64], f"{name} around {which}")
-        for label, g, r in zip(labels, grads, ref_grads):
+        for label, g, r in zip(labels, grads, ref_grads, strict=True):
             _close(g, r, TOL[torch.float64], f"{name} around {which}: d {label}")
 
 

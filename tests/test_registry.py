@@ -121,3 +121,32 @@ def test_whole_zoo_passes_the_contract():
     failures = [f"{r.norm}: {r.check}: {r.detail}" for name in sorted(EXPECTED)
                 for r in check_norm(normbench.get_norm(name)) if not r.ok]
     assert not failures, "\n".join(failures)
+
+
+def test_uninstalled_source_tree_still_finds_the_builtins(monkeypatch):
+    """With no entry points visible (PYTHONPATH=. on a machine without an install), the built-ins still load."""
+    from importlib import metadata
+
+    from normbench.registry import Registry
+
+    class NoEntryPoints:
+        def select(self, group):
+            return []
+
+    monkeypatch.setattr(metadata, "entry_points", lambda: NoEntryPoints())
+    reg = Registry()
+    assert EXPECTED <= set(reg.names()) and reg.errors == []
+
+
+def test_adopt_state_shares_parameters_buffers_and_none_slots():
+    from torch import nn
+
+    from normbench.registry import adopt_state
+
+    bn = nn.BatchNorm1d(4, affine=False)
+    bn.register_parameter("extra", nn.Parameter(torch.ones(2)))
+    wrapper = nn.Module()
+    adopt_state(wrapper, bn)
+    assert list(wrapper.state_dict()) == list(bn.state_dict())
+    assert wrapper.extra is bn.extra and wrapper.running_mean is bn.running_mean
+    assert "weight" in wrapper._parameters and wrapper.weight is None

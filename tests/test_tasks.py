@@ -16,13 +16,7 @@ datasets = pytest.importorskip("datasets")
 PIL = pytest.importorskip("PIL.Image")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # One thread: on a shared machine several OpenMP threads per process spin and run far slower.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(autouse=True)

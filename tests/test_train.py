@@ -7,7 +7,6 @@ import math
 import socket
 
 import pytest
-import torch
 
 from normbench.results import existing_ids, validate_record, write_records
 from normbench.train.loop import Run, lr_factor, record_id_for, train
@@ -20,12 +19,7 @@ SHAPES_TINY = {"steps": 6, "eval_every": 3, "batch_size": 4, "eval_limit": 16, "
                "model_options": {"channels": [8, 8, 8]}}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _run(tmp_path, **kw):

@@ -18,6 +18,7 @@ from torch.autograd.function import once_differentiable
 
 from normbench.kernels._env import interpret_requested, language_mode
 from normbench.norms._base import check_input
+from normbench.registry import adopt_state
 
 NO_TRITON = "triton is not installed: pip install normbench[triton]"
 NO_GPU = "no CUDA GPU (set TRITON_INTERPRET=1 to run the kernels slowly on the CPU in Triton's interpreter)"
@@ -343,15 +344,7 @@ class TritonNorm(nn.Module):
         if op not in _RUN:
             raise KeyError(f"no Triton kernel for {op!r}; kernels exist for {', '.join(sorted(_RUN))}")
         self.op = op
-        for name, child in eager.named_children():
-            self.add_module(name, child)
-        for name, p in eager.named_parameters(recurse=False):
-            self.register_parameter(name, p)
-        for name, b in eager.named_buffers(recurse=False):
-            self.register_buffer(name, b, persistent=name not in eager._non_persistent_buffers_set)
-        for name in eager._parameters:  # keep ``weight = None`` style slots resolvable without the fallback
-            if eager._parameters[name] is None:
-                self.register_parameter(name, None)
+        adopt_state(self, eager)  # ``weight = None`` slots too, so they resolve without the fallback
         # Set last: before this, the attribute fallback is off, so registration sees only this module's names.
         object.__setattr__(self, "eager", eager)
         self.train(eager.training)

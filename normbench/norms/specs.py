@@ -53,7 +53,7 @@ SRMSNORM = NormSpec(
     name="srmsnorm", title="Simple RMSNorm (SRMSNorm)",
     paper=Paper("Scaling TransNormer to 175 Billion Parameters", "Qin et al.", 2023, _arxiv("2307.14995")),
     family="features", kind="activation", layouts=("tokens", "images"), factory=_M + "features:SRMSNorm",
-    formula="y = x / (‖x‖₂/√d)   (no parameters; ε inside the root)", has_params=False,
+    formula="y = x / (‖x‖₂/√d)   (no parameters; ε inside the root)",
     extra_backends=_triton("srmsnorm"),
 )
 SCALENORM = NormSpec(
@@ -172,7 +172,7 @@ NONE = NormSpec(
     paper=Paper("Fixup Initialization: Residual Learning Without Normalization", "Zhang, Dauphin, Ma", 2019,
                 _arxiv("1901.09321")),
     family="baseline", kind="activation", layouts=("tokens", "images"), factory=_M + "pointwise:NoNorm",
-    formula="y = x (no-norm baseline; models add Fixup, SkipInit or NF scaled WS + AGC around it)", has_params=False,
+    formula="y = x (no-norm baseline; models add Fixup, SkipInit or NF scaled WS + AGC around it)",
 )
 WEIGHT_NORM = NormSpec(
     name="weight_norm", title="Weight Normalization",
@@ -220,7 +220,7 @@ QK_NORM = NormSpec(
 )
 FIXNORM = NormSpec(
     name="fixnorm", title="FixNorm", paper=TWT_PAPER, family="attention", kind="activation",
-    layouts=("tokens",), factory=_M + "attention:FixNorm", has_params=False,
+    layouts=("tokens",), factory=_M + "attention:FixNorm",
     formula="y = r·x/‖x‖₂: embeddings scaled to a fixed length r (default 1)",
 )
 NGPT = NormSpec(
@@ -229,7 +229,6 @@ NGPT = NormSpec(
                 "Loshchilov, Hsieh, Sun, Ginsburg", 2024, _arxiv("2410.01131")),
     family="attention", kind="activation", layouts=("tokens",), factory=_M + "attention:HypersphereNorm",
     formula="y = x/‖x‖₂ (every hidden vector on the unit sphere); the model updates h ← Norm(h + α⊙(Norm(block(h)) − h))",
-    has_params=False,
     notes="the residual update NGPTResidual and renormalize_ live in normbench.norms.attention",
 )
 
