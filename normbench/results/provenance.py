@@ -106,7 +106,11 @@ def hardware_id(hw: dict) -> str:
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the normbench checkout this code runs from; (None, None) outside a git checkout."""
+    """(commit, dirty) of the normbench checkout this code runs from; (None, None) outside a git checkout.
+
+    Dirty means the code differs from the commit: changes under results/ (which every sweep writes) and docs/ do
+    not count, so a record's commit still names the code that produced it.
+    """
     if not (_REPO / ".git").exists():
         return None, None
     try:
@@ -114,7 +118,8 @@ def git_commit() -> tuple[str | None, bool | None]:
                               timeout=10)
         if head.returncode != 0:
             return None, None
-        status = subprocess.run(["git", "-C", str(_REPO), "status", "--porcelain", "--untracked-files=no"],
+        status = subprocess.run(["git", "-C", str(_REPO), "status", "--porcelain", "--untracked-files=no", "--",
+                                 ".", ":(exclude)results", ":(exclude)docs"],
                                 capture_output=True, text=True, timeout=20)
         dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
         return head.stdout.strip(), dirty

@@ -272,7 +272,7 @@ def existing_ids(root: str | os.PathLike = "results", kind: str | None = None) -
     return {rec["id"] for _, rec in iter_records(root, kind, errors="ignore")}
 
 
-_PROV_COLUMNS = ("timestamp", "normbench_version", "git_commit", "python", "torch", "triton", "platform",
+_PROV_COLUMNS = ("timestamp", "normbench_version", "git_commit", "git_dirty", "python", "torch", "triton", "platform",
                  "hardware_id", "command")
 
 
