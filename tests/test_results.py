@@ -226,3 +226,34 @@ def test_load_returns_flat_dataframes(tmp_path):
     with pytest.raises(FileNotFoundError, match="normbench bench"):
         results.load(tmp_path / "missing")
 
+
+
+def test_git_dirty_ignores_results_but_not_code(tmp_path, monkeypatch):
+    import importlib
+    import subprocess
+
+    prov = importlib.import_module("normbench.results.provenance")  # the package exports a function of that name
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "r.json").write_text("[]")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    monkeypatch.setattr(prov, "_REPO", tmp_path)
+
+    def dirty():
+        prov.git_commit.cache_clear()
+        return prov.git_commit()[1]
+
+    try:
+        assert dirty() is False
+        (tmp_path / "results" / "r.json").write_text("[1]")
+        assert dirty() is False, "writing records must not mark the code dirty"
+        (tmp_path / "code.py").write_text("x = 2\n")
+        assert dirty() is True
+    finally:
+        prov.git_commit.cache_clear()
