@@ -133,7 +133,7 @@ def test_wikitext_articles_start_at_top_level_headings_only():
              "", " It is a game . \n", "", " = Tower Building = \n", "", " A tower . \n"]
     docs = articles(lines)
     assert len(docs) == 2 and "".join(docs) == "".join(lines)
-    assert docs[0].startswith("\n = Valkyria") and " = = Gameplay = = " in docs[0]
+    assert docs[0].startswith(" = Valkyria") and " = = Gameplay = = " in docs[0]
     assert docs[1].startswith(" = Tower Building = ")
     # Text without headings falls back to fixed blocks of lines, so a split can still be carved.
     assert len(articles([f" line {i} \n" for i in range(450)], fallback_lines=200)) == 3

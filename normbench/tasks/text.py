@@ -55,7 +55,7 @@ def articles(lines: list[str], fallback_lines: int = 200) -> list[str]:
     """
     out: list[list[str]] = [[]]
     for line in lines:
-        if _is_title(line) and out[-1]:
+        if _is_title(line) and any(prev.strip() for prev in out[-1]):  # blank lines stay with the next title
             out.append([])
         out[-1].append(line)
     if len(out) < 2:
