@@ -199,7 +199,7 @@ def _from_hub(task: str, src: HubSource) -> dict:
 
 
 def _why_download_failed(src: HubSource, exc: Exception) -> str:
-    from huggingface_hub import errors
+    from huggingface_hub import utils as errors  # the error classes, exported there by every version
 
     first = str(exc).splitlines()[0] if str(exc) else ""
     name = src.describe()
