@@ -360,7 +360,12 @@ def ensure_checked(names, executor=None, time_limit: float | None = None, log=No
 
 def stamp(record: dict, status: CheckStatus | None, backend: str, forced: bool) -> dict:
     """Put the check verdict on a record; flag it ``forced`` (measured despite a failed check) or ``unchecked``."""
-    from normbench.results.schema import add_flag
+    try:
+        from normbench.results.schema import add_flag
+    except ImportError:  # before schema v2 lands: the same contract, here
+        def add_flag(rec, flag, reason):
+            rec["flags"] = sorted(set(rec.get("flags", [])) | {flag})
+            rec.setdefault("flag_reasons", {})[flag] = reason
 
     if status is None:
         record["check"] = {"status": NOT_RUN, "impl_hash": record.get("impl_hash", ""), "detail": None}

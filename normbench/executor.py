@@ -76,6 +76,7 @@ class Outcome:
     value: Any = None
     error: str = ""                       # one line: what happened, for the user
     exc_type: str = ""                    # the exception's class name when status == "error"
+    message: str = ""                     # str(exception) when status == "error"
     traceback: str = ""
     wall_s: float = 0.0
 
@@ -162,7 +163,8 @@ class InProcessExecutor(Executor):
             raise
         except Exception as exc:
             return _done(Outcome(task.label, ERROR, error=_describe_exc(exc), exc_type=type(exc).__name__,
-                                 traceback=traceback.format_exc(), wall_s=time.perf_counter() - t0))
+                                 message=str(exc), traceback=traceback.format_exc(),
+                                 wall_s=time.perf_counter() - t0))
         return _done(Outcome(task.label, OK, value=value, wall_s=time.perf_counter() - t0))
 
 
@@ -211,11 +213,12 @@ def _worker_main(conn, env: dict) -> None:
         except KeyboardInterrupt:
             return
         except BaseException as exc:
-            reply = ("error", (type(exc).__name__, _describe_exc(exc), traceback.format_exc()))
+            reply = ("error", (type(exc).__name__, _describe_exc(exc), traceback.format_exc(), str(exc)))
         try:
             conn.send(reply)
         except Exception as exc:  # an unpicklable return value is the task's error, not the worker's death
-            conn.send(("error", (type(exc).__name__, f"the task's result could not be sent back: {exc}", "")))
+            msg = f"the task's result could not be sent back: {exc}"
+            conn.send(("error", (type(exc).__name__, msg, "", msg)))
 
 
 class WorkerExecutor(Executor):
@@ -315,9 +318,9 @@ class WorkerExecutor(Executor):
                             continue
                         if kind == "ok":
                             return Outcome(task.label, OK, value=payload, wall_s=now - t0)
-                        exc_type, message, tb = payload
-                        return Outcome(task.label, ERROR, error=message, exc_type=exc_type, traceback=tb,
-                                       wall_s=now - t0)
+                        exc_type, error, tb, message = payload
+                        return Outcome(task.label, ERROR, error=error, exc_type=exc_type, traceback=tb,
+                                       message=message, wall_s=now - t0)
                 if self._proc.sentinel in ready:
                     self._proc.join(5)
                     code = self._proc.exitcode
