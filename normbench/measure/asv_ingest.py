@@ -68,6 +68,8 @@ def measure_grid(params: list[list[str]]) -> dict:
             for key, _ in members:
                 skipped[key] = f"failed: {type(exc).__name__}: {exc}"
             continue
+        for rec in records:
+            suite.stamp(rec)
         write_records(records, root)
         for (key, _), rec in zip(members, records):
             m = rec["metrics"]

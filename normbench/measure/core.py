@@ -8,7 +8,6 @@ each pass is timed. :func:`measure_group` returns result records; :func:`run_swe
 from __future__ import annotations
 
 import sys
-import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -523,13 +522,28 @@ def _skip_log(out, hardware_id: str, entries: list[dict], measured: list[str] = 
     atomic_write_text(path, json.dumps(dict(sorted(current.items())), indent=1) + "\n")
 
 
+def _group_task(cases: list[Case], ctx: Context) -> dict:
+    """One group measured where an executor runs it: its records and the cases it refused, with reasons."""
+    refused: list = []
+    try:
+        records = measure_group(cases, ctx, refused)
+    except Unsupported as exc:
+        return {"records": [], "refused": [(c, str(exc)) for c in cases]}
+    return {"records": records, "refused": refused}
+
+
 def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings: TimerSettings | None = None,
-              progress: bool = True, command=None, log=None) -> SweepSummary:
+              progress: bool = True, command=None, log=None, executor=None, time_limit: float | None = None,
+              on_record=None) -> SweepSummary:
     """Measure ``cases`` group by group, writing each group's records to ``out`` as soon as they exist.
 
     Cases whose record id is already in ``out`` are skipped unless ``force``. Unsupported cases are recorded
     (with the reason) in ``_skipped.json`` next to the records. Ctrl-C stops after the records already written.
+    Each group runs through ``executor`` (default: in this process) with the wall-clock ``time_limit``; a group
+    that hangs or kills its process fails, and the rest of that norm's groups are not attempted.
+    ``on_record(record)`` may amend each record before it is written (the check verdict, say).
     """
+    from normbench.executor import InProcessExecutor, Task
     from normbench.results.provenance import utc_now
     from normbench.results.store import existing_ids, write_records
 
@@ -555,6 +569,8 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     ctx.impl_hashes = hashes
     log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})")
     skips, measured = [], []
+    executor = executor or InProcessExecutor()
+    broken: dict[str, str] = {}  # norm -> why its remaining groups are not attempted
     bar = None
     if progress:
         from tqdm import tqdm
@@ -566,24 +582,34 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
             if bar is not None:
                 bar.set_description(f"{first.norm}/{first.backend}/{first.shape.layout}/{first.dtype}")
             refused: list = []
-            try:
-                records = measure_group(group, ctx, refused)
+            where = f"{first.norm}/{first.backend}/{first.shape.label}/{first.dtype}"
+            if first.norm in broken:
+                for c in group:
+                    summary.failed.append((c.describe(), f"not attempted: {broken[first.norm]}"))
+                if bar is not None:
+                    bar.update(len(group))
+                continue
+            outcome = executor.submit(Task(_group_task, (group, ctx), label=where, timeout=time_limit)).result()
+            if outcome.ok:
+                records, refused = outcome.value["records"], outcome.value["refused"]
+                refused_ids = {c.describe() for c, _ in refused}
                 if records:
+                    for rec in records:
+                        if on_record is not None:
+                            on_record(rec)
                     paths = write_records(records, out)
                     summary.written += len(records)
                     summary.files.update(str(p) for p in paths)
-                    measured += [c.describe() for c in group if all(c is not r for r, _ in refused)]
-            except Unsupported as exc:
-                refused = [(c, str(exc)) for c in group]
-            except KeyboardInterrupt:
-                raise
-            except Exception as exc:
-                tb = traceback.extract_tb(exc.__traceback__)[-1]
-                msg = f"{type(exc).__name__}: {exc} (at {tb.filename}:{tb.lineno})"
+                    measured += [c.describe() for c in group if c.describe() not in refused_ids]
+            else:
+                msg = outcome.error
+                if outcome.status != "error":  # a hang or a dead process: this norm's other groups would do it too
+                    what = "hung" if outcome.status in ("timeout", "stalled") else "crashed"
+                    msg = f"{first.norm} {what} in {where}: {outcome.error}"
+                    broken[first.norm] = msg
                 for c in group:
                     summary.failed.append((c.describe(), msg))
-                (bar.write if bar is not None else log)(
-                    f"failed {first.norm}/{first.backend}/{first.shape.label}/{first.dtype}: {msg}")
+                (bar.write if bar is not None else log)(f"failed {where}: {msg}")
             for c, reason in refused:
                 summary.skipped.append((c.describe(), reason))
                 skips.append({"case": c.describe(), "norm": c.norm, "backend": c.backend, "shape": c.shape.label,
