@@ -105,6 +105,9 @@ def test_real_task_splits_from_data_dir(hub, task):
                                   "test": len(data.test["tokens"])}
         return
     label = LABEL[task]
+    # What a record id is computed from before the run (labels only, no decoding) is what the run then sees.
+    t = get_task(task)
+    assert t.summarize(t, data_dir=str(hub / "data"), quick=False) == info
     # Scored on the dataset's own test split, in its order.
     assert data.test["y"].tolist() == test_rows[label]
     # Validation + train are exactly the training rows (as multisets of labels), validation stratified.
@@ -210,6 +213,8 @@ def test_quick_subsets_are_class_stratified_on_a_label_sorted_mirror(hub, monkey
     assert len(data.train["y"]) == 10 and len(data.test["y"]) == 5
     assert data.info["data"]["classes"]["train"] == 10 and data.info["data"]["classes"]["test"] == 5
     assert data.info["data"]["subset"].startswith("class-stratified")
+    t = get_task("tiny-imagenet")
+    assert t.summarize(t, data_dir=str(hub / "data"), quick=True) == data.info["data"]
     again = get_task("tiny-imagenet").load(data_dir=str(hub / "data"), quick=True)
     assert torch.equal(again.train["y"], data.train["y"]) and torch.equal(again.train["x"], data.train["x"])
 
