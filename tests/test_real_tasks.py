@@ -326,3 +326,26 @@ def test_not_cached_in_offline_mode_fails_at_once_and_says_so(tmp_path, monkeypa
     msg = str(err.value)
     assert "not in the Hugging Face cache and offline mode is on" in msg
     assert "hf download Salesforce/wikitext" in msg and "--data-dir" in msg
+
+
+@pytest.mark.parametrize("task,layout", [
+    # Layouts read before this version: the files without their configuration folder, under D/<task> ...
+    ("cifar10", {"cifar10/train-00000-of-00001.parquet": TRAIN_FILES["cifar10"][0],
+                 "cifar10/test-00000-of-00001.parquet": TEST_FILE["cifar10"]}),
+    # ... D/<name>/<config>, and a test split under another name.
+    ("wikitext-2", {"wikitext/wikitext-2-raw-v1/train-00000-of-00001.parquet": TRAIN_FILES["wikitext-2"][0],
+                    "wikitext/wikitext-2-raw-v1/test-00000-of-00001.parquet": TEST_FILE["wikitext-2"]}),
+    ("tiny-imagenet", {"tiny-imagenet/data/train-00000-of-00001-abc.parquet": TRAIN_FILES["tiny-imagenet"][0],
+                       "tiny-imagenet/data/validation-00000-of-00001-def.parquet": TEST_FILE["tiny-imagenet"]}),
+])
+def test_earlier_local_layouts_still_load(hub, tmp_path, task, layout):
+    import shutil
+
+    for dest, rel in layout.items():
+        (tmp_path / "d" / dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(hub / "data" / rel, tmp_path / "d" / dest)
+    data = get_task(task).load(data_dir=str(tmp_path / "d"))
+    reference = get_task(task).load(data_dir=str(hub / "data"))
+    for split in ("train", "val", "test"):
+        a, b = getattr(data, split), getattr(reference, split)
+        assert all(torch.equal(a[k], b[k]) for k in a)

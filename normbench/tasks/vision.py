@@ -151,8 +151,9 @@ CIFAR100 = HubSource("uoft-cs/cifar100", "cifar100", {"train": "train", "test": 
 #: frgfm/imagenette is a loading script, which ``datasets`` 4+ refuses; the hub's parquet conversion of it (the
 #: ``refs/convert/parquet`` branch, one folder per configuration and split) holds the same rows and features.
 IMAGENETTE = HubSource("frgfm/imagenette", "160px", {"train": "train", "test": "validation"}, ("image", "label"),
-                       revision="refs/convert/parquet", naming="folder")
-TINY_IMAGENET = HubSource("zh-plus/tiny-imagenet", "data", {"train": "train", "test": "valid"}, ("image", "label"))
+                       revision="refs/convert/parquet", naming="folder", aliases=(("test", ("valid", "test")),))
+TINY_IMAGENET = HubSource("zh-plus/tiny-imagenet", "data", {"train": "train", "test": "valid"}, ("image", "label"),
+                          aliases=(("test", ("validation",)),))
 
 
 def _images(*args) -> dict:
