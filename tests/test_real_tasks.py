@@ -57,8 +57,10 @@ def hub(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _private_caches(tmp_path, monkeypatch):
     # Decoded tensors and the HF caches go to temporary folders, never the user's.
+    import datasets
+
     monkeypatch.setenv("NORMBENCH_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")  # read at import
 
 
 @pytest.fixture
