@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "normbench.measure.command",   # bench, validate
     "normbench.train.command",     # tasks, train, sweep
     "normbench.site.command",      # site build
+    "normbench.results.command",   # migrate, compare
 )
 
 

@@ -289,9 +289,11 @@ def test_cli_bench_list_and_validate(tmp_path, capsys, monkeypatch):
     assert main(["validate", str(tmp_path)]) == 0
     assert "1 valid record(s)" in capsys.readouterr().out
     # hand-break the record: the validator names file, record and problem, and exits 1
-    [path] = list((tmp_path / "kernel").rglob("dyt.json"))
-    recs = json.loads(path.read_text())
+    [path] = list((tmp_path / "kernel").rglob("dyt.json.gz"))
+    recs, _ = results.read_record_file(path)
     recs[0]["metrics"]["time_median_s"] = -1.0
+    path.unlink()
+    path = path.with_name("dyt.json")  # a hand-edited plain file: read like the compact one
     path.write_text(json.dumps(recs))
     assert main(["validate", str(tmp_path)]) == 1
     out = capsys.readouterr().out
