@@ -356,6 +356,8 @@ class Context:
     settings: TimerSettings = field(default_factory=TimerSettings)
     datasheet_peak_gbps: float | None = None
     impl_hashes: dict = field(default_factory=dict)
+    #: Relative IQR of the repeated ceiling measurements (see ``normbench.measure.noise``); None if not measured.
+    ceiling_spread: float | None = None
 
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
@@ -365,7 +367,7 @@ def make_context(device: str, settings: TimerSettings | None = None, command=Non
     prov = provenance(command=command, device=device)
     ceil = ceiling.measure(device)
     return Context(ceil.gbps, ceil.method, prov, settings or TimerSettings(),
-                   ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")))
+                   ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")), ceiling_spread=ceil.spread)
 
 
 def time_pass(prep: Prepared, case: Case, settings: TimerSettings) -> tuple[list[float], bool]:
@@ -389,8 +391,18 @@ class FarAboveCeiling(Exception):
     """A measured bandwidth so far above the ceiling that it can only be a broken measurement."""
 
 
+def nonfinite_parts(err: dict) -> list[str]:
+    """The parts (y, dx, dw) of an error report whose tested values were NaN or infinite."""
+    return [part for part, stats in (err or {}).items() if isinstance(stats, dict) and stats.get("nonfinite")]
+
+
 def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float], used_graph: bool,
-                 err: dict, peak: int | None, saved: int | None) -> dict:
+                 err: dict, peak: int | None, saved: int | None, load: dict | None = None) -> dict:
+    """The record of one timed case. Flags (schema v2): ``suspect`` above the copy ceiling, ``non_finite`` when the
+    output or a gradient this pass computes is NaN/inf (the record is then invalid: kept, shown failed, never
+    ranked), ``noisy`` when the machine was busy (``normbench.measure.noise``)."""
+    from normbench.measure import noise
+
     spec = prep.spec
     model = prep.bytes_model()
     config = case.config(spec)
@@ -400,14 +412,26 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     gbps = nbytes / st["median"] / 1e9
     pct = 100.0 * gbps / ctx.ceiling_gbps if model["memory_bound"] else None
     flags: dict[str, str] = {}
-    suspect, reason = False, None
     if pct is not None and gbps > ctx.ceiling_gbps:
         if gbps > FAR_ABOVE_CEILING * ctx.ceiling_gbps:
             raise FarAboveCeiling(f"{gbps:.3g} GB/s is more than {FAR_ABOVE_CEILING:g}x the measured ceiling "
                                   f"{ctx.ceiling_gbps:.3g} GB/s: a broken timing, not recorded")
-        suspect = True
-        reason = (f"{gbps:.3g} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.3g} GB/s: the data was "
-                  "likely cache-resident" + (" (hot timing)" if case.timing == "hot" else ""))
+        flags["suspect"] = (f"{gbps:.3g} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.3g} GB/s: the "
+                            "data was likely cache-resident" + (" (hot timing)" if case.timing == "hot" else ""))
+    rec_err = {"y": err.get("y"), "dx": err.get("dx") if case.pass_ != "fwd" else None,
+               "dw": err.get("dw") if case.pass_ != "fwd" else None}
+    bad = nonfinite_parts(rec_err)
+    if bad:
+        names = {"y": "the output", "dx": "the input gradient", "dw": "the parameter gradient"}
+        flags["non_finite"] = (" and ".join(names.get(p, p) for p in bad) + " contain NaN or inf: the timing is of "
+                               "a broken computation, not a result")
+    if load is None:
+        load = noise.machine_load(noise.own_load(case.device, case.threads))
+    noise_info = {**load, "ceiling_spread": ctx.ceiling_spread,
+                  "rel_iqr": st["iqr"] / st["median"] if st["median"] > 0 else None}
+    why = noise.reasons(noise_info)
+    if why:
+        flags["noisy"] = "; ".join(why)
     metrics = {
         "time_median_s": st["median"],
         "time_iqr_s": st["iqr"],
@@ -423,14 +447,12 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         "datasheet_peak_gbps": ctx.datasheet_peak_gbps,
         "pct_of_datasheet": (100.0 * gbps / ctx.datasheet_peak_gbps
                              if ctx.datasheet_peak_gbps and model["memory_bound"] else None),
-        "suspect": suspect,
-        "suspect_reason": reason,
         "peak_mem_bytes": peak,
         "saved_bytes": saved,
-        "err": {"y": err.get("y"), "dx": err.get("dx") if case.pass_ != "fwd" else None,
-                "dw": err.get("dw") if case.pass_ != "fwd" else None},
+        "err": rec_err,
         "err_reference": "eager module in float64 on the same inputs",
         "graph_used": used_graph,
+        "noise": noise_info,
     }
     flops = prep.flops(case.pass_)
     if flops is not None:
@@ -440,8 +462,6 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     from normbench.results.provenance import utc_now
 
     prov["timestamp"] = utc_now()
-    if suspect:
-        flags["suspect"] = reason
     return make_record("kernel", spec.to_dict(), config, metrics, prov,
                        impl_hash=impl_hash(spec, case.backend, ctx.impl_hashes), flags=flags, flag_reasons=flags)
 
@@ -463,11 +483,15 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
     err = prep.errors()  # also compiles (torch.compile) and warms up the module
     saved = saved_bytes(prep.forward, prep.params) if any(c.pass_ != "fwd" for c in cases) else None
     records = []
+    from normbench.measure import noise
+
     for case in cases:
         samples, used_graph = time_pass(prep, case, ctx.settings)
+        # the load average right after timing: it covers the minute the samples were taken in
+        load = noise.machine_load(noise.own_load(case.device, case.threads))
         peak = peak_memory(prep, case.pass_)
         try:
-            records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved))
+            records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved, load))
         except FarAboveCeiling as exc:
             if refused is None:
                 raise
@@ -565,9 +589,15 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
         groups.setdefault(case.group, []).append(case)
     if not groups:
         return summary
+    from normbench.measure import noise
+
+    busy = noise.busy_warning(device, cases[0].threads)
+    if busy:
+        log(busy)
     ctx = make_context(device, settings, command)
     ctx.impl_hashes = hashes
-    log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})")
+    spread = f", spread {100 * ctx.ceiling_spread:.1f}%" if ctx.ceiling_spread is not None else ""
+    log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method}{spread})")
     skips, measured = [], []
     executor = executor or InProcessExecutor()
     broken: dict[str, str] = {}  # norm -> why its remaining groups are not attempted

@@ -224,7 +224,8 @@ def benchmark_extra_info(prep, case: Case, ctx, samples: list[float]) -> dict:
                                 None, saved_bytes(prep.forward, prep.params)))
     m = record["metrics"]
     extra = {k: m[k] for k in ("bytes_moved", "gbps", "ceiling_gbps", "pct_of_ceiling", "datasheet_peak_gbps",
-                               "suspect", "saved_bytes")}
+                               "saved_bytes")}
+    extra["flags"] = record["flags"]
     extra["bytes_model"] = record["config"]["bytes_model"]
     extra["norm"], extra["backend"], extra["dtype"], extra["pass"] = case.norm, case.backend, case.dtype, case.pass_
     extra["shape"] = record["config"]["shape"]
