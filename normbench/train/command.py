@@ -154,7 +154,7 @@ def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, arg
 
     from normbench._stdout import document_stream
     from normbench.check import ensure_checked, refusal, stamp
-    from normbench.executor import Task, make_executor, stall_limit
+    from normbench.executor import Task, make_executor, stall_limit, time_limit
     from normbench.results import write_records
     from normbench.tasks import DatasetUnavailable
     from normbench.train.loop import command_line, distributed_env, record_id_for
@@ -166,10 +166,11 @@ def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, arg
     # torchrun: each rank is already the process that runs the work, and the ranks must stay in step.
     executor_name = "inprocess" if distributed else getattr(args, "executor", None)
     limit = stall_limit(getattr(args, "stall_limit", None))
+    check_limit = time_limit(getattr(args, "time_limit", None))
     command = command_line()
     broken: dict[str, str] = {}
-    with make_executor(executor_name) as ex:
-        verdicts = ensure_checked([r.spec().name for r in runs], ex, None)
+    with make_executor(executor_name, preload=("normbench.train.loop", "normbench.check")) as ex:
+        verdicts = ensure_checked([r.spec().name for r in runs], ex, check_limit)
         for name, v in verdicts.items():
             if not v.passed and not force:
                 msg = refusal(v, "train")
