@@ -13,6 +13,8 @@ COMMAND_MODULES = (
     "normbench.measure.command",   # bench, validate
     "normbench.train.command",     # tasks, train, sweep
     "normbench.site.command",      # site build
+    "normbench.claims",            # claims
+    "normbench.gendocs",           # docs
 )
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -116,6 +118,98 @@ def _compile_build(module: nn.Module, spec: "NormSpec") -> nn.Module:
 
 COMPILE_BACKEND = Backend("compile", _compile_build, _compile_available)
 
+# --- implementation hash --------------------------------------------------------------------------------------------
+
+_FILE_HASHES: dict[tuple, str] = {}
+
+
+def _file_digest(path: str) -> str:
+    """sha256 of a source file's bytes, cached by (path, mtime, size) so an edited file is hashed again."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    key = (path, st.st_mtime_ns, st.st_size)
+    if key not in _FILE_HASHES:
+        with open(path, "rb") as f:
+            _FILE_HASHES[key] = hashlib.sha256(f.read()).hexdigest()
+    return _FILE_HASHES[key]
+
+
+def _module_file(module) -> str | None:
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    if path.endswith((".pyc", ".pyo")):
+        src = path[:-1]
+        return src if os.path.exists(src) else path
+    return path
+
+
+def _top(name: str) -> str:
+    return name.partition(".")[0]
+
+
+def _eager_modules(spec: "NormSpec") -> set[str]:
+    """Modules holding the eager implementation: the factory's, those of the classes it builds (with their
+    non-torch bases), and the same-package modules whose functions and classes those modules use."""
+    names: set[str] = set()
+    factory = _resolve(spec.factory)
+    if getattr(factory, "__module__", None):
+        names.add(factory.__module__)
+    try:
+        layout = spec.layouts[0] if spec.layouts else "tokens"
+        built = factory(8, layout=layout, **dict(spec.default_kwargs))
+        classes = {type(m) for m in built.modules()} if isinstance(built, nn.Module) else {type(built)}
+    except Exception:  # a factory that cannot build at width 8: its module's source still names it
+        classes = set()
+    for cls in classes:
+        for base in cls.__mro__:
+            if base.__module__ and _top(base.__module__) not in ("torch", "builtins"):
+                names.add(base.__module__)
+    # one level of same-package helpers (e.g. normbench.norms._base used by normbench.norms.features)
+    for name in list(names):
+        mod = sys.modules.get(name)
+        for obj in vars(mod).values() if mod is not None else ():
+            owner = getattr(obj, "__module__", None) if (inspect.isfunction(obj) or inspect.isclass(obj)) else None
+            if isinstance(owner, str) and owner != name and _top(owner) == _top(name):
+                names.add(owner)
+            elif inspect.ismodule(obj) and _top(obj.__name__) == _top(name) and obj.__name__ != _top(name):
+                names.add(obj.__name__)
+    return names
+
+
+def _backend_files(backend: "Backend") -> list[str]:
+    """Source files of a backend: every ``.py`` beside the module defining its builder (its kernels live there),
+    or only that module's file when it is a top-level module or the core ``normbench`` package itself."""
+    files: set[str] = set()
+    for fn in (backend.build, backend.available):
+        if fn is None:
+            continue
+        mod_name = fn.partition(":")[0] if isinstance(fn, str) else getattr(fn, "__module__", None)
+        if not mod_name:
+            continue
+        module = importlib.import_module(mod_name)
+        path = _module_file(module)
+        if path is None:
+            continue
+        package = module.__name__ if hasattr(module, "__path__") else module.__name__.rpartition(".")[0]
+        if package and package != "normbench":
+            folder = os.path.dirname(path)
+            files.update(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py"))
+        else:
+            files.add(path)
+    return sorted(files)
+
+
+def _library_versions() -> list[str]:
+    try:
+        triton = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        triton = None
+    return [f"torch={torch.__version__}", f"triton={triton}"]
+
+
 
 @dataclass(frozen=True)
 class NormSpec:
@@ -211,6 +305,30 @@ class NormSpec:
         if backend == "eager":
             return module
         return _resolve(self._backend(backend).build)(module, self)
+
+    def impl_hash(self, backend: str = "eager") -> str:
+        """16 hex digits naming this implementation: a sha256 of the norm's module sources (the factory's module,
+        the modules of the classes it builds and the same-package helpers they use), ``backend``'s sources (for an
+        extra backend, every ``.py`` beside its builder: its kernels) and the torch and Triton versions.
+
+        Stable across processes and machines for the same code; any edit to those sources changes it, so a record
+        id that includes it is re-measured after the code changes. The ``.py`` paths are hashed relative to nothing
+        (only module names and file contents), so the same code installed elsewhere hashes the same.
+        """
+        if backend not in self.backends:
+            raise KeyError(f"norm {self.name!r} has no backend {backend!r}; it has {', '.join(self.backends)}")
+        h = hashlib.sha256()
+        for name in sorted(_eager_modules(self)):
+            module = sys.modules.get(name) or importlib.import_module(name)
+            path = _module_file(module)
+            h.update(f"module {name} {_file_digest(path) if path else 'no-source'}\n".encode())
+        if backend != "eager":
+            h.update(f"backend {backend}\n".encode())
+            for path in _backend_files(self._backend(backend)):
+                h.update(f"file {os.path.basename(path)} {_file_digest(path)}\n".encode())
+        for line in _library_versions():
+            h.update(f"{line}\n".encode())
+        return h.hexdigest()[:16]
 
     def to_dict(self) -> dict:
         """JSON-ready metadata; result records embed it so they stay readable without the plugin."""

@@ -73,6 +73,32 @@ class Case:
         }
 
 
+def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
+    """The implementation hash of ``spec`` run by ``backend`` (``NormSpec.impl_hash``); for an external baseline
+    (Liger, Apex) the eager norm's hash combined with the adapter's source and the library's version."""
+    key = (spec.name, spec.package, spec.package_version, backend)
+    if cache is not None and key in cache:
+        return cache[key]
+    if backend in spec.backends:
+        h = spec.impl_hash(backend)
+    else:
+        import hashlib
+        from importlib import metadata
+
+        from normbench.registry import _file_digest
+
+        pkg = {"liger": "liger-kernel", "apex": "apex"}.get(backend, backend)
+        try:
+            version = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            version = None
+        text = f"{spec.impl_hash('eager')} {backend} {_file_digest(baselines.__file__)} {pkg}={version}"
+        h = hashlib.sha256(text.encode()).hexdigest()[:16]
+    if cache is not None:
+        cache[key] = h
+    return h
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -329,6 +355,7 @@ class Context:
     provenance: dict
     settings: TimerSettings = field(default_factory=TimerSettings)
     datasheet_peak_gbps: float | None = None
+    impl_hashes: dict = field(default_factory=dict)
 
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
@@ -372,6 +399,7 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     nbytes = bm.bytes_moved(model["formula"], case.pass_, model["params"])
     gbps = nbytes / st["median"] / 1e9
     pct = 100.0 * gbps / ctx.ceiling_gbps if model["memory_bound"] else None
+    flags: dict[str, str] = {}
     suspect, reason = False, None
     if pct is not None and gbps > ctx.ceiling_gbps:
         if gbps > FAR_ABOVE_CEILING * ctx.ceiling_gbps:
@@ -412,7 +440,10 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     from normbench.results.provenance import utc_now
 
     prov["timestamp"] = utc_now()
-    return make_record("kernel", spec.to_dict(), config, metrics, prov)
+    if suspect:
+        flags["suspect"] = reason
+    return make_record("kernel", spec.to_dict(), config, metrics, prov,
+                       impl_hash=impl_hash(spec, case.backend, ctx.impl_hashes), flags=flags, flag_reasons=flags)
 
 
 def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) -> list[dict]:
@@ -444,11 +475,13 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
     return records
 
 
-def case_id(case: Case, hardware_id: str) -> str:
+def case_id(case: Case, hardware_id: str, cache: dict | None = None) -> str:
+    """The id the record of ``case`` will get here (it includes the implementation hash of the code now)."""
     from normbench.registry import REGISTRY
     from normbench.results.schema import record_id
 
-    return record_id("kernel", case.norm, case.config(REGISTRY.get(case.norm)), hardware_id)
+    spec = REGISTRY.get(case.norm)
+    return record_id("kernel", case.norm, case.config(spec), hardware_id, impl_hash(spec, case.backend, cache))
 
 
 # --- sweeping -------------------------------------------------------------------------------------------------------
@@ -524,14 +557,16 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     hw_id = hardware_id(hardware(device))
     done = set() if force else existing_ids(out, "kernel")
     groups: dict[tuple, list[Case]] = {}
+    hashes: dict = {}
     for case in cases:
-        if case_id(case, hw_id) in done:
+        if case_id(case, hw_id, hashes) in done:
             summary.already_done += 1
             continue
         groups.setdefault(case.group, []).append(case)
     if not groups:
         return summary
     ctx = make_context(device, settings, command)
+    ctx.impl_hashes = hashes
     log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})")
     skips, measured = [], []
     executor = executor or InProcessExecutor()

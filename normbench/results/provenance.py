@@ -168,6 +168,7 @@ def provenance(command: str | list[str] | None = None, device: str | None = None
         "torch": torch.__version__,
         "triton": _version("triton") or _version("pytorch-triton") or _version("pytorch-triton-rocm"),
         "platform": platform.platform(),
+        "node": platform.node() or None,
         "hardware": hw,
         "hardware_id": hardware_id(hw),
         "plugins": plugin_versions(),

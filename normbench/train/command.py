@@ -103,13 +103,16 @@ def _fmt(v, digits=4):
 
 
 def _print_summary(cells, file=None) -> None:
+    """One line per cell (``normbench.stats.aggregate``): centre and 95% CI, and the runs that failed."""
     file = file or sys.stdout
     for c in cells:
         f = c["final"]
         ci = f"95% CI [{_fmt(f['ci_low'])}, {_fmt(f['ci_high'])}]" if f["ci_low"] is not None else "CI needs 2+ seeds"
-        where = c["recipe"] + (f" {c['placement']}" if c["placement"] else "")
-        div = f", {c['diverged']} diverged" if c["diverged"] else ""
-        print(f"{c['norm']:>20} {where}: {c['metric']} {_fmt(f['mean'])} ± {_fmt(f['std'])} (n={f['n']}{div}), {ci}",
+        where = (c["recipe"] or "?") + (f" {c['placement']}" if c["placement"] else "")
+        centre = "geometric mean" if f["scale"] == "log" else "mean"
+        spread = f", sd of log {_fmt(f['std'])}" if f["scale"] == "log" else f" ± {_fmt(f['std'])}"
+        div = f", {c['diverged']} of {c['n']} diverged" if c["diverged"] else ""
+        print(f"{c['norm']:>20} {where}: {c['metric']} {centre} {_fmt(f['mean'])}{spread} (n={f['n']}{div}), {ci}",
               file=file)
 
 
@@ -222,7 +225,7 @@ def cmd_train(args) -> int:
     import normbench
     from normbench.models import supports
     from normbench.tasks import DatasetUnavailable, default_task, get_task
-    from normbench.train.stats import aggregate
+    from normbench.stats import aggregate
 
     spec = normbench.get_norm(args.norm)
     task = get_task(args.task or default_task(spec.layouts))
@@ -300,7 +303,7 @@ def cmd_sweep(args) -> int:
     from normbench._stdout import document_stream
     from normbench.results import existing_ids
     from normbench.tasks import DatasetUnavailable
-    from normbench.train.stats import aggregate
+    from normbench.stats import aggregate
 
     runs = plan(args)
     if not runs:
