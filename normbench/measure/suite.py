@@ -99,7 +99,7 @@ def check_verdicts(norms) -> dict:
     out = {n: _VERDICTS.get(n) or cached_status(REGISTRY.get(n)) for n in norms}
     missing = [n for n, v in out.items() if v is None]
     if missing:
-        with make_executor() as ex:
+        with make_executor(preload=("normbench.check",)) as ex:
             out.update(ensure_checked(missing, ex, time_limit()))
     _VERDICTS.update(out)
     return out
