@@ -607,8 +607,8 @@ def comparison_line(r: dict) -> str:
         parts.append(r["effect_text"])
     parts.append(f"test {r['test']}, p(claim) {_p(r['p_for_holm'])}, p(refute) {_p(r['p_against_holm'])} (Holm)")
     if r.get("p_welch") is not None:
-        parts.append(f"Welch p {_p(r['p_welch'])}, " + ("Mann–Whitney" if r["type"] == "accuracy" else "Wilcoxon")
-                     + f" p {_p(r['p_mann_whitney'])}")
+        parts.append(("Welch" if r["type"] == "accuracy" else "t") + f" p {_p(r['p_welch'])}, "
+                     + ("Mann–Whitney" if r["type"] == "accuracy" else "Wilcoxon") + f" p {_p(r['p_mann_whitney'])}")
     return "; ".join(parts) + f" -> {r['verdict']}"
 
 
@@ -629,7 +629,8 @@ def to_text(results: list[dict]) -> str:
 
 def to_markdown(results: list[dict]) -> str:
     """A Markdown table of every claim and its comparisons (the block generated into ``docs/accuracy.md``)."""
-    out = ["| claim | paper | verdict | comparison | n (A/B) | effect [95% CI] | p Welch / MWU | p Holm (claim / refute) |",
+    out = ["| claim | paper | verdict | comparison | n (A/B) | effect [95% CI] | p two-sided: Welch (t) / MWU (Wilcoxon) "
+           "| p Holm (claim / refute) |",
            "|---|---|---|---|---|---|---|---|"]
     for c in results:
         first = True

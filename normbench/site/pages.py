@@ -586,7 +586,8 @@ class Site:
                     fail = (f"; failed {r['failed_a']}/{r['failed_b']}" if r["type"] == "accuracy"
                             and (r["failed_a"] or r["failed_b"]) else "")
                     detail = (f"{esc(r.get('effect_text') or '–')} · n {r['n_a']}/{r['n_b']}{esc(fail)} · "
-                              f"test {esc(r['test'])} · Welch p {C._p(r.get('p_welch'))}, "
+                              f"test {esc(r['test'])} · {'Welch' if r['type'] == 'accuracy' else 't'} p "
+                              f"{C._p(r.get('p_welch'))}, "
                               f"{'Mann–Whitney' if r['type'] == 'accuracy' else 'Wilcoxon'} p "
                               f"{C._p(r.get('p_mann_whitney'))} · p(claim) {C._p(r['p_for_holm'])}, "
                               f"p(refute) {C._p(r['p_against_holm'])} · {esc(r.get('hardware') or '')}")
