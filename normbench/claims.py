@@ -84,9 +84,10 @@ class Arm:
         return self.norm + (f" ({self.cell.placement})" if self.cell.placement else "")
 
     def command(self, seeds: int = MIN_SEEDS) -> str:
-        """The run that fills this arm (``sweep`` skips the seeds already in ``results/``)."""
+        """The run that fills this arm: the tuned sweep (learning-rate search, then the test seeds), which skips
+        what ``results/`` already holds."""
         c = self.cell
-        cmd = f"normbench sweep --tasks {c.task} --models {c.model} --norms {self.norm}"
+        cmd = f"normbench sweep --tune --tasks {c.task} --models {c.model} --norms {self.norm}"
         if c.placement:
             cmd += f" --placements {c.placement}"
         if c.variant != "default":
@@ -372,6 +373,7 @@ def evaluate_accuracy(comp: Accuracy, acc: list[dict]) -> dict:
     margin = STEPS_MARGIN if comp.metric == "steps_to_target" else (PPL_MARGIN if log else ACC_MARGIN)
     ya, fa, na = _advantage_values(ra, comp.metric, higher, log)
     yb, fb, nb = _advantage_values(rb, comp.metric, higher, log)
+    out["records"] = sorted(r["id"] for r in ra + rb if S.record_status(r) in ("ok", "diverged"))
     out.update(hardware=hw, n_a=na, n_b=nb, failed_a=fa, failed_b=fb, metric=metric_name, scale="log" if log else
                "linear", margin=margin, margin_text=_margin_text(log, margin, comp.metric),
                summary_a=S.summarize(_natural(ya, higher, log), log=log).to_dict(),
@@ -484,7 +486,8 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
             out.append(_undecided(row, f"{len(pairs)} matched configurations in one run on {hw}; "
                                        f"{MIN_PAIRS} needed", [cmd]))
             continue
-        y = [math.log(slow / fast) for fast, slow in pairs]   # log speed-up of ``fast``
+        row["records"] = sorted({i for p in pairs for i in p[2:]})
+        y = [math.log(slow / fast) for fast, slow, _, _ in pairs]   # log speed-up of ``fast``
         thr, mar = math.log(comp.threshold), math.log(max(comp.margin, comp.threshold))
         p_for = S.one_sample_p(y, popmean=thr, alternative="greater")
         p_against = S.one_sample_p(y, popmean=mar, alternative="less")
@@ -497,23 +500,25 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
     return out
 
 
-def _speed_pairs(comp: Speed, recs: list[dict]) -> list[tuple[float, float]]:
-    """(fast time, slow time) for each configuration both sides measured in one run."""
-    idx: dict[tuple, float] = {}
+def _speed_pairs(comp: Speed, recs: list[dict]) -> list[tuple[float, float, str, str]]:
+    """(fast time, slow time, fast record id, slow record id) for each configuration both sides measured."""
+    idx: dict[tuple, tuple[float, str]] = {}
     for r in recs:
         t = r["metrics"].get("time_median_s")
         if isinstance(t, (int, float)) and t > 0:
-            idx[(r["norm"]["name"], r["config"].get("backend")) + _krow_key(r)] = float(t)
+            idx[(r["norm"]["name"], r["config"].get("backend")) + _krow_key(r)] = (float(t), r["id"])
     pairs = []
-    for (norm, backend, *rest), t in sorted(idx.items(), key=lambda kv: str(kv[0])):
+    for (norm, backend, *rest), (t, rid) in sorted(idx.items(), key=lambda kv: str(kv[0])):
+        other = None
         if comp.backend_pairs:
-            if norm != comp.fast:
-                continue
-            for fb, sb in _paired_backends({k[1] for k in idx if k[0] == norm}):
-                if backend == fb and (norm, sb, *rest) in idx:
-                    pairs.append((t, idx[(norm, sb, *rest)]))
-        elif norm == comp.fast and (comp.slow, backend, *rest) in idx:
-            pairs.append((t, idx[(comp.slow, backend, *rest)]))
+            if norm == comp.fast:
+                for fb, sb in _paired_backends({k[1] for k in idx if k[0] == norm}):
+                    if backend == fb:
+                        other = idx.get((norm, sb, *rest))
+        elif norm == comp.fast:
+            other = idx.get((comp.slow, backend, *rest))
+        if other is not None:
+            pairs.append((t, other[0], rid, other[1]))
     return pairs
 
 
@@ -558,8 +563,8 @@ def evaluate(records: Iterable[dict]) -> list[dict]:
             "why": _why(verdict, rows),
             "missing": list(dict.fromkeys(missing)),
             "cells": sorted({c for r in rows for c in r["cells"]}),
-            "n": sum(r["n_a"] + r["n_b"] for r in rows if r["type"] == "accuracy") or
-            sum(r["n_a"] for r in rows),
+            # Distinct records the comparisons used (runs for accuracy, kernel records for speed).
+            "n": len({i for r in rows for i in r.get("records", [])}),
             "scale_caveat": claim.caveat, "note": claim.note, "comparisons": rows,
         })
     return out
@@ -668,10 +673,12 @@ def register(sub) -> None:
 def _cmd_claims(args) -> int:
     import json
 
+    from normbench._stdout import document_stream
+
     results = evaluate(load_records(args.results))
     if args.json:
         print(json.dumps(_clean({"alpha": ALPHA, "min_seeds": MIN_SEEDS, "claims": results}), indent=1,
-                         allow_nan=False))
+                         allow_nan=False), file=document_stream())
     elif args.markdown:
         print(to_markdown(results))
     else:

@@ -91,8 +91,9 @@ def test_equivalence_by_tost_reproduces_and_an_undecided_sibling_names_its_missi
     assert r["verdict"] == "reproduced" and (r["n_a"], r["n_b"]) == (5, 5)
     claim = rows(res, "preln-eq-prermsnorm")
     assert claim["verdict"] == "inconclusive" and not claim["decided"]
-    assert "normbench sweep --tasks synth-lm --models gpt --norms crmsnorm --placements pre_ln --seeds 5" \
+    assert "normbench sweep --tune --tasks synth-lm --models gpt --norms crmsnorm --placements pre_ln --seeds 5" \
         in claim["missing"]
+    assert claim["n"] == 10 and r["records"] == sorted(x["id"] for x in recs)
 
 
 def test_superiority_refuted_when_the_claimed_better_norm_is_clearly_worse():

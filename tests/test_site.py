@@ -307,5 +307,5 @@ def test_claims_page_lists_every_claim_with_its_verdict_and_missing_runs(demo_si
     for c in CLAIMS:
         assert esc(c.claim) in html
     assert html.count("<tr id=") == len(CLAIMS)
-    assert "cannot decide yet" in html and "normbench sweep --tasks synth-lm" in html
+    assert "cannot decide yet" in html and "normbench sweep --tune --tasks synth-lm" in html
     assert 'href="https://arxiv.org/abs/1910.07467"' in html
