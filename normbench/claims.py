@@ -474,7 +474,8 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
             "margin_text": f"{(comp.margin - 1) * 100:.0f}% speed-up"}
     cmd = f"normbench bench --norm {' '.join(sorted(names))}" + (" --shape-class llm" if comp.min_input_bytes else "")
     if not devices:
-        what = "two-pass and three-pass backends of " + comp.fast if comp.backend_pairs else f"{comp.fast} and {comp.slow}"
+        what = ("two-pass and three-pass backends of " + comp.fast if comp.backend_pairs
+                else f"{comp.fast} and {comp.slow}")
         return [_undecided(dict(base, hardware=None), f"no unflagged kernel records of {what}"
                            + (" on inputs of 64 MiB or more" if comp.min_input_bytes else ""), [cmd])]
     out = []
@@ -634,8 +635,8 @@ def to_text(results: list[dict]) -> str:
 
 def to_markdown(results: list[dict]) -> str:
     """A Markdown table of every claim and its comparisons (the block generated into ``docs/accuracy.md``)."""
-    out = ["| claim | paper | verdict | comparison | n (A/B) | effect [95% CI] | p two-sided: Welch (t) / MWU (Wilcoxon) "
-           "| p Holm (claim / refute) |",
+    out = ["| claim | paper | verdict | comparison | n (A/B) | effect [95% CI] "
+           "| p two-sided: Welch (t) / MWU (Wilcoxon) | p Holm (claim / refute) |",
            "|---|---|---|---|---|---|---|---|"]
     for c in results:
         first = True

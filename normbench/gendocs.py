@@ -49,7 +49,7 @@ def cells_markdown(records: list[dict]) -> str:
         spread = "sd of log" if log else "sd"
         title = f"{task}/{model}" + ("" if variant == "default" else f"/{variant}") + (" (quick)" if quick else "")
         direction = "higher" if c0["higher_is_better"] else "lower"
-        out.append(f"#### `{title}` ({c0['metric']}, {direction} is better)\n")
+        out.append(f"#### `{C._md(title).replace('`', '')}` ({C._md(c0['metric'])}, {direction} is better)\n")
         out.append(f"| # | norm | placement | {centre} | {spread} | runs | diverged | steps to target "
                    "(geometric mean, reached) | flagged | tuning runs |")
         out.append("|---|---|---|---|---|---|---|---|---|---|")
@@ -58,7 +58,8 @@ def cells_markdown(records: list[dict]) -> str:
             ci = f" [{_fmt(f['ci_low'], c['metric'])}, {_fmt(f['ci_high'], c['metric'])}]" if f["ci_low"] is not None \
                 else ""
             stt = c["steps_to_target"]
-            out.append(f"| {i} | {c['norm']} | {c['placement'] or ''} | {_fmt(f['mean'], c['metric'])}{ci} | "
+            out.append(f"| {i} | {C._md(c['norm'])} | {C._md(c['placement'] or '')} | "
+                       f"{_fmt(f['mean'], c['metric'])}{ci} | "
                        f"{_fmt(f['std'])} | {c['n']} | {c['diverged']} | {_fmt(stt['mean'])} "
                        f"({c['reached']}/{c['n']}) | {c['flagged']} | {c['tuning']} |")
         out.append("")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path

@@ -137,9 +137,9 @@ def _acc(norm, seed, final, **kw):
 
 
 def test_divergence_ranks_first_and_failed_runs_are_never_dropped():
-    recs = [_acc("dyt", s, 0.99 if s < 3 else None, diverged=s >= 3) for s in range(5)]       # best metric, 2/5 diverged
-    recs += [_acc("layernorm", s, 0.80 + 0.01 * s) for s in range(5)]                          # 0/5 diverged
-    recs += [_acc("rmsnorm", s, None, diverged=True) for s in range(5)]                        # all diverged
+    recs = [_acc("dyt", s, 0.99 if s < 3 else None, diverged=s >= 3) for s in range(5)]  # best metric, 2/5 diverged
+    recs += [_acc("layernorm", s, 0.80 + 0.01 * s) for s in range(5)]                     # 0/5 diverged
+    recs += [_acc("rmsnorm", s, None, diverged=True) for s in range(5)]                   # all diverged
     cells = {c["norm"]: c for c in S.aggregate(recs)}
     order = [c["norm"] for c in S.aggregate(recs)]
     assert order == ["layernorm", "dyt", "rmsnorm"]
