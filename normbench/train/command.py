@@ -223,8 +223,8 @@ def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, arg
 def cmd_train(args) -> int:
     import normbench
     from normbench.models import supports
-    from normbench.tasks import DatasetUnavailable, default_task, get_task
     from normbench.stats import aggregate
+    from normbench.tasks import DatasetUnavailable, default_task, get_task
 
     spec = normbench.get_norm(args.norm)
     task = get_task(args.task or default_task(spec.layouts))
@@ -301,8 +301,8 @@ def plan(args) -> list:
 def cmd_sweep(args) -> int:
     from normbench._stdout import document_stream
     from normbench.results import existing_ids
-    from normbench.tasks import DatasetUnavailable
     from normbench.stats import aggregate
+    from normbench.tasks import DatasetUnavailable
 
     runs = plan(args)
     if not runs:
