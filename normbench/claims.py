@@ -16,7 +16,7 @@ rule. The rules (also rendered on the site and in ``docs/accuracy.md``):
   TOST, both one-sided tests against ±margin; not reproduced when the difference is shown to lie outside ±margin.
 - **Margins**, stated in advance: perplexity 2 % (a ratio of geometric means within 1/1.02 … 1.02), top-1 accuracy
   2 points, steps to target 10 %, kernel time as the claim states.
-- **Speed comparisons** come from kernel records on one device in one run (same hardware, git commit and command),
+- **Speed comparisons** come from kernel records on one device in one run (same hardware, host, commit and command),
   matched on backend, dtype, shape, pass, timing, threads and harness; flagged records are excluded. The unit is the
   matched configuration: the log time ratio, tested by a one-sample t-test (Wilcoxon signed-rank beside), at least
   :data:`MIN_PAIRS` configurations. Each device with records is its own comparison (its latest such run).
@@ -434,7 +434,8 @@ def _krow_key(r: dict) -> tuple:
 
 def _run_key(r: dict) -> tuple:
     p = r["provenance"]
-    return (p.get("hardware_id"), p.get("git_commit"), p.get("command"))
+    # One run: one machine (hardware id and host), one commit, one command line.
+    return (p.get("hardware_id"), p.get("git_commit"), p.get("command"), p.get("node"))
 
 
 def _input_bytes(r: dict) -> int:
