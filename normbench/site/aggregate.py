@@ -232,6 +232,11 @@ class Cell:
         raise AttributeError(name)
 
     @property
+    def values(self) -> list[float]:
+        """Final metrics of the finished, unflagged runs (what the statistics use)."""
+        return [r["final"] for r in self.runs if r["status"] == "ok" and r["final"] is not None]
+
+    @property
     def n(self) -> int:
         """Runs that count: finished or diverged (flagged and tuning runs do not)."""
         return len(self._counted)
@@ -282,6 +287,18 @@ def accuracy_cells(rows: list[dict]) -> list[Cell]:
     for r in rows:
         groups.setdefault((r["cell"], r["status"] == "tuning"), []).append(r)
     return [Cell(runs) for runs in groups.values()]
+
+
+def reference_cell(c: Cell, cells: list[Cell]) -> Cell | None:
+    """The cell ``c`` is tested against (``normbench.stats.reference_of``): same table and hardware; the one with
+    the most runs when several match; None for the reference itself or where a table has none."""
+    ref = S.reference_of(c.model)
+    if ref is None or c.tuning:
+        return None
+    match = [x for x in cells if not x.tuning and x.table_key == c.table_key and x.hardware == c.hardware
+             and x.options == c.options and (x.norm, x.placement) == ref]
+    best = max(match, key=lambda x: x.n, default=None)
+    return None if best is None or best is c else best
 
 
 def rank_cells(cells: list[Cell]) -> list[Cell]:

@@ -400,6 +400,17 @@ class Site:
             out += '<span class="badge quick" title="smoke-test budget, not a converged result">quick budget</span>'
         return out
 
+    def _vs_ref(self, c) -> tuple[str, float | None]:
+        ref = agg.reference_cell(c, self.cells)
+        if ref is None:
+            is_ref = S.reference_of(c.model) == (c.norm, c.placement)
+            return ('<span class="muted">reference</span>' if is_ref else "", None)
+        d = S.versus(c.values, ref.values, log=S.is_log_metric(c.metric))
+        if d is None:
+            return ('<span class="muted">too few finished seeds</span>', None)
+        name = ref.norm + (f" ({ref.placement})" if ref.placement else "")
+        return (f'<span title="against {esc(name)}">{esc(S.versus_text(d, c.metric))}</span>', d.p)
+
     @staticmethod
     def _div(c) -> str:
         """Diverged / counted runs, marked when any diverged (a diverged run is a result, never dropped)."""
@@ -447,6 +458,9 @@ class Site:
                 Col("best", True, "best evaluation over training, mean over seeds"),
                 Col("time to target", True, "mean over the seeds that reached the target (k/n reached)"),
                 Col("diverged", True, "seeds whose loss became NaN/inf, of the counted seeds; ranks first"),
+                Col("vs reference", True, "against the table's reference (LayerNorm, Pre-LN in GPT tables; BatchNorm "
+                    "in ResNet tables): ratio of geometric means (perplexity) or difference (accuracy) with its 95 % "
+                    "Welch interval; Welch p, Mann–Whitney p; not corrected for multiple comparisons"),
                 Col("wall time", True, "training wall time, mean over seeds"),
                 Col("seeds", True), Col("records")]
         rows = []
@@ -469,6 +483,7 @@ class Site:
                 (fmt_metric(c.best.mean, c.metric), c.best.mean),
                 (tgt, c.ttt.mean),
                 (self._div(c), c.divergence_rate),
+                self._vs_ref(c),
                 (fmt_seconds_human(c.wall.mean), c.wall.mean),
                 (str(c.n), float(c.n)),
                 (recs, None),
@@ -594,7 +609,8 @@ class Site:
                     fail = (f"; failed {r['failed_a']}/{r['failed_b']}" if r["type"] == "accuracy"
                             and (r["failed_a"] or r["failed_b"]) else "")
                     detail = (f"{esc(r.get('effect_text') or '–')} · n {r['n_a']}/{r['n_b']}{esc(fail)} · "
-                              f"test {esc(r['test'])} · Welch p {C._p(r.get('p_welch'))}, "
+                              f"test {esc(r['test'])} · {'Welch' if r['type'] == 'accuracy' else 't'} p "
+                              f"{C._p(r.get('p_welch'))}, "
                               f"{'Mann–Whitney' if r['type'] == 'accuracy' else 'Wilcoxon'} p "
                               f"{C._p(r.get('p_mann_whitney'))} · p(claim) {C._p(r['p_for_holm'])}, "
                               f"p(refute) {C._p(r['p_against_holm'])} · {esc(r.get('hardware') or '')}")
