@@ -27,7 +27,7 @@ import normbench
 from normbench.executor import heartbeat
 from normbench.models import MODEL_LAYOUT, build_model
 from normbench.models.norms import resolve
-from normbench.tasks import get_task, load_task
+from normbench.tasks import data_config, get_task, load_task
 from normbench.train.data import Batcher
 from normbench.train.recipes import Recipe, get_recipe
 
@@ -216,6 +216,16 @@ def _sync(device: torch.device) -> None:
 
 # -- configuration and record ---------------------------------------------------------------------------------------
 
+def model_options(model: str, recipe: Recipe) -> dict:
+    """The recipe's model options; the GPT's context length is the recipe's ``seq_len`` (the batches' length)."""
+    opts = dict(recipe.model_options)
+    if model == "gpt" and recipe.seq_len is not None:
+        if opts.setdefault("seq_len", recipe.seq_len) != recipe.seq_len:
+            raise ValueError(f"recipe {recipe.name}: model_options seq_len {opts['seq_len']} differs from the "
+                             f"recipe's seq_len {recipe.seq_len}")
+    return opts
+
+
 def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> dict:
     """The record's ``config`` for ``run`` (what defines the cell and seed; hashed into the record id)."""
     task = get_task(run.task)
@@ -224,7 +234,7 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
     if model_config is None:
         model_config = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
                                    base_norm=run.base_norm, backend=run.backend,
-                        **recipe.model_options).config
+                                   **model_options(run.model, recipe)).config
     placement = (run.placement or "pre_ln") if run.model == "gpt" else None
     config = {
         "task": task.name,
@@ -242,6 +252,8 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
         "qk_norm": bool(model_config.get("qk_norm", False)),
         "world_size": world,
         "model_config": model_config,
+        # Where the splits came from and how many examples (and classes) the run saw of each.
+        "data": data_config(run.task, data_dir=run.data_dir, quick=run.quick),
     }
     if run.backend != "eager":
         # Only when not eager, so records made before backends were selectable keep their ids (and are skipped).
@@ -303,7 +315,7 @@ def train(run: Run, command: str | None = None) -> dict | None:
     seed_everything(run.seed)
     built = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
                         base_norm=run.base_norm, backend=run.backend,
-                        **recipe.model_options)
+                        **model_options(run.model, recipe))
     config = run_config(run, built.config, world)
     prov = provenance(command or command_line(), device=device.type)
     record_id = normbench.results.record_id("accuracy", spec.name, config, prov["hardware_id"])
