@@ -86,11 +86,18 @@ class _Adapter(nn.Module):
         self.num_features = eager.num_features
         self.eps = float(getattr(eager, "eps", 1e-5))
         object.__setattr__(self, "_call", call)
-        if library is not None:
-            self.library = library  # a submodule, so .to()/.train() reach it
+        # Outside _modules, so the state_dict keys stay exactly the eager module's; its parameters are the eager
+        # ones (shared), so .to() reaches them through this module.
+        object.__setattr__(self, "library", library)
 
     def forward(self, *args):
         return self._call(self, *args)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.library is not None:
+            self.library.train(mode)
+        return self
 
 
 def _share(library: nn.Module, eager: nn.Module, names: dict[str, str]) -> nn.Module:
