@@ -9,9 +9,9 @@ import socket
 import pytest
 
 from normbench.results import existing_ids, validate_record, write_records
+from normbench.stats import aggregate
 from normbench.train.loop import Run, lr_factor, record_id_for, train
 from normbench.train.recipes import get_recipe
-from normbench.stats import aggregate
 
 LM_TINY = {"steps": 6, "eval_every": 3, "batch_size": 4, "eval_limit": 8, "warmup_steps": 2,
            "model_options": {"n_layer": 2, "n_embd": 16, "n_head": 2}}

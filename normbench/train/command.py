@@ -157,7 +157,7 @@ def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, arg
 
     from normbench._stdout import document_stream
     from normbench.check import ensure_checked, refusal, stamp
-    from normbench.executor import Task, make_executor, stall_limit
+    from normbench.executor import Task, make_executor, stall_limit, time_limit
     from normbench.results import write_records
     from normbench.tasks import DatasetUnavailable
     from normbench.train.loop import command_line, distributed_env, record_id_for
@@ -169,10 +169,11 @@ def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, arg
     # torchrun: each rank is already the process that runs the work, and the ranks must stay in step.
     executor_name = "inprocess" if distributed else getattr(args, "executor", None)
     limit = stall_limit(getattr(args, "stall_limit", None))
+    check_limit = time_limit(getattr(args, "time_limit", None))
     command = command_line()
     broken: dict[str, str] = {}
-    with make_executor(executor_name) as ex:
-        verdicts = ensure_checked([r.spec().name for r in runs], ex, None)
+    with make_executor(executor_name, preload=("normbench.train.loop", "normbench.check")) as ex:
+        verdicts = ensure_checked([r.spec().name for r in runs], ex, check_limit)
         for name, v in verdicts.items():
             if not v.passed and not force:
                 msg = refusal(v, "train")
@@ -223,8 +224,8 @@ def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, arg
 def cmd_train(args) -> int:
     import normbench
     from normbench.models import supports
-    from normbench.tasks import DatasetUnavailable, default_task, get_task
     from normbench.stats import aggregate
+    from normbench.tasks import DatasetUnavailable, default_task, get_task
 
     spec = normbench.get_norm(args.norm)
     task = get_task(args.task or default_task(spec.layouts))
@@ -301,8 +302,8 @@ def plan(args) -> list:
 def cmd_sweep(args) -> int:
     from normbench._stdout import document_stream
     from normbench.results import existing_ids
-    from normbench.tasks import DatasetUnavailable
     from normbench.stats import aggregate
+    from normbench.tasks import DatasetUnavailable
 
     runs = plan(args)
     if not runs:
