@@ -129,10 +129,14 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
             raise ValueError(f"unknown timing {t!r}; use cold or hot")
         if t == "cold" and not is_cuda:
             raise ValueError("cold timing (L2 flushed between repetitions) needs CUDA; CPU timing is hot")
+    default_shapes = shapes is None and shape_class is None and not quick
     shapes = list(shapes) if shapes is not None else shapes_for(shape_class, quick)
     if layouts:
         layouts = tuple(layouts)
         shapes = [s for s in shapes if s.layout in layouts]
+    if not norms:  # softmax norms have their own shape set and stay out of the other sweeps (docs/softmax.md)
+        want_softmax = any(s.shape_class == "softmax" for s in shapes)
+        specs = [s for s in specs if (s.kind == "softmax") == want_softmax]
     threads = threads or torch.get_num_threads()
     # torch.compile costs seconds of compilation per (norm, layout, dtype) on a CPU; the quick sweep therefore
     # compiles float32 on one layout per norm (tokens when it has it) unless dtypes or layouts were chosen.
@@ -144,8 +148,11 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
         known_backends.update(spec_backends)
         wanted = [b for b in (backends or spec_backends) if b in spec_backends]
         first_layout = "tokens" if "tokens" in spec.layouts else spec.layouts[0]
-        for shape in shapes:
-            if shape.layout not in spec.layouts:
+        spec_shapes = shapes
+        if spec.kind == "softmax" and default_shapes:
+            spec_shapes = [s for s in shapes_for("softmax") if not layouts or s.layout in layouts]
+        for shape in spec_shapes:
+            if shape.layout not in spec.layouts or (shape.shape_class == "softmax") != (spec.kind == "softmax"):
                 continue
             for backend in wanted:
                 if trim_compile and backend == "compile" and shape.layout != first_layout:
@@ -405,6 +412,10 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         "err_reference": "eager module in float64 on the same inputs",
         "graph_used": used_graph,
     }
+    if spec.kind == "softmax":  # reads of each row beside the GB/s (None: an implementation normbench does not own)
+        from normbench.softmax import row_passes
+
+        metrics["row_passes"] = row_passes(prep.module, case.pass_)
     flops = prep.flops(case.pass_)
     if flops is not None:
         metrics["flops"] = flops
