@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 import torch
 
 from normbench.measure import baselines
+from normbench.measure import softmax_baselines
 from normbench.measure import bytes_model as bm
 from normbench.measure.shapes import Shape, input_shape, shapes_for
 from normbench.measure.stats import summarize
@@ -80,7 +81,7 @@ def default_device() -> str:
 
 def backends_for(spec) -> tuple[str, ...]:
     """The spec's backends plus the external baselines (liger, apex) that implement this norm."""
-    return tuple(spec.backends) + baselines.backends_for(spec.name)
+    return tuple(spec.backends) + baselines.backends_for(spec.name) + softmax_baselines.backends_for(spec.name)
 
 
 def device_dtypes(device: str) -> tuple[str, ...]:
@@ -206,8 +207,9 @@ class Prepared:
         self.dtype = DTYPES[dtype]
         if shape.layout not in spec.layouts:
             raise Unsupported(f"{spec.name} does not support the {shape.layout} layout")
+        external = softmax_baselines if backend in softmax_baselines.backends_for(spec.name) else baselines
         if backend in backends_for(spec) and backend not in spec.backends:
-            reason = baselines.unavailable(backend, spec.name, shape.layout, device)
+            reason = external.unavailable(backend, spec.name, shape.layout, device)
         elif backend in spec.backends:
             reason = spec.backend_unavailable(backend)
         else:
@@ -221,7 +223,7 @@ class Prepared:
         if backend in spec.backends:
             module = spec.create(c, layout=shape.layout, backend=backend)
         else:
-            module = baselines.build(backend, spec.name, spec.create(c, layout=shape.layout))
+            module = external.build(backend, spec.name, spec.create(c, layout=shape.layout))
         self.module = module.to(device=device, dtype=self.dtype).train()
         self.inputs = _inputs_for(spec.kind, self.dims, self.dtype, device)
         self.params = [p for p in self.module.parameters() if p.requires_grad]

@@ -89,15 +89,15 @@ def softmax_shapes() -> list[Shape]:
     * ``attn-{S}``: scores of 16 heads over a sequence of S (dims ``(16, S, S)``, rows of width S).
     * ``vocab-{T}x{V}``: logits of T tokens over a vocabulary of V (dims ``(1, T, V)``): T = 4096 (a training
       micro-batch) and T = 512 (an evaluation or decode batch; small enough for a CPU).
-    * ``paper-64x4M``: 64 rows of 4 Mi entries (dims ``(1, 64, 4194304)``), the out-of-cache vectors of
+    * ``paper-32x4M``: 32 rows of 4 Mi entries (dims ``(1, 32, 4194304)``), the out-of-cache vectors of
       Dukhan & Ablavatski's CPU measurements.
     """
     out = [Shape(f"attn-{s}", "tokens", (16, s, s), "softmax", f"attention scores: 16 heads x {s} queries x {s} keys")
            for s in ATTN_SEQ]
     out += [Shape(f"vocab-{t}x{v}", "tokens", (1, t, v), "softmax", f"logits of {t} tokens over a vocabulary of {v}")
             for t in VOCAB_TOKENS for v in VOCAB]
-    out.append(Shape("paper-64x4M", "tokens", (1, 64, PAPER_ROW), "softmax",
-                     "64 rows of 4 Mi entries: out-of-cache rows as in the two-pass softmax paper"))
+    out.append(Shape("paper-32x4M", "tokens", (1, 32, PAPER_ROW), "softmax",
+                     "32 rows of 4 Mi entries: out-of-cache rows as in the two-pass softmax paper"))
     return out
 
 
