@@ -36,11 +36,13 @@ ALGORITHM_BACKENDS = {
 }
 #: Backend pairs compared by the two-pass claim (two-pass first).
 CLAIM_PAIRS = (("compile_2pass", "compile_3pass"), ("triton_2pass", "triton_3pass"))
-#: A row wider than this (bytes of one input row) does not stay in a core's private cache (this CPU: 2 MiB L2 per
-#: core) or in one GPU program's registers, so each pass over it reads memory (or the shared last-level cache).
-OUT_OF_CACHE_ROW_BYTES = 4 * 2**20
-#: ... and a tensor larger than this exceeds any current last-level cache (this CPU: 260 MiB L3; H100/H200: 50 MiB L2).
-OUT_OF_CACHE_TENSOR_BYTES = 512 * 2**20
+#: Rows at least this wide (bytes of one input row) do not stay close to the core: on a CPU beyond a core's private
+#: cache (this CPU: 2 MiB L2 per core), on a GPU beyond the Triton kernels' on-chip row (16384 float32 = 64 KiB), so
+#: each pass over them reads memory (or the shared last-level cache).
+OUT_OF_CACHE_ROW_BYTES = {"cpu": 4 * 2**20, "cuda": 64 * 2**10}
+#: ... and an input this large (with its output, twice that) exceeds the last-level cache (this CPU: 260 MiB L3;
+#: H100/H200: 50-60 MiB L2).
+OUT_OF_CACHE_TENSOR_BYTES = 256 * 2**20
 
 
 # --- explicit formulations (compiled per backend) -------------------------------------------------------------------
@@ -154,7 +156,7 @@ def _elem_bytes(dtype: str) -> int:
     return {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}.get(dtype, 4)
 
 
-def two_pass_claim_evidence(df, *, min_row_bytes: int = OUT_OF_CACHE_ROW_BYTES,
+def two_pass_claim_evidence(df, *, min_row_bytes: int | None = None,
                             min_tensor_bytes: int = OUT_OF_CACHE_TENSOR_BYTES, pass_: str = "fwd"):
     """Two-pass vs three-pass softmax on out-of-cache rows (Dukhan & Ablavatski: up to 28% faster with AVX512).
 
@@ -162,8 +164,9 @@ def two_pass_claim_evidence(df, *, min_row_bytes: int = OUT_OF_CACHE_ROW_BYTES,
     ``dtype``, ``pass``, ``shape``, ``num_features``, ``time_median_s`` or ``metrics`` columns as the loader gives;
     see ``_frame``). Records are paired when they share the norm, hardware, run (``git_commit`` and ``timing``),
     dtype, shape and pass, and one is the two-pass backend and the other the three-pass backend of the same family
-    (``compile_2pass``/``compile_3pass``, ``triton_2pass``/``triton_3pass``). Only rows wider than ``min_row_bytes``
-    in tensors larger than ``min_tensor_bytes`` count (the paper's "out-of-cache"). Flagged records (any
+    (``compile_2pass``/``compile_3pass``, ``triton_2pass``/``triton_3pass``). Only rows of at least ``min_row_bytes``
+    in inputs of at least ``min_tensor_bytes`` count (the paper's "out-of-cache"; ``min_row_bytes`` defaults to
+    ``OUT_OF_CACHE_ROW_BYTES`` of the record's device). Flagged records (any
     ``flags``, or ``suspect``) are left out.
 
     Returns a DataFrame with one row per pair: norm, hardware_id, device, pair, dtype, shape, row_bytes,
@@ -178,7 +181,9 @@ def two_pass_claim_evidence(df, *, min_row_bytes: int = OUT_OF_CACHE_ROW_BYTES,
     if f.empty:
         return pd.DataFrame(columns=cols)
     f = f[(f["pass"] == pass_) & f["norm"].isin(["softmax", "log_softmax"]) & ~f["flagged"]]
-    f = f[(f["row_bytes"] > min_row_bytes) & (f["tensor_bytes"] > min_tensor_bytes)]
+    row_min = f["device"].map(lambda d: min_row_bytes if min_row_bytes is not None
+                              else OUT_OF_CACHE_ROW_BYTES["cuda" if str(d).startswith("cuda") else "cpu"])
+    f = f[(f["row_bytes"] >= row_min) & (f["tensor_bytes"] >= min_tensor_bytes)]
     key = ["norm", "hardware_id", "run", "timing", "dtype", "shape"]
     rows = []
     for two, three in CLAIM_PAIRS:
