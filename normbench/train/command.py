@@ -260,7 +260,7 @@ def _norm_names(selectors) -> list[str]:
         if sel in ("activation", "all"):
             for name in normbench.list_norms():
                 kind = normbench.get_norm(name).kind
-                if sel == "all" or kind == "activation":
+                if (sel == "all" and kind != "softmax") or kind == "activation":  # softmax is no layer norm
                     names.append(name)
         else:
             normbench.get_norm(sel)  # unknown names fail here, before any training
