@@ -168,12 +168,18 @@ def seed_everything(seed: int) -> None:
 
 
 def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
-    """Weight decay on matrices and conv kernels only (not on biases, norm gains or scalars)."""
-    decay, no_decay = [], []
+    """Weight decay on matrices and conv kernels only (not on biases, norm gains or scalars).
+
+    A model with ``lr_scales()`` (parameter id -> multiplier; Fixup's scalars train at a tenth of the rate) gets
+    those parameters in groups of their own.
+    """
+    scales = model.lr_scales() if hasattr(model, "lr_scales") else {}
+    groups: dict[tuple, list] = {}
     for p in model.parameters():
         if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            key = (recipe.weight_decay if p.dim() >= 2 else 0.0, scales.get(id(p), 1.0))
+            groups.setdefault(key, []).append(p)
+    groups = [{"params": ps, "weight_decay": wd, "lr_scale": sc} for (wd, sc), ps in groups.items()]
     if recipe.optimizer == "sgd":
         cls, kwargs = torch.optim.SGD, dict(lr=recipe.lr, momentum=recipe.momentum, nesterov=recipe.momentum > 0)
     elif recipe.optimizer == "adamw":
@@ -200,7 +206,7 @@ def lr_factor(step: int, recipe: Recipe) -> float:
 def _set_lr(opt, recipe: Recipe, step: int) -> None:
     f = lr_factor(step, recipe)
     for g in opt.param_groups:
-        g["lr"] = recipe.lr * f
+        g["lr"] = recipe.lr * f * g.get("lr_scale", 1.0)
 
 
 def _loss(out: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
