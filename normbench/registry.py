@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import hashlib
 import importlib
+import inspect
 import os
 import re
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Callable, Mapping
@@ -113,6 +118,98 @@ def _compile_build(module: nn.Module, spec: "NormSpec") -> nn.Module:
 
 COMPILE_BACKEND = Backend("compile", _compile_build, _compile_available)
 
+# --- implementation hash --------------------------------------------------------------------------------------------
+
+_FILE_HASHES: dict[tuple, str] = {}
+
+
+def _file_digest(path: str) -> str:
+    """sha256 of a source file's bytes, cached by (path, mtime, size) so an edited file is hashed again."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    key = (path, st.st_mtime_ns, st.st_size)
+    if key not in _FILE_HASHES:
+        with open(path, "rb") as f:
+            _FILE_HASHES[key] = hashlib.sha256(f.read()).hexdigest()
+    return _FILE_HASHES[key]
+
+
+def _module_file(module) -> str | None:
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    if path.endswith((".pyc", ".pyo")):
+        src = path[:-1]
+        return src if os.path.exists(src) else path
+    return path
+
+
+def _top(name: str) -> str:
+    return name.partition(".")[0]
+
+
+def _eager_modules(spec: "NormSpec") -> set[str]:
+    """Modules holding the eager implementation: the factory's, those of the classes it builds (with their
+    non-torch bases), and the same-package modules whose functions and classes those modules use."""
+    names: set[str] = set()
+    factory = _resolve(spec.factory)
+    if getattr(factory, "__module__", None):
+        names.add(factory.__module__)
+    try:
+        layout = spec.layouts[0] if spec.layouts else "tokens"
+        built = factory(8, layout=layout, **dict(spec.default_kwargs))
+        classes = {type(m) for m in built.modules()} if isinstance(built, nn.Module) else {type(built)}
+    except Exception:  # a factory that cannot build at width 8: its module's source still names it
+        classes = set()
+    for cls in classes:
+        for base in cls.__mro__:
+            if base.__module__ and _top(base.__module__) not in ("torch", "builtins"):
+                names.add(base.__module__)
+    # one level of same-package helpers (e.g. normbench.norms._base used by normbench.norms.features)
+    for name in list(names):
+        mod = sys.modules.get(name)
+        for obj in vars(mod).values() if mod is not None else ():
+            owner = getattr(obj, "__module__", None) if (inspect.isfunction(obj) or inspect.isclass(obj)) else None
+            if isinstance(owner, str) and owner != name and _top(owner) == _top(name):
+                names.add(owner)
+            elif inspect.ismodule(obj) and _top(obj.__name__) == _top(name) and obj.__name__ != _top(name):
+                names.add(obj.__name__)
+    return names
+
+
+def _backend_files(backend: "Backend") -> list[str]:
+    """Source files of a backend: every ``.py`` beside the module defining its builder (its kernels live there),
+    or only that module's file when it is a top-level module or the core ``normbench`` package itself."""
+    files: set[str] = set()
+    for fn in (backend.build, backend.available):
+        if fn is None:
+            continue
+        mod_name = fn.partition(":")[0] if isinstance(fn, str) else getattr(fn, "__module__", None)
+        if not mod_name:
+            continue
+        module = importlib.import_module(mod_name)
+        path = _module_file(module)
+        if path is None:
+            continue
+        package = module.__name__ if hasattr(module, "__path__") else module.__name__.rpartition(".")[0]
+        if package and package != "normbench":
+            folder = os.path.dirname(path)
+            files.update(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py"))
+        else:
+            files.add(path)
+    return sorted(files)
+
+
+def _library_versions() -> list[str]:
+    try:
+        triton = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        triton = None
+    return [f"torch={torch.__version__}", f"triton={triton}"]
+
+
 
 @dataclass(frozen=True)
 class NormSpec:
@@ -209,6 +306,30 @@ class NormSpec:
             return module
         return _resolve(self._backend(backend).build)(module, self)
 
+    def impl_hash(self, backend: str = "eager") -> str:
+        """16 hex digits naming this implementation: a sha256 of the norm's module sources (the factory's module,
+        the modules of the classes it builds and the same-package helpers they use), ``backend``'s sources (for an
+        extra backend, every ``.py`` beside its builder: its kernels) and the torch and Triton versions.
+
+        Stable across processes and machines for the same code; any edit to those sources changes it, so a record
+        id that includes it is re-measured after the code changes. The ``.py`` paths are hashed relative to nothing
+        (only module names and file contents), so the same code installed elsewhere hashes the same.
+        """
+        if backend not in self.backends:
+            raise KeyError(f"norm {self.name!r} has no backend {backend!r}; it has {', '.join(self.backends)}")
+        h = hashlib.sha256()
+        for name in sorted(_eager_modules(self)):
+            module = sys.modules.get(name) or importlib.import_module(name)
+            path = _module_file(module)
+            h.update(f"module {name} {_file_digest(path) if path else 'no-source'}\n".encode())
+        if backend != "eager":
+            h.update(f"backend {backend}\n".encode())
+            for path in _backend_files(self._backend(backend)):
+                h.update(f"file {os.path.basename(path)} {_file_digest(path)}\n".encode())
+        for line in _library_versions():
+            h.update(f"{line}\n".encode())
+        return h.hexdigest()[:16]
+
     def to_dict(self) -> dict:
         """JSON-ready metadata; result records embed it so they stay readable without the plugin."""
         return {
@@ -235,54 +356,143 @@ class PluginError:
     name: str
     source: str
     error: str
+    #: The distribution that declared the entry point ("?" when unknown).
+    package: str = "?"
+
+
+@dataclass
+class LoadInfo:
+    """Where a registered norm came from and what loading it cost."""
+
+    name: str
+    package: str
+    version: str
+    source: str           # the entry point's value, e.g. "my_pkg.norms:SPEC"
+    builtin: bool
+    load_s: float         # seconds spent importing and building the spec
+
+
+#: A plugin entry point whose import takes longer than this (seconds) is reported on stderr by every command, with
+#: its time; ``NORMBENCH_SLOW_IMPORT_S`` overrides it.
+SLOW_IMPORT_S = 2.0
+SLOW_IMPORT_ENV = "NORMBENCH_SLOW_IMPORT_S"
+BUILTIN_DIST = "normbench"
+
+
+def _canonical_dist(name: str | None) -> str:
+    return re.sub(r"[-_.]+", "-", (name or "").strip()).lower()
+
+
+def _plugins_disabled() -> bool:
+    return os.environ.get(DISABLE_PLUGINS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _slow_threshold() -> float:
+    try:
+        return float(os.environ.get(SLOW_IMPORT_ENV, SLOW_IMPORT_S))
+    except ValueError:
+        return SLOW_IMPORT_S
+
+
+def _normbench_version() -> str:
+    from normbench import __version__
+
+    return __version__
 
 
 class Registry:
-    """Lazily discovered norms; broken plugins are recorded in ``errors`` and skipped."""
+    """Lazily discovered norms; broken or clashing plugins are recorded in ``errors`` and skipped.
+
+    Built-in norms are the entry points whose distribution is normbench itself (not whatever the entry point's value
+    text says), and they always win: a plugin that declares a built-in's name, or a name another plugin also
+    declares, is rejected without being imported. Whatever a plugin prints while it is imported goes to stderr, so
+    machine-readable stdout stays clean.
+    """
 
     def __init__(self) -> None:
         self._specs: dict[str, NormSpec] | None = None
         self.errors: list[PluginError] = []
+        self.info: dict[str, LoadInfo] = {}
         self._lock = threading.Lock()
+
+    def _load_one(self, ep, builtin: bool) -> NormSpec:
+        with contextlib.redirect_stdout(sys.stderr):
+            spec = ep.load()
+            if callable(spec) and not isinstance(spec, NormSpec):
+                spec = spec()
+        if not isinstance(spec, NormSpec):
+            raise TypeError(f"entry point must name a normbench.NormSpec, got {type(spec).__name__}")
+        if spec.name != ep.name:
+            raise ValueError(f"entry point name {ep.name!r} differs from spec name {spec.name!r}")
+        spec.validate()
+        return spec
 
     def _discover(self) -> dict[str, NormSpec]:
         specs: dict[str, NormSpec] = {}
+        info: dict[str, LoadInfo] = {}
         errors: list[PluginError] = []
-        no_plugins = os.environ.get(DISABLE_PLUGINS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-        eps = sorted(metadata.entry_points().select(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
-        for ep in eps:
+        no_plugins = _plugins_disabled()
+        version = _normbench_version()
+        builtin_eps, plugin_eps = [], []
+        for ep in metadata.entry_points().select(group=ENTRY_POINT_GROUP):
             dist = getattr(ep, "dist", None)
-            dist_name = dist.metadata["Name"] if dist is not None else "?"
-            dist_version = dist.version if dist is not None else ""
-            builtin = ep.value.startswith("normbench.")
-            if no_plugins and not builtin:
-                continue
-            source = f"{ep.value} ({dist_name} {dist_version})".strip()
+            dist_name = dist.metadata["Name"] if dist is not None else None
+            is_builtin = _canonical_dist(dist_name) == BUILTIN_DIST
+            (builtin_eps if is_builtin else plugin_eps).append((ep, dist_name or "?", dist.version if dist else ""))
+        # Built-ins first: their names are taken before any plugin is looked at.
+        for ep, dist_name, _ in sorted(builtin_eps, key=lambda t: t[0].name):
+            source = f"{ep.value} ({dist_name} {version})"
+            t0 = time.perf_counter()
             try:
-                spec = ep.load()
-                if callable(spec) and not isinstance(spec, NormSpec):
-                    spec = spec()
-                if not isinstance(spec, NormSpec):
-                    raise TypeError(f"entry point must name a normbench.NormSpec, got {type(spec).__name__}")
-                if spec.name != ep.name:
-                    raise ValueError(f"entry point name {ep.name!r} differs from spec name {spec.name!r}")
-                spec.validate()
-                if not builtin:
-                    spec = _with_package(spec, dist_name, dist_version)
-                if spec.name in specs:
-                    raise ValueError(f"norm {spec.name!r} is already provided by {specs[spec.name].package}")
+                spec = self._load_one(ep, builtin=True)
+                spec = _with_package(spec, BUILTIN_DIST, version)
                 specs[spec.name] = spec
+                info[spec.name] = LoadInfo(spec.name, BUILTIN_DIST, version, ep.value, True, time.perf_counter() - t0)
             except Exception as exc:
-                errors.append(PluginError(ep.name, source, f"{type(exc).__name__}: {exc}"))
-        if not any(s.package == "normbench" for s in specs.values()) and not any(
-            e.source.startswith("normbench.") for e in errors
-        ):
-            # Running from a source tree that was never installed: no entry points are visible.
+                errors.append(PluginError(ep.name, source, f"{type(exc).__name__}: {exc}", BUILTIN_DIST))
+        builtin_names = set(specs) | {e.name for e in errors}
+        if not builtin_eps:
+            # Running from a source tree that was never installed: no entry points of normbench are visible.
             from normbench.norms import specs as builtin_specs
 
             for spec in builtin_specs.ALL:
-                specs.setdefault(spec.name, spec)
+                specs.setdefault(spec.name, _with_package(spec, BUILTIN_DIST, version))
+                info.setdefault(spec.name, LoadInfo(spec.name, BUILTIN_DIST, version,
+                                                    f"normbench.norms.specs ({spec.name})", True, 0.0))
+            builtin_names = set(specs)
+        if not no_plugins:
+            claimants: dict[str, list[str]] = {}
+            for ep, dist_name, _ in plugin_eps:
+                claimants.setdefault(ep.name, []).append(dist_name)
+            for ep, dist_name, dist_version in sorted(plugin_eps, key=lambda t: (t[0].name, t[1])):
+                source = f"{ep.value} ({dist_name} {dist_version})".strip()
+                if ep.name in builtin_names:
+                    errors.append(PluginError(ep.name, source, (
+                        f"NameClash: plugin distribution {dist_name!r} declares the norm name {ep.name!r}, which is a "
+                        f"built-in norm of normbench; built-in names cannot be replaced. Rename the entry point (and "
+                        f"the spec's name) in {dist_name}'s pyproject.toml, e.g. "
+                        f"'{_suggest(ep.name, dist_name)}'."), dist_name))
+                    continue
+                others = sorted({d for d in claimants[ep.name] if d != dist_name})
+                if others:
+                    errors.append(PluginError(ep.name, source, (
+                        f"NameClash: plugin distributions {dist_name!r} and {', '.join(map(repr, others))} both "
+                        f"declare the norm name {ep.name!r}; neither is loaded, so no result is ever recorded under "
+                        f"a name that means two things. Rename the entry point (and the spec's name) in "
+                        f"{dist_name}'s pyproject.toml, e.g. '{_suggest(ep.name, dist_name)}', or uninstall one."),
+                        dist_name))
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    spec = self._load_one(ep, builtin=False)
+                    spec = _with_package(spec, dist_name, dist_version)
+                    specs[spec.name] = spec
+                    info[spec.name] = LoadInfo(spec.name, dist_name, dist_version, ep.value, False,
+                                               time.perf_counter() - t0)
+                except Exception as exc:
+                    errors.append(PluginError(ep.name, source, f"{type(exc).__name__}: {exc}", dist_name))
         self.errors = errors
+        self.info = info
         return specs
 
     @property
@@ -299,6 +509,17 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self.specs)
 
+    def loaded_plugins(self) -> dict[str, str]:
+        """{distribution: version} of the plugin distributions whose norms are loaded (normbench excluded)."""
+        self.specs
+        return dict(sorted({i.package: i.version for i in self.info.values() if not i.builtin}.items()))
+
+    def slow_imports(self, threshold: float | None = None) -> list[LoadInfo]:
+        """Plugin entry points whose import took longer than ``threshold`` seconds (default ``SLOW_IMPORT_S``)."""
+        self.specs
+        limit = _slow_threshold() if threshold is None else threshold
+        return [i for i in self.info.values() if not i.builtin and i.load_s > limit]
+
     def get(self, name: str) -> NormSpec:
         specs = self.specs
         if name in specs:
@@ -312,6 +533,12 @@ class Registry:
         if broken:
             hint = f"; plugin {key!r} failed to load: {broken[0].error}"
         raise KeyError(f"unknown norm {name!r}{hint}")
+
+
+def _suggest(name: str, dist: str) -> str:
+    prefix = re.sub(r"[^a-z0-9]+", "_", dist.lower()).strip("_")
+    prefix = prefix[len("normbench_"):] if prefix.startswith("normbench_") else prefix
+    return f"{prefix}_{name}" if prefix else f"my_{name}"
 
 
 def _with_package(spec: NormSpec, package: str, version: str) -> NormSpec:

@@ -219,7 +219,7 @@ def test_above_ceiling_is_flagged_suspect():
     prep = core.Prepared(normbench.get_norm("dyt"), "eager", TINY_TOKENS, "float32", "cpu")
     t = rec["metrics"]["time_median_s"]
     again = core.build_record(prep, cases[0], ctx, [t, t, t], False, {"y": None}, None, None)
-    assert again["metrics"]["suspect"] and "above the measured copy ceiling" in again["metrics"]["suspect_reason"]
+    assert again["flags"] == ["suspect"] and "above the measured copy ceiling" in again["flag_reasons"]["suspect"]
     assert results.validate_record(again) == []
 
 

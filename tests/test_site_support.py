@@ -59,7 +59,8 @@ def kernel(norm: str | dict, backend: str, shape: list[int], time_s: float, *, d
            "suspect_reason": "above the measured ceiling (cache-resident)" if suspect else None,
            "peak_mem_bytes": peak_mem if peak_mem is not None else n * elem, "saved_bytes": 0,
            "err": {"y": {"max_abs": 2e-7, "max_rel": 1e-6}, "dx": None, "dw": None}}
-    return make_record("kernel", meta, cfg, met, prov(hw, hwid, ts))
+    flags = {"suspect": met["suspect_reason"]} if suspect else {}
+    return make_record("kernel", meta, cfg, met, prov(hw, hwid, ts), flags=flags, flag_reasons=flags)
 
 
 def accuracy(norm: str | dict, seed: int, final: float | None, *, task="cifar10", model="resnet18", offline=False,

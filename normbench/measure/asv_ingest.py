@@ -68,6 +68,8 @@ def measure_grid(params: list[list[str]]) -> dict:
             for key, _ in members:
                 skipped[key] = f"failed: {type(exc).__name__}: {exc}"
             continue
+        for rec in records:
+            suite.stamp(rec)
         write_records(records, root)
         for (key, _), rec in zip(members, records):
             m = rec["metrics"]
@@ -181,7 +183,9 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict) -> dict:
         "timer": "asv", "asv": asv,
     }
     prov["command"] = "asv run (ingested by normbench ingest-asv)"
-    return make_record("kernel", spec.to_dict(), config, metrics, prov)
+    flags = {"suspect": metrics["suspect_reason"]} if suspect else {}
+    # ASV results may come from another commit than the code here: the implementation is unknown ("").
+    return make_record("kernel", spec.to_dict(), config, metrics, prov, flags=flags, flag_reasons=flags)
 
 
 def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int, list[str]]:

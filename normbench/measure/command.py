@@ -22,7 +22,10 @@ def register(subparsers) -> None:
         "bench", help="time norms (eager, compile, triton, ...) and write kernel records to results/",
         description="Sweep norms x backends x shapes x dtypes x passes with the measurement core and write one "
                     "record per measurement to OUT/kernel/<hardware_id>/<norm>.json. Measurements already in OUT "
-                    "are skipped (use --force to redo them); Ctrl-C keeps everything written so far.")
+                    "are skipped (use --redo to redo them); Ctrl-C keeps everything written so far. Each norm must "
+                    "have passed `normbench check` in its current implementation (run automatically and cached; "
+                    "--force overrides). Each group of cases runs in a worker process with a time limit, so a "
+                    "norm that hangs or crashes is reported by name and the sweep goes on.")
     p.add_argument("--norm", nargs="+", action=_ExtendSplit, metavar="NAME", help="norms (default: all registered)")
     p.add_argument("--backend", nargs="+", action=_ExtendSplit, metavar="B",
                    help="backends: eager, compile, triton, liger, apex, ... (default: every one the norm has)")
@@ -43,7 +46,13 @@ def register(subparsers) -> None:
     p.add_argument("--graphs", action="store_true", help="replay fwd and fwd+bwd as CUDA graphs (launch overhead)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's current setting)")
     p.add_argument("--out", default="results", help="results directory (default: results)")
-    p.add_argument("--force", action="store_true", help="re-measure cases already in --out (replaces them)")
+    p.add_argument("--redo", action="store_true", help="re-measure cases already in --out (replaces them)")
+    p.add_argument("--force", action="store_true",
+                   help="measure norms that have not passed `normbench check` too (their records are flagged "
+                        "'forced' and never ranked); without it such norms are refused")
+    from normbench.executor import add_arguments
+
+    add_arguments(p)
     p.add_argument("--list", action="store_true", help="print the planned cases and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_bench)
@@ -92,11 +101,28 @@ def _cmd_bench(args) -> int:
         return 0
     settings = TimerSettings.quick() if args.quick else TimerSettings()
     _quiet_compile_warnings()
+    from normbench.check import ensure_checked, refusal, stamp
+    from normbench.cli import report_plugin_problems
+    from normbench.executor import make_executor, time_limit
+
+    report_plugin_problems()
+    limit = time_limit(args.time_limit)
     t0 = time.perf_counter()
-    s = run_sweep(cases, args.out, force=args.force, settings=settings, progress=not args.no_progress)
+    with make_executor(args.executor) as ex:
+        verdicts = ensure_checked([c.norm for c in cases], ex, limit)
+        refused = [n for n, v in verdicts.items() if not v.passed and not args.force]
+        for name in refused:
+            print(f"normbench: {refusal(verdicts[name], 'benchmark')}", file=sys.stderr)
+        cases = [c for c in cases if c.norm not in refused]
+
+        def on_record(rec):
+            stamp(rec, verdicts[rec["norm"]["name"]], rec["config"]["backend"], forced=args.force)
+
+        s = run_sweep(cases, args.out, force=args.redo, settings=settings, progress=not args.no_progress,
+                      executor=ex, time_limit=limit, on_record=on_record)
     wall = time.perf_counter() - t0
     print(f"{s.written} records written, {s.already_done} already in {args.out}, {len(s.skipped)} skipped, "
-          f"{len(s.failed)} failed in {wall:.0f}s")
+          f"{len(s.failed)} failed, {len(refused)} norm(s) refused (check not passed) in {wall:.0f}s")
     reasons: dict[str, int] = {}
     for _, reason in s.skipped:
         reasons[reason] = reasons.get(reason, 0) + 1
@@ -111,7 +137,7 @@ def _cmd_bench(args) -> int:
     if s.interrupted:
         print("interrupted; the records written so far are kept (re-run to resume)", file=sys.stderr)
         return 130
-    return 1 if s.failed else 0
+    return 1 if s.failed or refused else 0
 
 
 def _quiet_compile_warnings() -> None:

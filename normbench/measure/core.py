@@ -8,7 +8,6 @@ each pass is timed. :func:`measure_group` returns result records; :func:`run_swe
 from __future__ import annotations
 
 import sys
-import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -72,6 +71,32 @@ class Case:
             "harness": self.harness,
             "kwargs": {k: v for k, v in dict(spec.default_kwargs).items()},
         }
+
+
+def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
+    """The implementation hash of ``spec`` run by ``backend`` (``NormSpec.impl_hash``); for an external baseline
+    (Liger, Apex) the eager norm's hash combined with the adapter's source and the library's version."""
+    key = (spec.name, spec.package, spec.package_version, backend)
+    if cache is not None and key in cache:
+        return cache[key]
+    if backend in spec.backends:
+        h = spec.impl_hash(backend)
+    else:
+        import hashlib
+        from importlib import metadata
+
+        from normbench.registry import _file_digest
+
+        pkg = {"liger": "liger-kernel", "apex": "apex"}.get(backend, backend)
+        try:
+            version = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            version = None
+        text = f"{spec.impl_hash('eager')} {backend} {_file_digest(baselines.__file__)} {pkg}={version}"
+        h = hashlib.sha256(text.encode()).hexdigest()[:16]
+    if cache is not None:
+        cache[key] = h
+    return h
 
 
 def default_device() -> str:
@@ -330,6 +355,7 @@ class Context:
     provenance: dict
     settings: TimerSettings = field(default_factory=TimerSettings)
     datasheet_peak_gbps: float | None = None
+    impl_hashes: dict = field(default_factory=dict)
 
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
@@ -373,6 +399,7 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     nbytes = bm.bytes_moved(model["formula"], case.pass_, model["params"])
     gbps = nbytes / st["median"] / 1e9
     pct = 100.0 * gbps / ctx.ceiling_gbps if model["memory_bound"] else None
+    flags: dict[str, str] = {}
     suspect, reason = False, None
     if pct is not None and gbps > ctx.ceiling_gbps:
         if gbps > FAR_ABOVE_CEILING * ctx.ceiling_gbps:
@@ -413,7 +440,10 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     from normbench.results.provenance import utc_now
 
     prov["timestamp"] = utc_now()
-    return make_record("kernel", spec.to_dict(), config, metrics, prov)
+    if suspect:
+        flags["suspect"] = reason
+    return make_record("kernel", spec.to_dict(), config, metrics, prov,
+                       impl_hash=impl_hash(spec, case.backend, ctx.impl_hashes), flags=flags, flag_reasons=flags)
 
 
 def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) -> list[dict]:
@@ -445,11 +475,13 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
     return records
 
 
-def case_id(case: Case, hardware_id: str) -> str:
+def case_id(case: Case, hardware_id: str, cache: dict | None = None) -> str:
+    """The id the record of ``case`` will get here (it includes the implementation hash of the code now)."""
     from normbench.registry import REGISTRY
     from normbench.results.schema import record_id
 
-    return record_id("kernel", case.norm, case.config(REGISTRY.get(case.norm)), hardware_id)
+    spec = REGISTRY.get(case.norm)
+    return record_id("kernel", case.norm, case.config(spec), hardware_id, impl_hash(spec, case.backend, cache))
 
 
 # --- sweeping -------------------------------------------------------------------------------------------------------
@@ -490,13 +522,28 @@ def _skip_log(out, hardware_id: str, entries: list[dict], measured: list[str] = 
     atomic_write_text(path, json.dumps(dict(sorted(current.items())), indent=1) + "\n")
 
 
+def _group_task(cases: list[Case], ctx: Context) -> dict:
+    """One group measured where an executor runs it: its records and the cases it refused, with reasons."""
+    refused: list = []
+    try:
+        records = measure_group(cases, ctx, refused)
+    except Unsupported as exc:
+        return {"records": [], "refused": [(c, str(exc)) for c in cases]}
+    return {"records": records, "refused": refused}
+
+
 def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings: TimerSettings | None = None,
-              progress: bool = True, command=None, log=None) -> SweepSummary:
+              progress: bool = True, command=None, log=None, executor=None, time_limit: float | None = None,
+              on_record=None) -> SweepSummary:
     """Measure ``cases`` group by group, writing each group's records to ``out`` as soon as they exist.
 
     Cases whose record id is already in ``out`` are skipped unless ``force``. Unsupported cases are recorded
     (with the reason) in ``_skipped.json`` next to the records. Ctrl-C stops after the records already written.
+    Each group runs through ``executor`` (default: in this process) with the wall-clock ``time_limit``; a group
+    that hangs or kills its process fails, and the rest of that norm's groups are not attempted.
+    ``on_record(record)`` may amend each record before it is written (the check verdict, say).
     """
+    from normbench.executor import InProcessExecutor, Task
     from normbench.results.provenance import utc_now
     from normbench.results.store import existing_ids, write_records
 
@@ -510,16 +557,20 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     hw_id = hardware_id(hardware(device))
     done = set() if force else existing_ids(out, "kernel")
     groups: dict[tuple, list[Case]] = {}
+    hashes: dict = {}
     for case in cases:
-        if case_id(case, hw_id) in done:
+        if case_id(case, hw_id, hashes) in done:
             summary.already_done += 1
             continue
         groups.setdefault(case.group, []).append(case)
     if not groups:
         return summary
     ctx = make_context(device, settings, command)
+    ctx.impl_hashes = hashes
     log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})")
     skips, measured = [], []
+    executor = executor or InProcessExecutor()
+    broken: dict[str, str] = {}  # norm -> why its remaining groups are not attempted
     bar = None
     if progress:
         from tqdm import tqdm
@@ -531,24 +582,34 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
             if bar is not None:
                 bar.set_description(f"{first.norm}/{first.backend}/{first.shape.layout}/{first.dtype}")
             refused: list = []
-            try:
-                records = measure_group(group, ctx, refused)
+            where = f"{first.norm}/{first.backend}/{first.shape.label}/{first.dtype}"
+            if first.norm in broken:
+                for c in group:
+                    summary.failed.append((c.describe(), f"not attempted: {broken[first.norm]}"))
+                if bar is not None:
+                    bar.update(len(group))
+                continue
+            outcome = executor.submit(Task(_group_task, (group, ctx), label=where, timeout=time_limit)).result()
+            if outcome.ok:
+                records, refused = outcome.value["records"], outcome.value["refused"]
+                refused_ids = {c.describe() for c, _ in refused}
                 if records:
+                    for rec in records:
+                        if on_record is not None:
+                            on_record(rec)
                     paths = write_records(records, out)
                     summary.written += len(records)
                     summary.files.update(str(p) for p in paths)
-                    measured += [c.describe() for c in group if all(c is not r for r, _ in refused)]
-            except Unsupported as exc:
-                refused = [(c, str(exc)) for c in group]
-            except KeyboardInterrupt:
-                raise
-            except Exception as exc:
-                tb = traceback.extract_tb(exc.__traceback__)[-1]
-                msg = f"{type(exc).__name__}: {exc} (at {tb.filename}:{tb.lineno})"
+                    measured += [c.describe() for c in group if c.describe() not in refused_ids]
+            else:
+                msg = outcome.error
+                if outcome.status != "error":  # a hang or a dead process: this norm's other groups would do it too
+                    what = "hung" if outcome.status in ("timeout", "stalled") else "crashed"
+                    msg = f"{first.norm} {what} in {where}: {outcome.error}"
+                    broken[first.norm] = msg
                 for c in group:
                     summary.failed.append((c.describe(), msg))
-                (bar.write if bar is not None else log)(
-                    f"failed {first.norm}/{first.backend}/{first.shape.label}/{first.dtype}: {msg}")
+                (bar.write if bar is not None else log)(f"failed {where}: {msg}")
             for c, reason in refused:
                 summary.skipped.append((c.describe(), reason))
                 skips.append({"case": c.describe(), "norm": c.norm, "backend": c.backend, "shape": c.shape.label,

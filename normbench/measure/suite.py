@@ -11,7 +11,10 @@ Grid selection (environment variables, read when the suite is imported):
     every dtype of the device; fwd, bwd and fwd+bwd.
 * ``NORMBENCH_ASV_NORMS`` / ``NORMBENCH_PYTEST_NORMS``: comma-separated norms replacing the grid's norm list.
 
-Combinations a norm cannot run (layout it lacks, backend unavailable here) are skipped with the reason.
+Combinations a norm cannot run (layout it lacks, backend unavailable here) are skipped with the reason, and so is
+every combination of a norm that has not passed ``normbench check`` in its current implementation (the check runs
+once, in a worker process with the time limit, and is cached): ``NORMBENCH_FORCE=1`` measures such norms anyway and
+flags their records ``forced``.
 """
 
 from __future__ import annotations
@@ -78,13 +81,62 @@ def grid(kind: str | None = None, norms: str | None = None, env_prefix: str = "N
     return [list(dict.fromkeys(names)), backends, shapes, dtypes, passes]
 
 
+#: Set to 1 to measure norms that have not passed ``normbench check`` (records flagged ``forced``).
+FORCE_ENV = "NORMBENCH_FORCE"
+
+
+def forced() -> bool:
+    return os.environ.get(FORCE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_verdicts(norms) -> dict:
+    """``{norm: CheckStatus}``: cached verdicts, missing ones checked now in a worker process (time-limited)."""
+    from normbench.check import cached_status, ensure_checked
+    from normbench.executor import make_executor, time_limit
+    from normbench.registry import REGISTRY
+
+    norms = list(dict.fromkeys(norms))
+    out = {n: _VERDICTS.get(n) or cached_status(REGISTRY.get(n)) for n in norms}
+    missing = [n for n, v in out.items() if v is None]
+    if missing:
+        with make_executor() as ex:
+            out.update(ensure_checked(missing, ex, time_limit()))
+    _VERDICTS.update(out)
+    return out
+
+
+_VERDICTS: dict = {}  # this process's verdicts: a suite asks once per parameter combination
+
+
+def gate(norm: str):
+    """The norm's check verdict; raises :class:`Unsupported` when it has not passed (unless ``NORMBENCH_FORCE``)."""
+    from normbench.check import refusal
+
+    status = check_verdicts([norm])[norm]
+    if not status.passed and not forced():
+        raise Unsupported(refusal(status, "benchmark").replace("pass --force", f"set {FORCE_ENV}=1"))
+    return status
+
+
+def stamp(record: dict) -> dict:
+    """Put the norm's check verdict (and the ``forced`` flag, if so) on a suite's record."""
+    from normbench.check import stamp as _stamp
+
+    status = check_verdicts([record["norm"]["name"]])[record["norm"]["name"]]
+    return _stamp(record, status, record["config"]["backend"], forced=forced())
+
+
 def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harness: str) -> Case:
-    """The core's case for one parameter combination; raises :class:`Unsupported` (with the reason) if it cannot run."""
+    """The core's case for one parameter combination; raises :class:`Unsupported` (with the reason) if it cannot run.
+
+    A norm that has not passed ``normbench check`` is unsupported here (see the module docstring).
+    """
     import torch
 
     from normbench.registry import REGISTRY
 
     spec = REGISTRY.get(norm)
+    gate(spec.name)
     s = by_label(shape)
     if s.layout not in spec.layouts:
         raise Unsupported(f"{norm} does not support the {s.layout} layout")
@@ -168,8 +220,8 @@ def benchmark_extra_info(prep, case: Case, ctx, samples: list[float]) -> dict:
     from normbench.measure.core import build_record
     from normbench.measure.memory import saved_bytes
 
-    record = build_record(prep, case, ctx, list(samples), False, prep.errors(),
-                          None, saved_bytes(prep.forward, prep.params))
+    record = stamp(build_record(prep, case, ctx, list(samples), False, prep.errors(),
+                                None, saved_bytes(prep.forward, prep.params)))
     m = record["metrics"]
     extra = {k: m[k] for k in ("bytes_moved", "gbps", "ceiling_gbps", "pct_of_ceiling", "datasheet_peak_gbps",
                                "suspect", "saved_bytes")}

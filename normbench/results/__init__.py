@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from normbench.results.provenance import hardware, hardware_id, provenance, utc_now
 from normbench.results.schema import (
+    FLAGS,
+    INVALID_FLAGS,
     KINDS,
     SCHEMA,
     SCHEMA_VERSION,
+    add_flag,
+    is_invalid,
+    is_ranked,
     make_record,
+    migrate,
     record_id,
     validate_record,
 )
@@ -26,10 +32,16 @@ from normbench.results.store import (
 )
 
 __all__ = [
+    "FLAGS",
+    "INVALID_FLAGS",
     "KINDS",
     "SCHEMA",
     "SCHEMA_VERSION",
     "InvalidRecordError",
+    "add_flag",
+    "is_invalid",
+    "is_ranked",
+    "migrate",
     "Problem",
     "atomic_write_text",
     "existing_ids",

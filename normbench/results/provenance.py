@@ -135,18 +135,11 @@ def _version(dist: str) -> str | None:
 
 
 def plugin_versions() -> dict[str, str]:
-    """{distribution: version} for every installed package other than normbench that provides norms."""
-    from normbench.registry import ENTRY_POINT_GROUP
+    """{distribution: version} of the plugin packages whose norms this process loaded (none when
+    ``NORMBENCH_DISABLE_PLUGINS`` is set; a plugin that failed to load or was rejected is not among them)."""
+    from normbench.registry import REGISTRY
 
-    out: dict[str, str] = {}
-    for ep in metadata.entry_points().select(group=ENTRY_POINT_GROUP):
-        dist = getattr(ep, "dist", None)
-        if dist is None:
-            continue
-        name = dist.metadata["Name"]
-        if name and name.lower() != "normbench":
-            out[name] = dist.version
-    return dict(sorted(out.items()))
+    return REGISTRY.loaded_plugins()
 
 
 def provenance(command: str | list[str] | None = None, device: str | None = None) -> dict:
@@ -175,6 +168,7 @@ def provenance(command: str | list[str] | None = None, device: str | None = None
         "torch": torch.__version__,
         "triton": _version("triton") or _version("pytorch-triton") or _version("pytorch-triton-rocm"),
         "platform": platform.platform(),
+        "node": platform.node() or None,
         "hardware": hw,
         "hardware_id": hardware_id(hw),
         "plugins": plugin_versions(),

@@ -1,4 +1,11 @@
-"""The versioned result-record schema (kinds ``kernel`` and ``accuracy``): record ids and validation."""
+"""The versioned result-record schema (kinds ``kernel`` and ``accuracy``): record ids, flags and validation.
+
+Schema v2 adds, at the top level of a record: ``impl_hash`` (16 hex digits naming the implementation measured; ``""``
+means unknown, which is what a migrated v1 record carries), ``flags`` (sorted names from :data:`FLAGS`),
+``flag_reasons`` (one sentence per flag) and ``check`` (the ``normbench check`` status of that implementation, or
+null); and ``provenance.node`` (the host name; not part of the id). A record with any flag is never ranked; one with an
+:data:`INVALID_FLAGS` flag is kept and shown as failed.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,14 @@ import re
 from typing import Any
 
 SCHEMA = "normbench.record"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Every flag a record may carry; who sets each: non_finite, suspect, noisy (the kernel core), fell_back (the compile
+#: backend), unchecked, forced (the check gate), diverged, tuning (accuracy runs).
+FLAGS = ("non_finite", "fell_back", "noisy", "suspect", "unchecked", "forced", "diverged", "tuning")
+#: Flags that make a record invalid: it is kept and shown as failed, never ranked.
+INVALID_FLAGS = ("non_finite",)
+CHECK_STATUSES = ("passed", "failed", "not_run")
+IMPL_HASH_RE = re.compile(r"^[0-9a-f]{16}$")
 KINDS = ("kernel", "accuracy")
 PASSES = ("fwd", "bwd", "fwd+bwd")
 TIMINGS = ("cold", "hot")
@@ -25,6 +39,7 @@ FAR_ABOVE_CEILING = 10.0
 RECOMPUTE_RTOL = 1e-3
 
 TOP_FIELDS = ("schema", "schema_version", "kind", "id", "norm", "config", "metrics", "provenance")
+TOP_FIELDS_V2 = ("impl_hash", "flags", "flag_reasons", "check")
 PROVENANCE_FIELDS = ("timestamp", "normbench_version", "git_commit", "python", "torch", "triton", "platform",
                      "hardware", "hardware_id", "plugins", "command")
 HARDWARE_FIELDS = ("cpu", "cores", "threads", "gpu", "gpu_memory_gb", "driver", "cuda")
@@ -32,7 +47,9 @@ NORM_FIELDS = ("name", "title", "family", "kind", "layouts")
 KERNEL_CONFIG = ("backend", "layout", "shape", "num_features", "dtype", "pass", "device", "timing", "threads",
                  "shape_class")
 KERNEL_METRICS = ("time_median_s", "time_iqr_s", "reps", "bytes_moved", "gbps", "ceiling_gbps", "pct_of_ceiling",
-                  "datasheet_peak_gbps", "suspect", "suspect_reason", "peak_mem_bytes", "saved_bytes", "err")
+                  "datasheet_peak_gbps", "peak_mem_bytes", "saved_bytes", "err")
+#: v1 kernel records carried the above-ceiling verdict as booleans; v2 carries it as the ``suspect`` flag.
+KERNEL_METRICS_V1 = ("suspect", "suspect_reason")
 ACCURACY_CONFIG = ("task", "task_offline", "model", "placement", "seed", "recipe", "quick", "device", "batch_size")
 ACCURACY_METRICS = ("metric", "higher_is_better", "final", "best", "steps", "wall_time_s", "target",
                     "time_to_target_s", "steps_to_target", "diverged", "diverged_step", "curve")
@@ -46,29 +63,127 @@ def _canonical(obj: Any) -> str:
 ID_IGNORED_CONFIG = ("bytes_model",)
 
 
-def record_id(kind: str, norm: str, config: dict, hardware_id: str) -> str:
-    """The stable id of a measurement: a hash of its kind, norm name, config and hardware id.
+def record_id(kind: str, norm: str, config: dict, hardware_id: str, impl_hash: str = "") -> str:
+    """The stable id of a measurement: a hash of its kind, norm name, config, hardware id and implementation hash.
 
-    Two runs of the same measurement on the same hardware get the same id, so a re-run can skip it
-    (and a newer write of it replaces the older one).
+    Two runs of the same measurement of the same implementation on the same hardware get the same id, so a re-run
+    can skip it (and a newer write of it replaces the older one); a changed implementation gets a new id, so it is
+    measured again and never merged with the old results. ``impl_hash=""`` (unknown, pre-v2) hashes exactly as
+    schema v1 did, so migrated v1 records keep their ids.
     """
     config = {k: v for k, v in config.items() if k not in ID_IGNORED_CONFIG}
-    digest = hashlib.sha256(_canonical([kind, norm, config, hardware_id]).encode()).hexdigest()
+    key = [kind, norm, config, hardware_id] + ([impl_hash] if impl_hash else [])
+    digest = hashlib.sha256(_canonical(key).encode()).hexdigest()
     return f"{kind[:1]}-{digest[:20]}"
 
 
-def make_record(kind: str, norm: dict, config: dict, metrics: dict, provenance: dict) -> dict:
-    """Assemble a record (``norm`` is ``spec.to_dict()``); the id is derived from kind, norm, config and hardware."""
+def make_record(kind: str, norm: dict, config: dict, metrics: dict, provenance: dict, *, impl_hash: str = "",
+                flags=(), flag_reasons: dict | None = None, check: dict | None = None) -> dict:
+    """Assemble a record (``norm`` is ``spec.to_dict()``); the id is derived from kind, norm, config, hardware and
+    ``impl_hash``. ``flags`` without a reason in ``flag_reasons`` get a generic one (validation wants a reason)."""
+    reasons = dict(flag_reasons or {})
+    for f in flags:
+        reasons.setdefault(f, f"flagged {f}")
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "kind": kind,
-        "id": record_id(kind, norm.get("name", ""), config, provenance.get("hardware_id", "")),
+        "id": record_id(kind, norm.get("name", ""), config, provenance.get("hardware_id", ""), impl_hash),
+        "impl_hash": impl_hash,
         "norm": norm,
         "config": config,
         "metrics": metrics,
         "provenance": provenance,
+        "flags": sorted(set(flags) | set(reasons)),
+        "flag_reasons": {f: reasons[f] for f in sorted(reasons)},
+        "check": check,
     }
+
+
+def add_flag(record: dict, flag: str, reason: str) -> None:
+    """Flag ``record`` (in place): ``flag`` joins ``record["flags"]`` (sorted, unique) with ``reason``.
+
+    A second reason for a flag already set is appended to the first, so no explanation is lost.
+    """
+    if flag not in FLAGS:
+        raise ValueError(f"unknown flag {flag!r}; flags are {', '.join(FLAGS)}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"flag {flag!r} needs a reason saying why")
+    flags = set(record.get("flags") or ())
+    flags.add(flag)
+    record["flags"] = sorted(flags)
+    reasons = dict(record.get("flag_reasons") or {})
+    old = reasons.get(flag)
+    reasons[flag] = reason if not old or old == reason or reason in old else f"{old}; {reason}"
+    record["flag_reasons"] = {f: reasons[f] for f in sorted(reasons)}
+
+
+def record_flags(record: dict) -> list[str]:
+    """The flags of ``record``: its ``flags`` field, or for a v1 record the flags its data implies (see migrate)."""
+    if isinstance(record.get("flags"), list):
+        return list(record["flags"])
+    return list(implied_flags(record))
+
+
+def is_ranked(record: dict) -> bool:
+    """False when the record carries any flag: only clean records are ranked."""
+    return not record_flags(record)
+
+
+def is_invalid(record: dict) -> bool:
+    """True when the record carries an invalid flag (:data:`INVALID_FLAGS`): shown as failed, never ranked."""
+    return any(f in INVALID_FLAGS for f in record_flags(record))
+
+
+def _err_nonfinite(err) -> list[str]:
+    parts = []
+    if isinstance(err, dict):
+        for part, stats in err.items():
+            if isinstance(stats, dict) and (stats.get("nonfinite") or any(
+                    _is_num(v) and not math.isfinite(v) for v in stats.values())):
+                parts.append(part)
+    return parts
+
+
+def implied_flags(record: dict) -> dict[str, str]:
+    """The flags a record's own data implies, with reasons: how a v1 record's flags are derived on migration.
+
+    Kernel: ``metrics.suspect`` -> ``suspect``; a non-finite output or gradient in ``metrics.err`` -> ``non_finite``.
+    Accuracy: ``metrics.diverged`` -> ``diverged``.
+    """
+    out: dict[str, str] = {}
+    met = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    if record.get("kind") == "kernel":
+        if met.get("suspect") is True:
+            out["suspect"] = met.get("suspect_reason") or "above the measured copy ceiling"
+        bad = _err_nonfinite(met.get("err"))
+        if bad:
+            out["non_finite"] = "non-finite values in " + ", ".join(bad) + " (the output or gradient is NaN or inf)"
+    elif record.get("kind") == "accuracy" and met.get("diverged") is True:
+        step = met.get("diverged_step")
+        out["diverged"] = "training diverged" + (f" at step {step}" if step is not None else "")
+    return out
+
+
+def migrate(record: dict) -> dict:
+    """A schema v1 record as a v2 record (a new dict; v2 records are returned unchanged).
+
+    The id is kept (an empty ``impl_hash`` hashes as v1 did); ``impl_hash`` is ``""`` (unknown, pre-v2), ``check`` is
+    null, ``provenance.node`` null (not recorded), and the flags are those its data implies (:func:`implied_flags`).
+    """
+    if not isinstance(record, dict) or record.get("schema_version") != 1:
+        return record
+    rec = dict(record)
+    rec["schema_version"] = SCHEMA_VERSION
+    rec.setdefault("impl_hash", "")
+    reasons = implied_flags(rec)
+    rec["flags"] = sorted(reasons)
+    rec["flag_reasons"] = {f: reasons[f] for f in sorted(reasons)}
+    rec.setdefault("check", None)
+    if isinstance(rec.get("provenance"), dict):
+        rec["provenance"] = {**rec["provenance"]}
+        rec["provenance"].setdefault("node", None)
+    return rec
 
 
 # --- small typed checks; each appends a problem naming the field ---------------------------------------------------
@@ -184,6 +299,8 @@ def _check_provenance(problems, prov):
         _str(problems, prov, "hardware_id", "provenance", pattern=HARDWARE_ID_RE)
     if "plugins" in prov and not isinstance(prov["plugins"], dict):
         problems.append("provenance.plugins must be an object {distribution: version}")
+    if prov.get("node") is not None and not isinstance(prov["node"], str):
+        problems.append(f"provenance.node must be the host name as a string (or null), got {prov['node']!r}")
     if "command" in prov and not isinstance(prov["command"], str):
         problems.append("provenance.command must be the command line as a string")
     hw = prov.get("hardware")
@@ -216,7 +333,7 @@ def _check_err(problems, err):
             _num(problems, stats, key, f"metrics.err.{part}", minimum=0, nullable=True)
 
 
-def _check_kernel(problems, cfg, met):
+def _check_kernel(problems, cfg, met, version=SCHEMA_VERSION, flags=()):
     _missing(problems, cfg, KERNEL_CONFIG, "config")
     _str(problems, cfg, "backend", "config", pattern=NAME_RE)
     _str(problems, cfg, "layout", "config", choices=("tokens", "images"))
@@ -232,7 +349,7 @@ def _check_kernel(problems, cfg, met):
     _num(problems, cfg, "threads", "config", minimum=1, integer=True)
     _str(problems, cfg, "shape_class", "config")
 
-    _missing(problems, met, KERNEL_METRICS, "metrics")
+    _missing(problems, met, KERNEL_METRICS + (KERNEL_METRICS_V1 if version == 1 else ()), "metrics")
     t = _num(problems, met, "time_median_s", "metrics", minimum=0, strict_min=True)
     _num(problems, met, "time_iqr_s", "metrics", minimum=0)
     _num(problems, met, "reps", "metrics", minimum=1, integer=True)
@@ -241,11 +358,13 @@ def _check_kernel(problems, cfg, met):
     ceiling = _num(problems, met, "ceiling_gbps", "metrics", minimum=0, strict_min=True, nullable=True)
     pct = _num(problems, met, "pct_of_ceiling", "metrics", minimum=0, nullable=True)
     _num(problems, met, "datasheet_peak_gbps", "metrics", minimum=0, strict_min=True, nullable=True)
-    suspect = _bool(problems, met, "suspect", "metrics")
+    suspect = _bool(problems, met, "suspect", "metrics") if "suspect" in met else None
+    if version >= 2:
+        suspect = "suspect" in flags
     reason = met.get("suspect_reason")
     if reason is not None and not isinstance(reason, str):
         problems.append(f"metrics.suspect_reason must be a string or null, got {reason!r}")
-    if suspect and not reason:
+    if version == 1 and suspect and not reason:
         problems.append("metrics.suspect is true but metrics.suspect_reason does not say why")
     _num(problems, met, "peak_mem_bytes", "metrics", minimum=0, integer=True, nullable=True)
     _num(problems, met, "saved_bytes", "metrics", minimum=0, integer=True, nullable=True)
@@ -272,12 +391,17 @@ def _check_kernel(problems, cfg, met):
             problems.append(f"metrics.gbps {gbps:.6g} is far above the measured ceiling {ceiling:.6g} GB/s "
                             f"(more than {FAR_ABOVE_CEILING:g}x): a broken measurement, not a result")
         elif gbps > ceiling and suspect is False:
+            how = ("set metrics.suspect and metrics.suspect_reason" if version == 1
+                   else "add the flag 'suspect' with its reason")
             problems.append(f"metrics.gbps {gbps:.6g} is above the ceiling {ceiling:.6g} GB/s but the record is not "
-                            "flagged suspect (set metrics.suspect and metrics.suspect_reason)")
+                            f"flagged suspect ({how})")
 
 
 def _check_accuracy(problems, cfg, met):
     _missing(problems, cfg, ACCURACY_CONFIG, "config")
+    for key in ("recipe_hash", "model_hash"):  # schema v2; optional so accuracy records of v1 stay valid
+        if key in cfg and not isinstance(cfg[key], str):
+            problems.append(f"config.{key} must be a string, got {cfg[key]!r}")
     _str(problems, cfg, "task", "config")
     _bool(problems, cfg, "task_offline", "config")
     _str(problems, cfg, "model", "config")
@@ -323,6 +447,51 @@ def _check_accuracy(problems, cfg, met):
             break
 
 
+def _check_v2(problems, rec) -> list[str]:
+    """The v2 top-level fields; returns the record's flags (those that are well-formed)."""
+    _missing(problems, rec, TOP_FIELDS_V2, "record")
+    if "impl_hash" in rec:
+        h = rec["impl_hash"]
+        if not isinstance(h, str) or (h and not IMPL_HASH_RE.match(h)):
+            problems.append(f"record.impl_hash must be 16 lowercase hex digits, or \"\" for unknown; got {h!r}")
+    flags = rec.get("flags")
+    good: list[str] = []
+    if "flags" in rec:
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            problems.append(f"record.flags must be a list of flag names, got {flags!r}")
+        else:
+            unknown = [f for f in flags if f not in FLAGS]
+            if unknown:
+                problems.append(f"record.flags has unknown flag(s) {', '.join(unknown)}; flags are {', '.join(FLAGS)}")
+            if flags != sorted(set(flags)):
+                problems.append(f"record.flags must be sorted and unique, got {flags!r}")
+            good = [f for f in flags if f in FLAGS]
+    reasons = rec.get("flag_reasons")
+    if "flag_reasons" in rec:
+        if not isinstance(reasons, dict):
+            problems.append(f"record.flag_reasons must be an object {{flag: reason}}, got {reasons!r}")
+        else:
+            for f in good:
+                r = reasons.get(f)
+                if not isinstance(r, str) or not r.strip():
+                    problems.append(f"record.flag_reasons.{f} must say why the record is flagged {f}")
+            extra = [f for f in reasons if not isinstance(flags, list) or f not in flags]
+            if extra:
+                problems.append(f"record.flag_reasons has reasons for flags not set: {', '.join(map(str, extra))}")
+    if "check" in rec and rec["check"] is not None:
+        chk = rec["check"]
+        if not isinstance(chk, dict):
+            problems.append(f"record.check must be an object or null, got {chk!r}")
+        else:
+            _missing(problems, chk, ("status", "impl_hash", "detail"), "check")
+            _str(problems, chk, "status", "check", choices=CHECK_STATUSES)
+            if "impl_hash" in chk and not isinstance(chk["impl_hash"], str):
+                problems.append(f"check.impl_hash must be a string, got {chk['impl_hash']!r}")
+            if chk.get("detail") is not None and not isinstance(chk["detail"], str):
+                problems.append(f"check.detail must be a string or null, got {chk['detail']!r}")
+    return good
+
+
 def validate_record(rec: Any) -> list[str]:
     """Every problem with ``rec`` as a normbench record, each naming the field; an empty list means valid."""
     problems: list[str] = []
@@ -340,6 +509,9 @@ def validate_record(rec: Any) -> list[str]:
                             f"({SCHEMA_VERSION}); upgrade normbench")
         elif version < 1:
             problems.append(f"record.schema_version must be >= 1, got {version}")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
+        version = SCHEMA_VERSION
+    flags = _check_v2(problems, rec) if version >= 2 else list(implied_flags(rec))
     kind = rec.get("kind")
     if "kind" in rec and kind not in KINDS:
         problems.append(f"record.kind must be one of {', '.join(KINDS)}; got {kind!r}")
@@ -356,7 +528,7 @@ def validate_record(rec: Any) -> list[str]:
         problems.append("record.metrics must be an object")
     if isinstance(cfg, dict) and isinstance(met, dict):
         if kind == "kernel":
-            _check_kernel(problems, cfg, met)
+            _check_kernel(problems, cfg, met, version, flags)
         elif kind == "accuracy":
             _check_accuracy(problems, cfg, met)
     return problems

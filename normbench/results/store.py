@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from normbench.results.schema import describe, record_id, validate_record
+from normbench.results.schema import describe, migrate, record_id, validate_record
 
 try:  # advisory locking so two writers (bench and an ASV ingest, say) merge instead of overwrite
     import fcntl
@@ -154,7 +154,7 @@ def write_records(records: Iterable[dict], root: str | os.PathLike = "results") 
         if isinstance(rec, dict) and "id" not in rec:
             try:
                 rec["id"] = record_id(rec["kind"], rec["norm"]["name"], rec["config"],
-                                      rec["provenance"]["hardware_id"])
+                                      rec["provenance"]["hardware_id"], rec.get("impl_hash") or "")
             except (KeyError, TypeError):
                 pass  # validation below names what is missing
         for p in validate_record(rec):
@@ -226,12 +226,15 @@ def _scan(root, kind=None) -> Iterator[tuple[Path, dict | None, Problem | None]]
                 for p in problems:
                     yield path, None, Problem(str(path), describe(rec, i), p)
             else:
-                yield path, rec, None
+                yield path, migrate(rec), None
 
 
 def iter_records(root: str | os.PathLike = "results", kind: str | None = None,
                  errors: str = "warn") -> Iterator[tuple[Path, dict]]:
     """Yield ``(path, record)`` for every valid record at ``root`` (a file or a directory), optionally of one kind.
+
+    Records of an older schema version are yielded migrated to the current one (``schema.migrate``), so readers see
+    one format; the files are not changed.
 
     Invalid records and unreadable files are never skipped silently: ``errors="warn"`` (default) warns about
     each and goes on, ``"raise"`` raises ``InvalidRecordError`` at the first, ``"ignore"`` skips them (use
@@ -273,7 +276,7 @@ def existing_ids(root: str | os.PathLike = "results", kind: str | None = None) -
 
 
 _PROV_COLUMNS = ("timestamp", "normbench_version", "git_commit", "git_dirty", "python", "torch", "triton", "platform",
-                 "hardware_id", "command")
+                 "node", "hardware_id", "command")
 
 
 def flatten(rec: dict, path: str | os.PathLike | None = None) -> dict:
@@ -288,6 +291,10 @@ def flatten(rec: dict, path: str | os.PathLike | None = None) -> dict:
         "norm_kind": norm.get("kind"),
         "norm_package": norm.get("package"),
         "norm_meta": norm,
+        "impl_hash": rec.get("impl_hash", ""),
+        "flags": tuple(rec.get("flags") or ()),
+        "flag_reasons": dict(rec.get("flag_reasons") or {}),
+        "check_status": (rec.get("check") or {}).get("status"),
     }
     for key, value in rec["config"].items():
         if key == "shape":

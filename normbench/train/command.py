@@ -64,6 +64,12 @@ def _common(p) -> None:
     p.add_argument("--steps", type=int, help="override the recipe's number of steps (recorded; another cell)")
     p.add_argument("--lr", type=float, help="override the recipe's learning rate (recorded; another cell)")
     p.add_argument("--batch-size", type=int, help="override the recipe's batch size (recorded; another cell)")
+    p.add_argument("--force", action="store_true",
+                   help="train norms that have not passed `normbench check` too (records flagged 'forced', never "
+                        "ranked); without it such norms are refused")
+    from normbench.executor import add_arguments
+
+    add_arguments(p, stall=True)
 
 
 # -- tasks ----------------------------------------------------------------------------------------------------------
@@ -78,7 +84,9 @@ def cmd_tasks(args) -> int:
         d["recipes"] = {m: variants(t.name, m) for m in t.models if variants(t.name, m)}
         rows.append(d)
     if args.json:
-        print(json.dumps({"tasks": rows}, indent=2))
+        from normbench._stdout import document_stream
+
+        print(json.dumps({"tasks": rows}, indent=2), file=document_stream())
         return 0
     table = [("task", "offline", "metric", "models (variants)", "source")]
     for d in rows:
@@ -100,13 +108,16 @@ def _fmt(v, digits=4):
 
 
 def _print_summary(cells, file=None) -> None:
+    """One line per cell (``normbench.stats.aggregate``): centre and 95% CI, and the runs that failed."""
     file = file or sys.stdout
     for c in cells:
         f = c["final"]
         ci = f"95% CI [{_fmt(f['ci_low'])}, {_fmt(f['ci_high'])}]" if f["ci_low"] is not None else "CI needs 2+ seeds"
-        where = c["recipe"] + (f" {c['placement']}" if c["placement"] else "")
-        div = f", {c['diverged']} diverged" if c["diverged"] else ""
-        print(f"{c['norm']:>20} {where}: {c['metric']} {_fmt(f['mean'])} ± {_fmt(f['std'])} (n={f['n']}{div}), {ci}",
+        where = (c["recipe"] or "?") + (f" {c['placement']}" if c["placement"] else "")
+        centre = "geometric mean" if f["scale"] == "log" else "mean"
+        spread = f", sd of log {_fmt(f['std'])}" if f["scale"] == "log" else f" ± {_fmt(f['std'])}"
+        div = f", {c['diverged']} of {c['n']} diverged" if c["diverged"] else ""
+        print(f"{c['norm']:>20} {where}: {c['metric']} {centre} {_fmt(f['mean'])}{spread} (n={f['n']}{div}), {ci}",
               file=file)
 
 
@@ -130,50 +141,99 @@ def _runs_for(args, norm, task, model, variant, placement, seeds, split="test", 
             for s in seeds]
 
 
-def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = False,
+def _train_task(run, command: str):
+    """One training run where an executor runs it (a worker process by default)."""
+    from normbench.train.loop import train
+
+    return train(run, command=command)
+
+
+# Errors a run can raise that mean "this run failed" (reported, the rest go on); anything else is a bug and is raised.
+_RUN_ERRORS = ("KeyError", "ValueError", "ImportError", "ModuleNotFoundError", "RuntimeError", "BackendUnavailable",
+               "AssertionError", "TypeError", "FloatingPointError", "NotImplementedError")
+
+
+def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = False, args=None,
              include_skipped: bool = False) -> tuple[list, list]:
     """Train ``runs`` in order, writing each record as soon as it exists; returns (records, failures).
 
-    ``skip``: ids already in ``out`` (a dict id -> record also returns those records with ``include_skipped``).
+    ``skip``: ids already in ``out``; given as a dict id -> record, ``include_skipped`` returns those records too
+    (and new records are added to it).
+
+    Each run goes through the executor chosen by ``args`` (a reusable worker process by default) with a
+    no-progress watchdog; the norms under test must have passed ``normbench check`` (``--force`` overrides,
+    flagging the records). A run that hangs, crashes or fails is reported and the next one starts.
     """
+    from dataclasses import replace
+
+    from normbench._stdout import document_stream
+    from normbench.check import ensure_checked, refusal, stamp
+    from normbench.executor import Task, make_executor, stall_limit
     from normbench.results import write_records
     from normbench.tasks import DatasetUnavailable
-    from normbench.train.loop import distributed_env, record_id_for, train
+    from normbench.train.loop import command_line, distributed_env, record_id_for
 
     records, failures = [], []
-    rank0 = not distributed_env() or int(__import__("os").environ.get("RANK", "0")) == 0
-    for i, run in enumerate(runs, 1):
-        label = f"[{i}/{len(runs)}] {run.spec().name} {run.recipe().name}" + \
-                (f" {run.placement}" if run.placement else "") + f" seed {run.seed}"
-        if skip is not None:
-            rid = record_id_for(run)
-            if rid in skip:
-                print(f"{label}: already in {out} ({rid}), skipped", file=sys.stderr)
-                if include_skipped and isinstance(skip, dict):
-                    records.append(skip[rid])
+    distributed = distributed_env()
+    rank0 = not distributed or int(__import__("os").environ.get("RANK", "0")) == 0
+    force = bool(getattr(args, "force", False))
+    # torchrun: each rank is already the process that runs the work, and the ranks must stay in step.
+    executor_name = "inprocess" if distributed else getattr(args, "executor", None)
+    limit = stall_limit(getattr(args, "stall_limit", None))
+    command = command_line()
+    broken: dict[str, str] = {}
+    with make_executor(executor_name) as ex:
+        verdicts = ensure_checked([r.spec().name for r in runs], ex, None)
+        for name, v in verdicts.items():
+            if not v.passed and not force:
+                msg = refusal(v, "train")
+                broken[name] = msg
+                print(f"normbench: {msg}", file=sys.stderr)
+        for i, run in enumerate(runs, 1):
+            name = run.spec().name
+            label = f"[{i}/{len(runs)}] {name} {run.recipe().name}" + \
+                    (f" {run.placement}" if run.placement else "") + f" seed {run.seed}"
+            if name in broken:
+                failures.append((label, broken[name]))
                 continue
-        try:
-            rec = train(run)
-        except DatasetUnavailable:
-            raise
-        except (KeyError, ValueError, ImportError, RuntimeError) as exc:
-            failures.append((label, f"{type(exc).__name__}: {exc}"))
-            print(f"{label}: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
-            continue
-        if rec is None:
-            continue
-        if rank0:
-            paths = write_records([rec], out)
-            m = rec["metrics"]
-            state = f"diverged at step {m['diverged_step']}" if m["diverged"] else f"{m['metric']} {m['final']:.4g}"
-            if run.split == "val":
-                state = f"(tuning, lr {run.recipe().lr:g}, validation) {state}"
-            print(f"{label}: {state} in {m['wall_time_s']:.1f}s -> {paths[0]}", file=sys.stderr)
-        records.append(rec)
-        if isinstance(skip, dict):
-            skip[rec["id"]] = rec
-        if as_json:
-            print(json.dumps(rec))
+            if skip is not None:
+                rid = record_id_for(run)
+                if rid in skip:
+                    print(f"{label}: already in {out} ({rid}), skipped", file=sys.stderr)
+                    if include_skipped and isinstance(skip, dict):
+                        records.append(skip[rid])
+                    continue
+            # The worker finds the norm by name in its own registry (a NormSpec may hold a lambda).
+            task = Task(_train_task, (replace(run, norm=name), command), label=label, stall_timeout=limit)
+            outcome = ex.submit(task).result()
+            if not outcome.ok:
+                if outcome.exc_type == "DatasetUnavailable":
+                    raise DatasetUnavailable(outcome.message or outcome.error)
+                if outcome.status == "error" and outcome.exc_type not in _RUN_ERRORS:
+                    print(outcome.traceback, file=sys.stderr)
+                if outcome.status in ("timeout", "stalled", "crashed"):
+                    # The same norm would hang or crash again in its next seeds: say so once, move on.
+                    broken[name] = f"{name} {'hung' if outcome.status != 'crashed' else 'crashed'} in {label}"
+                failures.append((label, outcome.error))
+                print(f"{label}: FAILED: {outcome.error}", file=sys.stderr)
+                continue
+            rec = outcome.value
+            if rec is None:
+                continue
+            stamp(rec, verdicts[name], run.backend, forced=force)
+            if rank0:
+                paths = write_records([rec], out)
+                m = rec["metrics"]
+                state = (f"diverged at step {m['diverged_step']}" if m["diverged"]
+                         else f"{m['metric']} {m['final']:.4g}")
+                if run.split == "val":
+                    state = f"(tuning, lr {run.recipe().lr:g}, validation) {state}"
+                print(f"{label}: {state} in {m['wall_time_s']:.1f}s -> {paths[0]}", file=sys.stderr)
+            records.append(rec)
+            if isinstance(skip, dict):
+                skip[rec["id"]] = rec
+            if as_json:
+                print(json.dumps(rec), file=document_stream())
     return records, failures
 
 
@@ -181,7 +241,7 @@ def cmd_train(args) -> int:
     import normbench
     from normbench.models import supports
     from normbench.tasks import DatasetUnavailable, default_task, get_task
-    from normbench.train.stats import aggregate
+    from normbench.stats import aggregate
 
     spec = normbench.get_norm(args.norm)
     task = get_task(args.task or default_task(spec.layouts))
@@ -197,7 +257,7 @@ def cmd_train(args) -> int:
     runs = _runs_for(args, spec, task.name, model, args.variant, args.placement,
                      range(args.seed_start, args.seed_start + n))
     try:
-        records, failures = _execute(runs, args.out, as_json=args.json)
+        records, failures = _execute(runs, args.out, as_json=args.json, args=args)
     except DatasetUnavailable as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
         return 2
@@ -302,7 +362,7 @@ def _tune_and_run(args, norm, task, model, variant, placement, store: dict) -> t
     for lr in grid:
         tuning.extend(_runs_for(args, norm, task, model, variant, placement, range(recipe.tune_seeds),
                                 split="val", lr=lr))
-    t_recs, failures = _execute(tuning, args.out, skip=store, as_json=args.json, include_skipped=True)
+    t_recs, failures = _execute(tuning, args.out, skip=store, as_json=args.json, args=args, include_skipped=True)
     if failures:
         return t_recs, failures
     chosen, scores = choose_lr(grid, t_recs)
@@ -316,14 +376,15 @@ def _tune_and_run(args, norm, task, model, variant, placement, store: dict) -> t
               "rule": "fewest diverged, then best mean validation metric (log perplexity)"}
     n = args.seeds if args.seeds is not None else recipe.final_seeds
     finals = _runs_for(args, norm, task, model, variant, placement, range(n), lr=chosen, lr_search=search)
-    f_recs, f_fail = _execute(finals, args.out, skip=store, as_json=args.json, include_skipped=True)
+    f_recs, f_fail = _execute(finals, args.out, skip=store, as_json=args.json, args=args, include_skipped=True)
     return f_recs, f_fail
 
 
 def cmd_sweep(args) -> int:
+    from normbench._stdout import document_stream
     from normbench.results import existing_ids
     from normbench.tasks import DatasetUnavailable
-    from normbench.train.stats import aggregate
+    from normbench.stats import aggregate
 
     if args.tune:
         if args.lr is not None:
@@ -337,12 +398,13 @@ def cmd_sweep(args) -> int:
         for r in runs:
             line = {"norm": r.spec().name, "task": r.task, "model": r.model, "variant": r.variant,
                     "placement": r.placement, "seed": r.seed}
-            print(json.dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()))
+            print(json.dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()),
+                  file=document_stream())
         return 0
     done = existing_ids(args.out, kind="accuracy")
     print(f"sweep: {len(runs)} runs planned; cells already in {args.out} are skipped", file=sys.stderr)
     try:
-        records, failures = _execute(runs, args.out, skip=done, as_json=args.json)
+        records, failures = _execute(runs, args.out, skip=done, as_json=args.json, args=args)
     except DatasetUnavailable as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
         return 2
@@ -354,9 +416,10 @@ def cmd_sweep(args) -> int:
 
 
 def _cmd_sweep_tuned(args) -> int:
+    from normbench._stdout import document_stream
     from normbench.results import iter_records
     from normbench.tasks import DatasetUnavailable
-    from normbench.train.stats import aggregate
+    from normbench.stats import aggregate
 
     todo = cells(args)
     if not todo:
@@ -369,7 +432,8 @@ def _cmd_sweep_tuned(args) -> int:
                 line = {"norm": norm, "task": task, "model": model, "variant": variant, "placement": placement,
                         "lr_grid": r.lr_candidates(), "tune_seeds": r.tune_seeds,
                         "final_seeds": args.seeds if args.seeds is not None else r.final_seeds}
-                print(json.dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()))
+                print(json.dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()),
+                      file=document_stream())
         return 0
     store = {rec["id"]: rec for _, rec in iter_records(args.out, kind="accuracy")}
     n_runs = sum(len(n) for *_, n in todo)

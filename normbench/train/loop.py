@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import normbench
+from normbench.executor import heartbeat
 from normbench.models import MODEL_LAYOUT, build_model, model_hash
 from normbench.models.norms import resolve
 from normbench.tasks import get_task, load_task
@@ -440,6 +441,7 @@ def train(run: Run, command: str | None = None) -> dict | None:
             state["step"] = step = step + 1
             state["loss_sum"] += flag[0].item() / world
             state["loss_n"] += 1
+            heartbeat()  # the no-progress watchdog of normbench.executor
             bar.update(1)
             is_eval = step % recipe.eval_every == 0 or step == recipe.steps
             if step % log_every == 0 or is_eval:
