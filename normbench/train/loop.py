@@ -27,7 +27,7 @@ import normbench
 from normbench.executor import heartbeat
 from normbench.models import MODEL_LAYOUT, build_model, model_hash
 from normbench.models.norms import resolve
-from normbench.tasks import get_task, load_task
+from normbench.tasks import data_config, get_task, load_task
 from normbench.train.data import Batcher
 from normbench.train.recipes import Recipe, get_recipe, recipe_hash
 
@@ -62,8 +62,8 @@ class Run:
     progress: bool = True
     #: Stop (after checkpointing) once this many steps are done, as an interruption would; for tests.
     stop_after: int | None = None
-    #: "test": train on the whole training set, score on the task's test split; "val": a tuning run, trained
-    #: without a held-out part of the training set and scored on it (flagged ``tuning``, never ranked).
+    #: "test": score on the task's test split; "val": a tuning run scored on the validation split held out from
+    #: training (flagged ``tuning``, never ranked). Both train on the same training split.
     split: str = "test"
     #: For a run at a tuned learning rate: the search that chose it (recorded in the config).
     lr_search: dict | None = None
@@ -264,6 +264,16 @@ def _sync(device: torch.device) -> None:
 
 # -- configuration and record ---------------------------------------------------------------------------------------
 
+def model_options(model: str, recipe: Recipe) -> dict:
+    """The recipe's model options; the GPT's context length is the recipe's ``seq_len`` (the batches' length)."""
+    opts = recipe.model_kwargs(model)
+    if model == "gpt" and recipe.seq_len is not None:
+        if opts.setdefault("seq_len", recipe.seq_len) != recipe.seq_len:
+            raise ValueError(f"recipe {recipe.name}: model_options seq_len {opts['seq_len']} differs from the "
+                             f"recipe's seq_len {recipe.seq_len}")
+    return opts
+
+
 def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> dict:
     """The record's ``config`` for ``run`` (what defines the cell and seed; hashed into the record id)."""
     task = get_task(run.task)
@@ -272,7 +282,7 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
     if model_config is None:
         model_config = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
                                    base_norm=run.base_norm, backend=run.backend,
-                                   **recipe.model_kwargs(run.model)).config
+                                   **model_options(run.model, recipe)).config
     placement = (run.placement or "pre_ln") if run.model == "gpt" else None
     config = {
         "task": task.name,
@@ -293,6 +303,8 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
         "split": run.split,
         "recipe_hash": recipe_hash(recipe),
         "model_hash": model_hash(run.model),
+        # Where the splits came from and how many examples (and classes) the run saw of each.
+        "data": data_config(run.task, data_dir=run.data_dir, quick=run.quick),
     }
     if run.split not in ("test", "val"):
         raise ValueError(f"split must be 'test' or 'val', got {run.split!r}")
@@ -360,7 +372,7 @@ def train(run: Run, command: str | None = None) -> dict | None:
     seed_everything(run.seed)
     built = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
                         base_norm=run.base_norm, backend=run.backend,
-                        **recipe.model_kwargs(run.model))
+                        **model_options(run.model, recipe))
     config = run_config(run, built.config, world)
     prov = provenance(command or command_line(), device=device.type)
     impl_hash = spec.impl_hash(run.backend)
