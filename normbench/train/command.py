@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 PLACEMENT_HELP = ("GPT norm placement: pre_ln (default), post_ln, peri_ln, mix_ln, deepnorm, hybridnorm, "
                   "layernorm_scaling")
@@ -435,7 +436,9 @@ def _cmd_sweep_tuned(args) -> int:
                 print(json.dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()),
                       file=document_stream())
         return 0
-    store = {rec["id"]: rec for _, rec in iter_records(args.out, kind="accuracy")}
+    store = {}
+    if Path(args.out).exists():
+        store = {rec["id"]: rec for _, rec in iter_records(args.out, kind="accuracy")}
     n_runs = sum(len(n) for *_, n in todo)
     print(f"sweep --tune: {len(todo)} cells, {n_runs} (cell, norm) pairs; records already in {args.out} are reused",
           file=sys.stderr)
