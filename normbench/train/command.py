@@ -307,6 +307,10 @@ def cells(args) -> list[tuple]:
                     placements = list(PLACEMENTS) if args.placements == ["all"] else (args.placements or ["pre_ln"])
                 for placement in placements:
                     ok = [n for n in norms if supports(model, n) is None]
+                    if placement == "ngpt" and args.placements == ["all"]:
+                        # nGPT's Norm is the unit-sphere projection: with "all", the placement runs with its own
+                        # norm only (name it with --placements ngpt --norms ... to try others).
+                        ok = ["ngpt"]
                     if ok:
                         out.append((task.name, model, variant, placement if model == "gpt" else None, ok))
     return out
