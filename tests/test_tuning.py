@@ -141,3 +141,24 @@ def test_sweep_tune_end_to_end_and_resumable(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("skipped") == len(tuning) + len(final)
     assert sorted(p.stat().st_mtime_ns for p in out.rglob("*.json")) == n_files
+
+
+def test_validation_split_uses_the_loaders_split_else_a_fixed_carve():
+    from normbench.tasks import TaskData
+    from normbench.train.loop import validation_split
+
+    x = torch.arange(100).view(100, 1, 1, 1).expand(100, 3, 2, 2).to(torch.uint8)
+    y = torch.arange(100) % 10
+    data = TaskData(task=SHAPES, train={"x": x, "y": y}, eval={"x": x[:5], "y": y[:5]})
+    a, b = validation_split(data, 0.1), validation_split(data, 0.1)
+    held, kept = a.eval["x"][:, 0, 0, 0].tolist(), a.train["x"][:, 0, 0, 0].tolist()
+    assert len(held) == 10 and len(kept) == 90 and not set(held) & set(kept) and set(held) | set(kept) == set(range(100))
+    assert torch.equal(a.eval["x"], b.eval["x"])  # the same examples every time (fixed seed)
+    assert torch.equal(a.eval["y"], y[a.eval["x"][:, 0, 0, 0].long()])  # labels travel with their images
+    own = TaskData(task=SHAPES, train={"x": x, "y": y}, eval={"x": x[:5], "y": y[:5]},
+                   val={"x": x[:7], "y": y[:7]})
+    v = validation_split(own, 0.1)
+    assert torch.equal(v.eval["x"], x[:7]) and torch.equal(v.train["x"], x)
+    tokens = TaskData(task=get_task("synth-lm"), train={"tokens": torch.arange(1000)}, eval={"tokens": torch.arange(5)})
+    t = validation_split(tokens, 0.1)
+    assert torch.equal(t.eval["tokens"], torch.arange(900, 1000)) and torch.equal(t.train["tokens"], torch.arange(900))
