@@ -69,13 +69,15 @@ def test_record_is_valid_offline_labelled_and_stored(tmp_path):
     assert record_id_for(run) == rec["id"]
 
 
-@pytest.mark.parametrize("task,model,overrides", [
-    ("synth-lm", "gpt", LM_TINY),
-    ("synth-shapes", "resnet", {**SHAPES_TINY, "grad_clip": None}),
+@pytest.mark.parametrize("task,model,norm,overrides", [
+    ("synth-lm", "gpt", "layernorm", LM_TINY),
+    ("synth-shapes", "resnet", "none", {**SHAPES_TINY, "grad_clip": None}),
 ])
-def test_divergence_is_recorded_with_its_step(tmp_path, task, model, overrides):
-    rec = train(_run(tmp_path, task=task, model=model, recipe_overrides={**overrides, "lr": 1e6}))
+def test_divergence_is_recorded_with_its_step(tmp_path, task, model, norm, overrides):
+    rec = train(_run(tmp_path, task=task, model=model, norm=norm, recipe_overrides={**overrides, "lr": 1e6}))
     met = rec["metrics"]
+    # A diverged run is a record, flagged (never ranked), with the step in the reason.
+    assert "diverged" in rec["flags"] and str(met["diverged_step"]) in rec["flag_reasons"]["diverged"]
     assert met["diverged"] is True and isinstance(met["diverged_step"], int) and 1 <= met["diverged_step"] <= 6
     assert met["final"] is None and met["steps"] < met["diverged_step"] + 1
     assert met["curve"][-1][0] == met["diverged_step"]

@@ -34,8 +34,8 @@ def register(subparsers) -> None:
     p.add_argument("--pass", dest="passes", nargs="+", action=_ExtendSplit, metavar="P",
                    help="fwd, bwd, fwd+bwd (default: all three; --quick: fwd fwd+bwd)")
     p.add_argument("--layout", nargs="+", action=_ExtendSplit, metavar="L", help="tokens and/or images")
-    p.add_argument("--shape-class", choices=("quick", "llm", "vision", "all"), default=None,
-                   help="shape grid (default: llm + vision; --quick: quick)")
+    p.add_argument("--shape-class", choices=("quick", "llm", "vision", "softmax", "all"), default=None,
+                   help="shape grid (default: llm + vision; --quick: quick; softmax: the softmax norms' own set)")
     p.add_argument("--shape", nargs="+", action=_ExtendSplit, metavar="LABEL",
                    help="only these shape labels (see docs/measurement.md)")
     p.add_argument("--quick", action="store_true",

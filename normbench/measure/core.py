@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 import torch
 
 from normbench.measure import baselines
+from normbench.measure import softmax_baselines
 from normbench.measure import bytes_model as bm
 from normbench.measure.shapes import Shape, input_shape, shapes_for
 from normbench.measure.stats import summarize
@@ -130,7 +131,7 @@ def default_device() -> str:
 
 def backends_for(spec) -> tuple[str, ...]:
     """The spec's backends plus the external baselines (native, liger, quack, te, flashinfer, apex) for this norm."""
-    return tuple(spec.backends) + baselines.backends_for(spec.name)
+    return tuple(spec.backends) + baselines.backends_for(spec.name) + softmax_baselines.backends_for(spec.name)
 
 
 def device_dtypes(device: str) -> tuple[str, ...]:
@@ -188,10 +189,14 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
             raise ValueError(f"unknown mode {m!r}; use {', '.join(MODES)}")
     if flush not in FLUSHES:
         raise ValueError(f"unknown L2 flush {flush!r}; use {', '.join(FLUSHES)}")
+    default_shapes = shapes is None and shape_class is None and not quick
     shapes = list(shapes) if shapes is not None else shapes_for(shape_class, quick)
     if layouts:
         layouts = tuple(layouts)
         shapes = [s for s in shapes if s.layout in layouts]
+    if not norms:  # softmax norms have their own shape set and stay out of the other sweeps (docs/softmax.md)
+        want_softmax = any(s.shape_class == "softmax" for s in shapes)
+        specs = [s for s in specs if (s.kind == "softmax") == want_softmax]
     threads = threads or torch.get_num_threads()
     # torch.compile costs seconds of compilation per (norm, layout, dtype) on a CPU; the quick sweep therefore
     # compiles float32 on one layout per norm (tokens when it has it) unless dtypes or layouts were chosen.
@@ -204,13 +209,17 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
         wanted = [b for b in (backends or spec_backends) if b in spec_backends]
         first_layout = "tokens" if "tokens" in spec.layouts else spec.layouts[0]
         spec_modes = (modes or MODES) if spec.running_state else ("train",)
-        for shape in shapes:
-            if shape.layout not in spec.layouts:
+        spec_shapes = shapes
+        if spec.kind == "softmax" and default_shapes:
+            spec_shapes = [s for s in shapes_for("softmax") if not layouts or s.layout in layouts]
+        for shape in spec_shapes:
+            if shape.layout not in spec.layouts or (shape.shape_class == "softmax") != (spec.kind == "softmax"):
                 continue
             for backend in wanted:
                 if trim_compile and backend == "compile" and shape.layout != first_layout:
                     continue
-                if backend not in spec.backends and shape.layout not in baselines.layouts(backend, spec.name):
+                if (backend in baselines.backends_for(spec.name)
+                        and shape.layout not in baselines.layouts(backend, spec.name)):
                     continue  # e.g. Liger's RMSNorm normalises the last dimension only
                 for dtype in dtypes:
                     if trim_compile and backend == "compile" and dtype != "float32":
@@ -263,8 +272,12 @@ class Prepared:
         self.dtype = DTYPES[dtype]
         if shape.layout not in spec.layouts:
             raise Unsupported(f"{spec.name} does not support the {shape.layout} layout")
+        external = softmax_baselines if backend in softmax_baselines.backends_for(spec.name) else baselines
         if backend in backends_for(spec) and backend not in spec.backends:
-            reason = baselines.unavailable(backend, spec.name, shape.layout, device, dtype)
+            if external is baselines:
+                reason = baselines.unavailable(backend, spec.name, shape.layout, device, dtype)
+            else:
+                reason = softmax_baselines.unavailable(backend, spec.name, shape.layout, device)
         elif backend in spec.backends:
             reason = spec.backend_unavailable(backend)
         else:
@@ -284,8 +297,9 @@ class Prepared:
         if backend in spec.backends:
             module = spec.create(c, layout=shape.layout, backend=backend)
         else:
-            module = baselines.build(backend, spec.name, spec.create(c, layout=shape.layout))
-            self.baseline = baselines.get(backend, spec.name)
+            module = external.build(backend, spec.name, spec.create(c, layout=shape.layout))
+            if external is baselines:
+                self.baseline = baselines.get(backend, spec.name)
         self.module = module.to(device=device, dtype=self.dtype).train(mode == "train")
         self.inputs = _inputs_for(spec.kind, self.dims, self.dtype, device)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
@@ -535,6 +549,10 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         "graph_used": used_graph,
         "noise": noise_info,
     }
+    if spec.kind == "softmax":  # reads of each row beside the GB/s (None: an implementation normbench does not own)
+        from normbench.softmax import row_passes
+
+        metrics["row_passes"] = row_passes(prep.module, case.pass_)
     flops = prep.flops(case.pass_)
     if flops is not None:
         metrics["flops"] = flops
