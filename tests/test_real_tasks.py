@@ -320,9 +320,14 @@ def test_hub_snapshot_without_split_files_blames_the_layout(hub, tmp_path, monke
 def test_not_cached_in_offline_mode_fails_at_once_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+    import datasets
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+    # The loader switches these on for offline mode; registering them here restores them after the test.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", constants.HF_HUB_OFFLINE)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", datasets.config.HF_HUB_OFFLINE)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", datasets.config.HF_DATASETS_OFFLINE)
     with pytest.raises(DatasetUnavailable) as err:
         get_task("wikitext-2").load()
     msg = str(err.value)
