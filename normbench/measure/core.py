@@ -99,7 +99,8 @@ class Case:
 
 def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
     """The implementation hash of ``spec`` run by ``backend`` (``NormSpec.impl_hash``); for an external baseline
-    (Liger, quack, TE, FlashInfer, Apex, native) the eager norm's hash combined with the adapter's source and the library's version."""
+    (Liger, quack, TE, FlashInfer, Apex, native) the eager norm's hash combined with the adapter's source and the
+    library's version."""
     key = (spec.name, spec.package, spec.package_version, backend)
     if cache is not None and key in cache:
         return cache[key]
