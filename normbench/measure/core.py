@@ -371,9 +371,14 @@ class Prepared:
             stat_rows = 0
         param_bytes = sum(p.numel() * p.element_size() for p in self.module.parameters())
         running = sum(b.numel() for b in self.module.buffers() if b.is_floating_point())
+        extra = {}
+        if self.mode == "eval" and spec.running_state:
+            extra["eval_mode"] = 1
+            if formula == "channelwise":
+                stat_rows = 0  # eval normalises with the running statistics: no batch statistics to save
         return bm.make_model(formula, n_elements=n, inputs=k, elem_bytes=self.inputs[0].element_size(),
                              param_bytes=param_bytes, stat_rows=stat_rows,
-                             stats_per_row=bm.stats_per_row(formula, spec.name), running_values=running)
+                             stats_per_row=bm.stats_per_row(formula, spec.name), running_values=running, **extra)
 
     def flops(self, pass_: str) -> int | None:
         """Multiply-adds x2 of the Linear/Conv2d a weight-kind norm wraps (its real cost); ``None`` otherwise."""
