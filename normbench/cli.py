@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "normbench.site.command",      # site build
     "normbench.claims",            # claims
     "normbench.gendocs",           # docs
+    "normbench.campaign",          # campaign (GPU machines)
 )
 
 
