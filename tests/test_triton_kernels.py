@@ -466,6 +466,18 @@ def test_unsupported_dtype_is_a_clear_error(tb, dev):
         tb.rms_norm(torch.randn(2, 8, device=dev, dtype=torch.float64), None)
 
 
+def test_backward_grid_follows_occupancy(tb):
+    """Persistent grids launch as many programs per SM as the compiled kernel fits (threads, registers, shared)."""
+    from normbench.kernels._common import programs_per_sm
+
+    assert programs_per_sm(8, 0) == 8                  # 256 threads: 2048 / 256, registers unknown
+    assert programs_per_sm(8, 64) == 4                 # 64 regs x 256 threads = 16384 of 65536
+    assert programs_per_sm(8, 128) == 2                # the old fixed 2 per SM is the 128-register case
+    assert programs_per_sm(4, 40) == 12                # 40 regs round up to 48 per thread (256 per warp)
+    assert programs_per_sm(4, 32, shared_bytes=100 * 1024) == 2   # shared memory limits
+    assert programs_per_sm(32, 255) == 1               # never below one
+
+
 def test_without_gpu_or_triton_the_backend_says_why():
     """In a fresh process: no TRITON_INTERPRET and no GPU, then no triton at all. Neither may crash an import."""
     code = r"""

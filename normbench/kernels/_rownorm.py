@@ -21,7 +21,16 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, cdiv, next_pow2, num_sms, prune_by_elements_per_thread, tuned, warps_for
+from ._common import (
+    INTERPRET,
+    cdiv,
+    compiled_occupancy,
+    next_pow2,
+    num_sms,
+    prune_by_elements_per_thread,
+    tuned,
+    warps_for,
+)
 
 LAYERNORM, RMSNORM, CRMSNORM, SCALENORM = 0, 1, 2, 3
 
@@ -37,7 +46,8 @@ WIDE_CHUNK = 4096
 #: Elements per tile (rows·BLOCK_C) when not autotuned. Small in the interpreter so tests walk several tiles.
 FWD_TILE = 2048 if INTERPRET else 4096
 BWD_TILE = 1024 if INTERPRET else 4096
-#: Persistent backward programs per SM.
+#: Persistent backward programs per SM when the kernel's occupancy is unknown (autotuned, or the interpreter);
+#: otherwise the grid is the compiled kernel's occupancy (``_common.programs_per_sm``) times the SMs.
 PROGRAMS_PER_SM = 2
 
 
@@ -308,7 +318,8 @@ def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_P
 
 
 _row_fwd_tuned = tuned(
-    _row_fwd_kernel, _FWD_CONFIGS, key=["BLOCK_C", "MODE", "IMAGES", "HAS_RES", "HAS_STATS"],
+    # M (rows) is in the key: the best tile for 4k rows is not the best for 32k (wave quantisation over the SMs).
+    _row_fwd_kernel, _FWD_CONFIGS, key=["M", "BLOCK_C", "MODE", "IMAGES", "HAS_RES", "HAS_STATS"],
     prune=prune_by_elements_per_thread(lambda cfg, a: _fwd_rows({**a, **cfg.kwargs}) * a["BLOCK_C"], 8, 32),
     heuristics={"BLOCK_R": _fwd_rows})
 _row_bwd_tuned = tuned(
@@ -324,13 +335,25 @@ def _launch_fwd(grid, args, M: int, HW: int, **meta):
     return _row_fwd_kernel[grid](*args, TILE=FWD_TILE, BLOCK_R=block_r, num_warps=warps, **meta)
 
 
+def _bwd_warps(meta) -> int:
+    # sm_90 ptxas: the images tile (channels strided) needs ~2x the registers of a tokens tile; at 8 elements per
+    # thread it spills at 32 warps, at 16 it fits in 128 registers (see python -m normbench.kernels.aot).
+    return warps_for(meta["BLOCK_R"] * meta["BLOCK_C"], 16 if meta["IMAGES"] else 8, 4)
+
+
+def _bwd_programs_per_sm(args, meta) -> int:
+    """Occupancy of the (non-autotuned) backward kernel for these arguments, else ``PROGRAMS_PER_SM``."""
+    if _row_bwd_tuned is not None:
+        return PROGRAMS_PER_SM
+    warps = _bwd_warps(meta)
+    key = ("row_bwd", warps, args[0].dtype, args[0].device.index, tuple(sorted(meta.items())))
+    return compiled_occupancy(_row_bwd_kernel, args, meta, warps, key) or PROGRAMS_PER_SM
+
+
 def _launch_bwd(grid, args, **meta):
     if _row_bwd_tuned is not None:
         return _row_bwd_tuned[grid](*args, **meta)
-    # sm_90 ptxas: the images tile (channels strided) needs ~2x the registers of a tokens tile; at 8 elements per
-    # thread it spills at 32 warps, at 16 it fits in 128 registers (see python -m normbench.kernels.aot).
-    warps = warps_for(meta["BLOCK_R"] * meta["BLOCK_C"], 16 if meta["IMAGES"] else 8, 4)
-    return _row_bwd_kernel[grid](*args, num_warps=warps, **meta)
+    return _row_bwd_kernel[grid](*args, num_warps=_bwd_warps(meta), **meta)
 
 
 def _geometry(x: torch.Tensor, images: bool):
@@ -404,21 +427,24 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
     else:
         block_r = min(max(1, BWD_TILE // block_c), next_pow2(M))
         n_tiles = cdiv(M, block_r)
-    P = max(1, min(n_tiles, cdiv(PROGRAMS_PER_SM * num_sms(dev), n_cb)))
     c1 = c2 = aux
     if wide:
         c1 = torch.empty(M, device=dev, dtype=torch.float32)
         c2 = torch.empty(M, device=dev, dtype=torch.float32)
         _row_coef_kernel[(M,)](x, weight if weight is not None else x, dy, aux, rstd, c1, c2, C, MODE=mode,
                                HAS_W=has_w, SCALAR_W=scalar_weight, BLOCK_C=WIDE_CHUNK, num_warps=8)
+    meta = dict(MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
+                HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
+    probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, dx, aux, rstd, c1, c2,
+             aux, aux, aux, M, C, HW, n_tiles)
+    P = max(1, min(n_tiles, cdiv(_bwd_programs_per_sm(probe, meta) * num_sms(dev), n_cb)))
     f32 = dict(device=dev, dtype=torch.float32)
     dw_part = torch.empty(P, C, **f32) if need_dw and has_w else aux
     db_part = torch.empty(P, C, **f32) if need_dw and has_bias else aux
     dsw_part = torch.empty(P * n_cb, **f32) if need_dw and scalar_weight else aux
     args = (x, weight if weight is not None else x, dy, ds if ds is not None else x, dx, aux, rstd, c1, c2,
             dw_part, db_part, dsw_part, M, C, HW, n_tiles)
-    _launch_bwd((P, n_cb), args, MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
-                HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
+    _launch_bwd((P, n_cb), args, **meta)
     if not need_dw:
         return dx, None, None
     dw = dw_part.sum(0) if has_w else dsw_part.sum() if scalar_weight else None
