@@ -24,8 +24,8 @@ ENTRY_POINT_GROUP = "normbench.norms"
 DISABLE_PLUGINS_ENV = "NORMBENCH_DISABLE_PLUGINS"
 
 LAYOUTS = ("tokens", "images")
-KINDS = ("activation", "weight", "attention", "residual")
-FAMILIES = ("features", "batch", "groups", "pointwise", "weight", "attention", "baseline")
+KINDS = ("activation", "weight", "attention", "residual", "softmax")
+FAMILIES = ("features", "batch", "groups", "pointwise", "weight", "attention", "baseline", "softmax")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
@@ -228,6 +228,8 @@ class NormSpec:
     (images) mapping C to C features; pass ``layer=`` to wrap an existing one.
     For ``kind == "attention"`` the module maps ``(q, k)`` to ``(q', k')`` over ``[..., head_dim]``.
     For ``kind == "residual"`` the module maps ``(x, residual)`` to ``(norm(x + residual), x + residual)``.
+    For ``kind == "softmax"`` the module maps scores ``[..., C]`` to a distribution over C (no parameters); such
+    norms are benchmarked on their own shape set and never trained as a model's layer norm.
     """
 
     name: str

@@ -180,13 +180,11 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict) -> dict:
         "time_median_s": t, "time_iqr_s": max(0.0, iqr), "reps": int(entry["repeat"] or 1),
         "bytes_moved": nbytes, "gbps": gbps, "ceiling_gbps": ceiling, "ceiling_method": machine.get("ceiling_method"),
         "pct_of_ceiling": pct, "datasheet_peak_gbps": machine.get("datasheet_peak_gbps"),
-        "suspect": suspect,
-        "suspect_reason": "above the measured copy ceiling (ASV's timing flushes no cache)" if suspect else None,
         "peak_mem_bytes": None, "saved_bytes": None, "err": {"y": None, "dx": None, "dw": None},
         "timer": "asv", "asv": asv,
     }
     prov["command"] = "asv run (ingested by normbench ingest-asv)"
-    flags = {"suspect": metrics["suspect_reason"]} if suspect else {}
+    flags = {"suspect": "above the measured copy ceiling (ASV timing is hot)"} if suspect else {}
     # ASV results may come from another commit than the code here: the implementation is unknown ("").
     return make_record("kernel", spec.to_dict(), config, metrics, prov, flags=flags, flag_reasons=flags)
 

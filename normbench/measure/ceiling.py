@@ -48,9 +48,11 @@ class Ceiling:
     gbps: float
     method: str
     device: str
+    #: Relative IQR (q75 - q25) / median of the repeated copy timings: how steady the memory system was.
+    spread: float | None = None
 
     def to_dict(self) -> dict:
-        return {"gbps": self.gbps, "method": self.method, "device": self.device}
+        return {"gbps": self.gbps, "method": self.method, "device": self.device, "spread": self.spread}
 
 
 def _llc_bytes() -> int:
@@ -87,11 +89,12 @@ def measure_cpu(nbytes: int | None = None, reps: int = 5) -> Ceiling:
         t0 = time.perf_counter()
         dst.copy_(src)
         samples.append(time.perf_counter() - t0)
-    med = summarize(samples)["median"]
+    st = summarize(samples)
+    med = st["median"]
     size = n * 4
     method = (f"torch copy_ of {size / 2**20:.0f} MiB on CPU, {torch.get_num_threads()} threads, "
               f"median of {reps}; GB/s = 2·size/time")
-    return Ceiling(2 * size / med / 1e9, method, "cpu")
+    return Ceiling(2 * size / med / 1e9, method, "cpu", st["iqr"] / med)
 
 
 #: Seconds of copies before the ceiling is timed: GPU clocks ramp up over hundreds of milliseconds from idle.
@@ -130,12 +133,13 @@ def _measure_cuda(device, nbytes: int, reps: int) -> Ceiling:
         end.record()
         events.append((start, end))
     torch.cuda.synchronize(device)
-    med = summarize([s.elapsed_time(e) / 1e3 for s, e in events])["median"]
+    st = summarize([s.elapsed_time(e) / 1e3 for s, e in events])
+    med = st["median"]
     del src, dst
     torch.cuda.empty_cache()
     method = (f"device-to-device copy_ of {nbytes / 2**20:.0f} MiB, CUDA events, median of {reps} after "
               f"{CUDA_WARMUP_S:g} s of warm-up copies; GB/s = 2·size/time")
-    return Ceiling(2 * nbytes / med / 1e9, method, str(device))
+    return Ceiling(2 * nbytes / med / 1e9, method, str(device), st["iqr"] / med)
 
 
 _CACHE: dict[str, Ceiling] = {}

@@ -34,8 +34,8 @@ def register(subparsers) -> None:
     p.add_argument("--pass", dest="passes", nargs="+", action=_ExtendSplit, metavar="P",
                    help="fwd, bwd, fwd+bwd (default: all three; --quick: fwd fwd+bwd)")
     p.add_argument("--layout", nargs="+", action=_ExtendSplit, metavar="L", help="tokens and/or images")
-    p.add_argument("--shape-class", choices=("quick", "llm", "vision", "all"), default=None,
-                   help="shape grid (default: llm + vision; --quick: quick)")
+    p.add_argument("--shape-class", choices=("quick", "llm", "vision", "softmax", "all"), default=None,
+                   help="shape grid (default: llm + vision; --quick: quick; softmax: the softmax norms' own set)")
     p.add_argument("--shape", nargs="+", action=_ExtendSplit, metavar="LABEL",
                    help="only these shape labels (see docs/measurement.md)")
     p.add_argument("--quick", action="store_true",
@@ -118,7 +118,7 @@ def _cmd_bench(args) -> int:
     report_plugin_problems()
     limit = time_limit(args.time_limit)
     t0 = time.perf_counter()
-    with make_executor(args.executor) as ex:
+    with make_executor(args.executor, preload=("normbench.measure.core", "normbench.check")) as ex:
         verdicts = ensure_checked([c.norm for c in cases], ex, limit)
         refused = [n for n, v in verdicts.items() if not v.passed and not args.force]
         for name in refused:

@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 import torch
 
 from normbench.measure import baselines
+from normbench.measure import softmax_baselines
 from normbench.measure import bytes_model as bm
 from normbench.measure.shapes import Shape, input_shape, shapes_for
 from normbench.measure.stats import summarize
@@ -131,7 +132,7 @@ def default_device() -> str:
 
 def backends_for(spec) -> tuple[str, ...]:
     """The spec's backends plus the external baselines (native, liger, quack, te, flashinfer, apex) for this norm."""
-    return tuple(spec.backends) + baselines.backends_for(spec.name)
+    return tuple(spec.backends) + baselines.backends_for(spec.name) + softmax_baselines.backends_for(spec.name)
 
 
 def device_dtypes(device: str) -> tuple[str, ...]:
@@ -189,10 +190,14 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
             raise ValueError(f"unknown mode {m!r}; use {', '.join(MODES)}")
     if flush not in FLUSHES:
         raise ValueError(f"unknown L2 flush {flush!r}; use {', '.join(FLUSHES)}")
+    default_shapes = shapes is None and shape_class is None and not quick
     shapes = list(shapes) if shapes is not None else shapes_for(shape_class, quick)
     if layouts:
         layouts = tuple(layouts)
         shapes = [s for s in shapes if s.layout in layouts]
+    if not norms:  # softmax norms have their own shape set and stay out of the other sweeps (docs/softmax.md)
+        want_softmax = any(s.shape_class == "softmax" for s in shapes)
+        specs = [s for s in specs if (s.kind == "softmax") == want_softmax]
     threads = threads or torch.get_num_threads()
     # torch.compile costs seconds of compilation per (norm, layout, dtype) on a CPU; the quick sweep therefore
     # compiles float32 on one layout per norm (tokens when it has it) unless dtypes or layouts were chosen.
@@ -205,13 +210,17 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
         wanted = [b for b in (backends or spec_backends) if b in spec_backends]
         first_layout = "tokens" if "tokens" in spec.layouts else spec.layouts[0]
         spec_modes = (modes or MODES) if spec.running_state else ("train",)
-        for shape in shapes:
-            if shape.layout not in spec.layouts:
+        spec_shapes = shapes
+        if spec.kind == "softmax" and default_shapes:
+            spec_shapes = [s for s in shapes_for("softmax") if not layouts or s.layout in layouts]
+        for shape in spec_shapes:
+            if shape.layout not in spec.layouts or (shape.shape_class == "softmax") != (spec.kind == "softmax"):
                 continue
             for backend in wanted:
                 if trim_compile and backend == "compile" and shape.layout != first_layout:
                     continue
-                if backend not in spec.backends and shape.layout not in baselines.layouts(backend, spec.name):
+                if (backend in baselines.backends_for(spec.name)
+                        and shape.layout not in baselines.layouts(backend, spec.name)):
                     continue  # e.g. Liger's RMSNorm normalises the last dimension only
                 for dtype in dtypes:
                     if trim_compile and backend == "compile" and dtype != "float32":
@@ -264,8 +273,12 @@ class Prepared:
         self.dtype = DTYPES[dtype]
         if shape.layout not in spec.layouts:
             raise Unsupported(f"{spec.name} does not support the {shape.layout} layout")
+        external = softmax_baselines if backend in softmax_baselines.backends_for(spec.name) else baselines
         if backend in backends_for(spec) and backend not in spec.backends:
-            reason = baselines.unavailable(backend, spec.name, shape.layout, device, dtype)
+            if external is baselines:
+                reason = baselines.unavailable(backend, spec.name, shape.layout, device, dtype)
+            else:
+                reason = softmax_baselines.unavailable(backend, spec.name, shape.layout, device)
         elif backend in spec.backends:
             reason = spec.backend_unavailable(backend)
         else:
@@ -285,8 +298,9 @@ class Prepared:
         if backend in spec.backends:
             module = spec.create(c, layout=shape.layout, backend=backend)
         else:
-            module = baselines.build(backend, spec.name, spec.create(c, layout=shape.layout))
-            self.baseline = baselines.get(backend, spec.name)
+            module = external.build(backend, spec.name, spec.create(c, layout=shape.layout))
+            if external is baselines:
+                self.baseline = baselines.get(backend, spec.name)
         self.module = module.to(device=device, dtype=self.dtype).train(mode == "train")
         self.inputs = _inputs_for(spec.kind, self.dims, self.dtype, device)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
@@ -440,6 +454,8 @@ class Context:
     settings: TimerSettings = field(default_factory=TimerSettings)
     datasheet_peak_gbps: float | None = None
     impl_hashes: dict = field(default_factory=dict)
+    #: Relative IQR of the repeated ceiling measurements (see ``normbench.measure.noise``); None if not measured.
+    ceiling_spread: float | None = None
 
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
@@ -449,7 +465,7 @@ def make_context(device: str, settings: TimerSettings | None = None, command=Non
     prov = provenance(command=command, device=device)
     ceil = ceiling.measure(device)
     return Context(ceil.gbps, ceil.method, prov, settings or TimerSettings(),
-                   ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")))
+                   ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")), ceiling_spread=ceil.spread)
 
 
 def time_pass(prep: Prepared, case: Case, settings: TimerSettings) -> tuple[list[float], bool]:
@@ -474,8 +490,20 @@ class FarAboveCeiling(Exception):
     """A measured bandwidth so far above the ceiling that it can only be a broken measurement."""
 
 
+def nonfinite_parts(err: dict) -> list[str]:
+    """The parts (y, dx, dw) of an error report whose tested values were NaN or infinite."""
+    return [part for part, stats in (err or {}).items() if isinstance(stats, dict) and stats.get("nonfinite")]
+
+
 def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float], used_graph: bool,
-                 err: dict, peak: int | None, saved: int | None, compile_report=None) -> dict:
+                 err: dict, peak: int | None, saved: int | None, load: dict | None = None,
+                 compile_report=None) -> dict:
+    """The record of one timed case. Flags (schema v2): ``suspect`` above the copy ceiling, ``non_finite`` when the
+    output or a gradient this pass computes is NaN/inf (the record is then invalid: kept, shown failed, never
+    ranked), ``noisy`` when the machine was busy (``normbench.measure.noise``), ``fell_back`` when torch.compile
+    did not stay compiled."""
+    from normbench.measure import noise
+
     spec = prep.spec
     model = prep.bytes_model()
     config = case.config(spec)
@@ -485,14 +513,26 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     gbps = nbytes / st["median"] / 1e9
     pct = 100.0 * gbps / ctx.ceiling_gbps if model["memory_bound"] else None
     flags: dict[str, str] = {}
-    suspect, reason = False, None
     if pct is not None and gbps > ctx.ceiling_gbps:
         if gbps > FAR_ABOVE_CEILING * ctx.ceiling_gbps:
             raise FarAboveCeiling(f"{gbps:.3g} GB/s is more than {FAR_ABOVE_CEILING:g}x the measured ceiling "
                                   f"{ctx.ceiling_gbps:.3g} GB/s: a broken timing, not recorded")
-        suspect = True
-        reason = (f"{gbps:.3g} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.3g} GB/s: the data was "
-                  "likely cache-resident" + (" (hot timing)" if case.timing == "hot" else ""))
+        flags["suspect"] = (f"{gbps:.3g} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.3g} GB/s: the "
+                            "data was likely cache-resident" + (" (hot timing)" if case.timing == "hot" else ""))
+    rec_err = {"y": err.get("y"), "dx": err.get("dx") if case.pass_ != "fwd" else None,
+               "dw": err.get("dw") if case.pass_ != "fwd" else None}
+    bad = nonfinite_parts(rec_err)
+    if bad:
+        names = {"y": "the output", "dx": "the input gradient", "dw": "the parameter gradient"}
+        flags["non_finite"] = (" and ".join(names.get(p, p) for p in bad) + " contain NaN or inf: the timing is of "
+                               "a broken computation, not a result")
+    if load is None:
+        load = noise.machine_load(noise.own_load(case.device, case.threads))
+    noise_info = {**load, "ceiling_spread": ctx.ceiling_spread,
+                  "rel_iqr": st["iqr"] / st["median"] if st["median"] > 0 else None}
+    why = noise.reasons(noise_info)
+    if why:
+        flags["noisy"] = "; ".join(why)
     metrics = {
         "time_median_s": st["median"],
         "time_iqr_s": st["iqr"],
@@ -508,15 +548,17 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         "datasheet_peak_gbps": ctx.datasheet_peak_gbps,
         "pct_of_datasheet": (100.0 * gbps / ctx.datasheet_peak_gbps
                              if ctx.datasheet_peak_gbps and model["memory_bound"] else None),
-        "suspect": suspect,
-        "suspect_reason": reason,
         "peak_mem_bytes": peak,
         "saved_bytes": saved,
-        "err": {"y": err.get("y"), "dx": err.get("dx") if case.pass_ != "fwd" else None,
-                "dw": err.get("dw") if case.pass_ != "fwd" else None},
+        "err": rec_err,
         "err_reference": "eager module in float64 on the same inputs",
         "graph_used": used_graph,
+        "noise": noise_info,
     }
+    if spec.kind == "softmax":  # reads of each row beside the GB/s (None: an implementation normbench does not own)
+        from normbench.softmax import row_passes
+
+        metrics["row_passes"] = row_passes(prep.module, case.pass_)
     flops = prep.flops(case.pass_)
     if flops is not None:
         metrics["flops"] = flops
@@ -525,8 +567,6 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     from normbench.results.provenance import utc_now
 
     prov["timestamp"] = utc_now()
-    if suspect:
-        flags["suspect"] = reason
     if prep.baseline is not None:
         prov["baseline"] = prep.baseline.provenance()
     if compile_report is not None:
@@ -554,6 +594,8 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
     err = prep.errors()  # also compiles (torch.compile) and warms up the module
     saved = saved_bytes(prep.forward, prep.params) if any(c.pass_ != "fwd" for c in cases) else None
     records = []
+    from normbench.measure import noise
+
     for case in cases:
         watch = prep.watch
         if watch is not None:
@@ -566,9 +608,11 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
             refused.append((case, str(exc)))
             continue
         report = watch.report() if watch is not None else None
+        # the load average right after timing: it covers the minute the samples were taken in
+        load = noise.machine_load(noise.own_load(case.device, case.threads))
         peak = peak_memory(prep, case.pass_)
         try:
-            records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved, report))
+            records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved, load, report))
         except FarAboveCeiling as exc:
             if refused is None:
                 raise
@@ -672,9 +716,15 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
         groups.setdefault(case.group, []).append(case)
     if not groups:
         return summary
+    from normbench.measure import noise
+
+    busy = noise.busy_warning(device, cases[0].threads)
+    if busy:
+        log(busy)
     ctx = make_context(device, settings, command)
     ctx.impl_hashes = hashes
-    log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})")
+    spread = f", spread {100 * ctx.ceiling_spread:.1f}%" if ctx.ceiling_spread is not None else ""
+    log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method}{spread})")
     skips, measured = [], []
     executor = executor or InProcessExecutor()
     broken: dict[str, str] = {}  # norm -> why its remaining groups are not attempted

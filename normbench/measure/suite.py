@@ -9,6 +9,9 @@ Grid selection (environment variables, read when the suite is imported):
   - ``quick``: every registered norm; eager and compile; both quick shapes; float32 and bfloat16; fwd and fwd+bwd.
   - ``full``: every registered norm; every backend (including triton, liger, apex); the llm and vision shapes;
     every dtype of the device; fwd, bwd and fwd+bwd.
+  - ``softmax``: softmax and log-softmax; every backend (the algorithms, plus external softmax baselines); the
+    softmax shapes (attention and vocabulary widths); every dtype of the device; fwd, bwd and fwd+bwd. The softmax
+    norms are in no other grid.
 * ``NORMBENCH_ASV_NORMS`` / ``NORMBENCH_PYTEST_NORMS``: comma-separated norms replacing the grid's norm list.
 
 Combinations a norm cannot run (layout it lacks, backend unavailable here) are skipped with the reason, and so is
@@ -38,7 +41,7 @@ from normbench.measure.core import (
 from normbench.measure.shapes import by_label, quick_shapes, shapes_for
 
 SMALL_NORMS = ("layernorm", "rmsnorm", "dyt")
-GRIDS = ("small", "quick", "full")
+GRIDS = ("small", "quick", "full", "softmax")
 PARAM_NAMES = ["norm", "backend", "shape", "dtype", "pass"]
 
 __all__ = ["GRIDS", "PARAM_NAMES", "Unsupported", "grid", "case_for", "prepare", "sidecar_root"]
@@ -47,7 +50,14 @@ __all__ = ["GRIDS", "PARAM_NAMES", "Unsupported", "grid", "case_for", "prepare",
 def _plugin_norms() -> list[str]:
     from normbench.registry import REGISTRY
 
-    return [n for n in REGISTRY.names() if REGISTRY.get(n).package != "normbench"]
+    return [n for n in REGISTRY.names() if REGISTRY.get(n).package != "normbench" and REGISTRY.get(n).kind != "softmax"]
+
+
+def _layer_norms() -> list[str]:
+    """Every registered norm but the softmax ones, which have their own grid."""
+    from normbench.registry import REGISTRY
+
+    return [n for n in REGISTRY.names() if REGISTRY.get(n).kind != "softmax"]
 
 
 def grid(kind: str | None = None, norms: str | None = None, env_prefix: str = "NORMBENCH_ASV") -> list[list[str]]:
@@ -63,18 +73,19 @@ def grid(kind: str | None = None, norms: str | None = None, env_prefix: str = "N
         names = [n for n in SMALL_NORMS if n in REGISTRY.specs] + _plugin_norms()
         backends, shapes, dtypes, passes = ["eager"], [quick_shapes()[0].label], ["float32"], ["fwd+bwd"]
     elif kind == "quick":
-        names = REGISTRY.names()
+        names = _layer_norms()
         backends = ["eager", "compile"]
         shapes = [s.label for s in quick_shapes()]
         dtypes, passes = list(QUICK_DTYPES), list(QUICK_PASSES)
     else:
-        names = REGISTRY.names()
+        soft = kind == "softmax"
+        names = [n for n in REGISTRY.names() if (REGISTRY.get(n).kind == "softmax") == soft]
         backends = []
         for n in names:
             for b in backends_for(REGISTRY.get(n)):
                 if b not in backends:
                     backends.append(b)
-        shapes = [s.label for s in shapes_for("all")]
+        shapes = [s.label for s in shapes_for("softmax" if soft else "all")]
         dtypes, passes = list(device_dtypes(device)), list(PASSES)
     if norms:
         names = [REGISTRY.get(n.strip()).name for n in norms.split(",") if n.strip()]
@@ -99,7 +110,7 @@ def check_verdicts(norms) -> dict:
     out = {n: _VERDICTS.get(n) or cached_status(REGISTRY.get(n)) for n in norms}
     missing = [n for n, v in out.items() if v is None]
     if missing:
-        with make_executor() as ex:
+        with make_executor(preload=("normbench.check",)) as ex:
             out.update(ensure_checked(missing, ex, time_limit()))
     _VERDICTS.update(out)
     return out
@@ -253,7 +264,8 @@ def benchmark_extra_info(prep, case: Case, ctx, samples: list[float]) -> dict:
                                 None, saved_bytes(prep.forward, prep.params)))
     m = record["metrics"]
     extra = {k: m[k] for k in ("bytes_moved", "gbps", "ceiling_gbps", "pct_of_ceiling", "datasheet_peak_gbps",
-                               "suspect", "saved_bytes")}
+                               "saved_bytes")}
+    extra["flags"] = record["flags"]
     extra["bytes_model"] = record["config"]["bytes_model"]
     extra["norm"], extra["backend"], extra["dtype"], extra["pass"] = case.norm, case.backend, case.dtype, case.pass_
     extra["shape"] = record["config"]["shape"]
