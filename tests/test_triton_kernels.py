@@ -213,10 +213,13 @@ def test_row_norms_64k_row(tb, dev, name):
     _run_row(tb, name, x, dy, "tokens", torch.float32, 65536)
 
 
+@pytest.mark.parametrize("wide_bwd", ["fused3", "split5"])
 @pytest.mark.parametrize("name", list(ROW_NORMS))
-def test_row_norms_wide_path_many_blocks(tb, dev, name, monkeypatch):
-    """The wide path with its limits shrunk: many rows, several column blocks and row tiles per program."""
+def test_row_norms_wide_path_many_blocks(tb, dev, name, wide_bwd, monkeypatch):
+    """The wide path with its limits shrunk: many rows, several column blocks and rows per program; both wide
+    backwards (the one-kernel three-pass one and the two-kernel one)."""
     R = importlib.import_module("normbench.kernels._rownorm")
+    monkeypatch.setattr(R, "WIDE_BWD", wide_bwd)
     monkeypatch.setattr(R, "MAX_FUSED_C", 64)
     monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
     monkeypatch.setattr(R, "WIDE_CHUNK", 32)
