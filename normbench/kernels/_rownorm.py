@@ -13,7 +13,7 @@ Paths (docs/kernels.md has the byte counts):
   (``_row_bwd_wide_kernel``): each program walks its rows, reads a row once for the two row reductions, then again
   (from L2, where the row it just read still is) to write dx and add dγ/dβ into its own partial row: three passes
   over M×C in HBM (x, dy read; dx written) instead of five (the reductions kernel's x, dy, then x, dy, dx). Where the
-  programs' rows and partial sums would not fit in half the L2, it falls back to the two-kernel path.
+  programs' rows and partial sums would not fit in ``WIDE_L2_SHARE`` of the L2, it falls back to the two-kernel path.
 
 Saved for backward: x (or the residual sum s), and per row ``aux`` and ``rstd`` in float32. ``aux`` is the mean for
 LayerNorm, Σx for CRMSNorm, 1/0 (norm ≥ ε or clamped) for ScaleNorm, and unused (0) for RMSNorm.
@@ -445,8 +445,11 @@ def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART
 #: "fused3": the one-kernel wide backward (three HBM passes); "split5": reductions kernel + tile kernel (five).
 #: Kept selectable so a GPU can measure both (docs/kernels.md).
 WIDE_BWD = "fused3"
-#: Programs per SM of the wide backward (8 warps, chunks of ``WIDE_CHUNK``).
-WIDE_PROGRAMS_PER_SM = 2
+#: Programs per SM of the wide backward (8 warps, chunks of ``WIDE_CHUNK``): one, so that the programs' rows and
+#: dγ/dβ partial rows (``P·C·(2e + 8)`` bytes for LayerNorm) stay in L2 up to C = 16384 in bfloat16 on an H100.
+WIDE_PROGRAMS_PER_SM = 1
+#: Share of the L2 the fused wide backward may count on (the rest: other traffic, set-associativity).
+WIDE_L2_SHARE = 0.6
 
 
 def _l2_bytes(dev) -> int:
@@ -456,10 +459,10 @@ def _l2_bytes(dev) -> int:
 
 
 def _wide_fused_fits(P: int, C: int, elem: int, has_w: bool, has_b: bool, l2: int) -> bool:
-    """Whether P programs' rows in flight (x, dy) and their fp32 partial sums fit in half of L2 (the second read of
-    each row must come from L2 for the fused wide backward to move three passes, not five)."""
+    """Whether P programs' rows in flight (x, dy) and their fp32 partial sums fit in ``WIDE_L2_SHARE`` of L2 (the
+    second read of each row must come from L2 for the fused wide backward to move three passes, not five)."""
     per_program = C * (2 * elem + 4 * int(has_w) + 4 * int(has_b))
-    return P * per_program <= l2 // 2
+    return P * per_program <= WIDE_L2_SHARE * l2
 
 
 def _wide(C: int, images: bool, limit: int) -> bool:
