@@ -790,7 +790,8 @@ class Site:
         body.append("""<section id="reading"><h2>Reading the tables</h2><ul>
 <li><strong>time</strong>: median over timed repetitions (hover for the interquartile range and the count). CPU timings
 use <code>time.perf_counter</code> with a fixed thread count; GPU timings use CUDA events with the L2 cache flushed
-between repetitions (<em>cold</em>) unless labelled <em>hot</em>.</li>
+between repetitions (<em>cold</em>) unless labelled <em>hot</em> (events, no flush) or <em>host</em> (a host clock
+around a synchronised call, as pytest-benchmark and ASV time: launch overhead included, no flush).</li>
 <li><strong>GB/s</strong>: the minimum bytes the norm must move for that pass (its documented formula) divided by the
 median time.</li>
 <li><strong>% ceiling</strong>: GB/s as a share of the copy bandwidth measured on the same machine in the same run.
