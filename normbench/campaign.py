@@ -132,6 +132,8 @@ ASSUMED_BW = 2.0e12
 REP_OVERHEAD_S = 2.5e-4
 CASE_OVERHEAD_S = 0.2
 CEILING_S = 3.0
+#: ``normbench check`` of each norm before it is measured (its backends compiled and compared with eager).
+CHECK_S = 10.0
 
 
 def _case_bytes(case) -> int:
@@ -161,7 +163,7 @@ def estimate(cases, settings: dict | None = None) -> float:
         total += (reps + s["warmup"]) * per_rep + CASE_OVERHEAD_S
     for backend in groups.values():
         total += SETUP_S.get(backend, SETUP_BASELINE_S)
-    return total + (CEILING_S if cases else 0.0)
+    return total + (CEILING_S + CHECK_S * len({c.norm for c in cases}) if cases else 0.0)
 
 
 def dry_run(device: str = "cuda", out=None) -> dict:
@@ -171,7 +173,7 @@ def dry_run(device: str = "cuda", out=None) -> dict:
     for tier in plan_tiers(device):
         opt = {b: len(v) for b, v in tier.optional.items()}
         est = estimate(tier.cases)
-        est_opt = {b: estimate(v) - CEILING_S for b, v in tier.optional.items()}
+        est_opt = {b: estimate(v) - CEILING_S - CHECK_S * len({c.norm for c in v}) for b, v in tier.optional.items()}
         summary[tier.number] = {"title": tier.title, "cases": len(tier.cases), "optional_cases": opt,
                                 "groups": len({c.group for c in tier.cases}), "estimated_s": round(est, 1),
                                 "estimated_optional_s": {b: round(v, 1) for b, v in est_opt.items()},
