@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -222,16 +224,189 @@ def check_norm(spec: NormSpec) -> list[CheckResult]:
     return results
 
 
-def run_checks(names: list[str], all_norms: bool = False, as_json: bool = False) -> int:
+def _check_task(name: str) -> list[CheckResult]:
+    """``check_norm`` by registry name: the form an executor's worker runs."""
+    return check_norm(REGISTRY.get(name))
+
+
+# --- check as a gate: results cached by implementation hash ---------------------------------------------------------
+
+CACHE_ENV = "NORMBENCH_CACHE_DIR"
+PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
+
+
+def cache_dir() -> Path:
+    """normbench's per-user cache: ``$NORMBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/normbench``, else
+    ``~/.cache/normbench``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "normbench"
+
+
+def cache_path() -> Path:
+    """The check cache: one entry per norm with the implementation hashes it was checked at."""
+    return cache_dir() / "checks.json"
+
+
+def impl_hashes(spec: NormSpec) -> dict[str, str]:
+    """``{backend: NormSpec.impl_hash(backend)}`` for every backend of ``spec``."""
+    return {b: spec.impl_hash(b) for b in spec.backends}
+
+
+@dataclass
+class CheckStatus:
+    """The contract-check verdict for one norm's current implementation."""
+
+    norm: str
+    status: str                       # passed | failed | not_run
+    detail: str | None
+    hashes: dict                      # {backend: impl_hash} the verdict is for
+    cached: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def for_record(self, backend: str) -> dict:
+        """The record's ``check`` field for a measurement of ``backend``."""
+        return {"status": self.status, "impl_hash": self.hashes.get(backend, ""), "detail": self.detail}
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(cache_path().read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def cached_status(spec: NormSpec) -> CheckStatus | None:
+    """The cached verdict for ``spec`` if it was checked at exactly its current implementation, else ``None``."""
+    entry = _read_cache().get(spec.name)
+    hashes = impl_hashes(spec)
+    if not isinstance(entry, dict) or entry.get("hashes") != hashes or entry.get("status") not in (PASSED, FAILED):
+        return None
+    return CheckStatus(spec.name, entry["status"], entry.get("detail"), hashes, cached=True)
+
+
+def store_status(status: CheckStatus) -> None:
+    """Remember a verdict (read-merge-write, atomic; a lost race only means a check runs again)."""
+    from normbench.registry import _normbench_version
+    from normbench.results.provenance import utc_now
+    from normbench.results.store import atomic_write_text
+
+    data = _read_cache()
+    data[status.norm] = {"status": status.status, "detail": status.detail, "hashes": status.hashes,
+                         "checked_at": utc_now(), "normbench_version": _normbench_version()}
+    try:
+        atomic_write_text(cache_path(), json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+    except OSError as exc:  # an unwritable cache costs re-checks, never a result
+        print(f"normbench: could not write the check cache {cache_path()}: {exc}", file=sys.stderr)
+
+
+def _summarise(results: list[CheckResult]) -> tuple[str, str | None]:
+    bad = [r for r in results if not r.ok]
+    if not bad:
+        return PASSED, None
+    shown = "; ".join(f"{r.check}: {r.detail}" for r in bad[:3])
+    return FAILED, f"{len(bad)}/{len(results)} checks failed: {shown}" + (" ..." if len(bad) > 3 else "")
+
+
+def _outcome_results(name: str, outcome) -> list[CheckResult]:
+    if outcome.ok:
+        return outcome.value
+    what = {"timeout": "hung", "stalled": "hung", "crashed": "crashed"}.get(outcome.status, "raised")
+    return [CheckResult(name, what, False, outcome.error)]
+
+
+def check_task(name: str, time_limit: float | None):
+    """The executor task that checks the norm called ``name``."""
+    from normbench.executor import Task
+
+    return Task(_check_task, (name,), label=name, timeout=time_limit)
+
+
+def ensure_checked(names, executor=None, time_limit: float | None = None, log=None) -> dict[str, CheckStatus]:
+    """The verdict for each norm: from the cache when its implementation was checked before, else by running the
+    check now (through ``executor``, so a hang or crash is a failed check, not a stuck command)."""
+    from normbench.executor import InProcessExecutor
+
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    out: dict[str, CheckStatus] = {}
+    for name in dict.fromkeys(names):
+        spec = REGISTRY.get(name)
+        status = cached_status(spec)
+        if status is None:
+            log(f"checking {name} (its implementation has no passed check in {cache_path()})")
+            outcome = (executor or InProcessExecutor()).submit(check_task(name, time_limit)).result()
+            verdict, detail = _summarise(_outcome_results(name, outcome))
+            status = CheckStatus(name, verdict, detail, impl_hashes(spec))
+            store_status(status)
+        out[name] = status
+    return out
+
+
+def stamp(record: dict, status: CheckStatus | None, backend: str, forced: bool) -> dict:
+    """Put the check verdict on a record; flag it ``forced`` (measured despite a failed check) or ``unchecked``."""
+    from normbench.results.schema import add_flag
+
+    if status is None:
+        record["check"] = {"status": NOT_RUN, "impl_hash": record.get("impl_hash", ""), "detail": None}
+        add_flag(record, "unchecked", "no contract check was run for this implementation")
+        return record
+    record["check"] = status.for_record(backend)
+    if record.get("impl_hash"):  # the hash the record was measured at (an external baseline's included)
+        record["check"]["impl_hash"] = record["impl_hash"]
+    if not status.passed:
+        why = f"the norm's contract check {status.status}" + (f": {status.detail}" if status.detail else "")
+        if forced:
+            add_flag(record, "forced", f"measured with --force although {why}")
+        else:
+            add_flag(record, "unchecked", why)
+    return record
+
+
+def refusal(status: CheckStatus, command: str) -> str:
+    """The message for a norm a command refuses because it has not passed its check."""
+    return (f"refusing to {command} {status.norm}: its contract check {status.status}"
+            + (f" ({status.detail})" if status.detail else "")
+            + f"; run `normbench check {status.norm}` to see why and fix the norm, or pass --force to "
+              "measure it anyway (its records are flagged 'forced' and never ranked)")
+
+
+def run_checks(names: list[str], all_norms: bool = False, as_json: bool = False, executor=None,
+               time_limit: float | None = None) -> int:
+    """``normbench check``: load errors first, then each norm (isolated by ``executor``); exit 1 if any fails.
+
+    Always runs the checks (never the cache) and refreshes the cache that ``bench``, ``train`` and the suites read.
+    """
+    from normbench._stdout import document_stream
+    from normbench.executor import InProcessExecutor
+
     specs = [REGISTRY.get(n) for n in (REGISTRY.names() if all_norms else names)]
     errors = REGISTRY.errors if all_norms else [e for e in REGISTRY.errors if e.name in names]
+    executor = executor or InProcessExecutor()
     report = []
     failed = 0
+    for e in errors:
+        failed += 1
+        report.append({"norm": e.name, "package": e.package, "source": e.source, "passed": False, "checks": 0,
+                       "status": "load_error", "failures": [{"check": "load", "detail": e.error}]})
+        if not as_json:
+            print(f"FAIL {e.name:<22} plugin failed to load from {e.source}: {e.error}")
+            sys.stdout.flush()
     for spec in specs:
-        res = check_norm(spec)
+        outcome = executor.submit(check_task(spec.name, time_limit)).result()
+        res = _outcome_results(spec.name, outcome)
         bad = [r for r in res if not r.ok]
         failed += bool(bad)
-        report.append({"norm": spec.name, "package": spec.package, "passed": not bad, "checks": len(res),
+        verdict, detail = _summarise(res)
+        hashes = impl_hashes(spec)
+        store_status(CheckStatus(spec.name, verdict, detail, hashes))
+        report.append({"norm": spec.name, "package": spec.package, "package_version": spec.package_version,
+                       "passed": not bad, "checks": len(res), "status": verdict, "outcome": outcome.status,
+                       "impl_hash": hashes.get("eager", ""),
                        "failures": [{"check": r.check, "detail": r.detail} for r in bad]})
         if not as_json:
             status = "ok  " if not bad else "FAIL"
@@ -239,14 +414,8 @@ def run_checks(names: list[str], all_norms: bool = False, as_json: bool = False)
             for r in bad:
                 print(f"     {spec.name}: {r.check}: {r.detail}")
             sys.stdout.flush()
-    for e in errors:
-        failed += 1
-        report.append({"norm": e.name, "package": e.source, "passed": False, "checks": 0,
-                       "failures": [{"check": "load", "detail": e.error}]})
-        if not as_json:
-            print(f"FAIL {e.name:<22} plugin failed to load from {e.source}: {e.error}")
     if as_json:
-        print(json.dumps({"passed": failed == 0, "norms": report}, indent=2))
+        print(json.dumps({"passed": failed == 0, "norms": report}, indent=2), file=document_stream())
     else:
         print(f"\n{len(report) - failed}/{len(report)} norms pass the contract")
     return 1 if failed else 0

@@ -13,47 +13,82 @@ COMMAND_MODULES = (
     "normbench.measure.command",   # bench, validate
     "normbench.train.command",     # tasks, train, sweep
     "normbench.site.command",      # site build
+    "normbench.claims",            # claims
+    "normbench.gendocs",           # docs
     "normbench.results.command",   # migrate, compare
 )
 
 
+def report_plugin_problems(file=None, errors: bool = True) -> None:
+    """Print plugin load errors and slow plugin imports to stderr (before any work, so they are seen first)."""
+    from normbench.registry import REGISTRY, SLOW_IMPORT_ENV, _slow_threshold
+
+    file = file or sys.stderr
+    for e in REGISTRY.errors if errors else ():
+        print(f"normbench: plugin {e.name!r} from {e.source} was not loaded: {e.error}", file=file)
+    for i in REGISTRY.slow_imports():
+        print(f"normbench: plugin {i.name!r} from {i.package} {i.version} took {i.load_s:.1f}s to import "
+              f"(more than {_slow_threshold():g}s, {SLOW_IMPORT_ENV}); every normbench command pays this. "
+              f"NORMBENCH_DISABLE_PLUGINS=1 skips plugins", file=file)
+
+
 def _cmd_list(args) -> int:
+    from normbench._stdout import document_stream
     from normbench.registry import REGISTRY
 
     specs = [REGISTRY.get(n) for n in REGISTRY.names()]
     errors = REGISTRY.errors
+    info = REGISTRY.info
     if args.json:
+        norms = []
+        for s in specs:
+            d = s.to_dict()
+            i = info.get(s.name)
+            d["source"] = i.source if i else None
+            d["builtin"] = bool(i and i.builtin)
+            d["import_s"] = round(i.load_s, 3) if i else None
+            norms.append(d)
         out = {
-            "norms": [s.to_dict() for s in specs],
-            "errors": [{"name": e.name, "source": e.source, "error": e.error} for e in errors],
+            "norms": norms,
+            "plugins": REGISTRY.loaded_plugins(),
+            "errors": [{"name": e.name, "package": e.package, "source": e.source, "error": e.error} for e in errors],
         }
-        print(json.dumps(out, indent=2, ensure_ascii=False))
+        print(json.dumps(out, indent=2, ensure_ascii=False), file=document_stream())
+        report_plugin_problems()
         return 0
-    rows = [("name", "family", "kind", "layouts", "backends", "paper")]
+    report_plugin_problems()
+    rows = [("name", "family", "kind", "layouts", "backends", "package", "source", "paper")]
     for s in specs:
         paper = f"{s.paper.authors.split(',')[0]} {s.paper.year}: {s.paper.title}"
-        if len(paper) > 60:
-            paper = paper[:57] + "..."
-        rows.append((s.name, s.family, s.kind, ",".join(s.layouts), ",".join(s.backends), paper))
+        if len(paper) > 50:
+            paper = paper[:47] + "..."
+        i = info.get(s.name)
+        source = "built-in" if i is None or i.builtin else i.source
+        rows.append((s.name, s.family, s.kind, ",".join(s.layouts), ",".join(s.backends),
+                     f"{s.package} {s.package_version}".strip(), source, paper))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
     print(f"\n{len(specs)} norms", end="")
-    plugins = sorted({s.package for s in specs if s.package != "normbench"})
-    print(f" ({len(plugins)} plugin package(s): {', '.join(plugins)})" if plugins else "")
-    for e in errors:
-        print(f"plugin {e.name!r} from {e.source} failed to load and was skipped: {e.error}", file=sys.stderr)
+    plugins = REGISTRY.loaded_plugins()
+    print(f" ({len(plugins)} plugin package(s): {', '.join(f'{k} {v}' for k, v in plugins.items())})"
+          if plugins else "")
     return 0
 
 
 def _cmd_check(args) -> int:
     from normbench.check import run_checks
+    from normbench.executor import make_executor, time_limit
 
-    return run_checks(args.names, all_norms=args.all or not args.names, as_json=args.json)
+    report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
+    with make_executor(args.executor, preload=("normbench.check",)) as ex:
+        return run_checks(args.names, all_norms=args.all or not args.names, as_json=args.json, executor=ex,
+                          time_limit=time_limit(args.time_limit))
 
 
 def build_parser() -> argparse.ArgumentParser:
     from normbench import __version__
+    from normbench.executor import add_arguments as add_executor_arguments
 
     parser = argparse.ArgumentParser(
         prog="normbench", description="Benchmarks and a leaderboard for normalization layers."
@@ -66,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="run the contract checks on norms (exit 1 if any fails)")
     p.add_argument("names", nargs="*", metavar="NAME", help="norms to check (default: all)")
     p.add_argument("--all", action="store_true", help="check every registered norm")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (stdout holds only the JSON)")
+    add_executor_arguments(p)
     p.set_defaults(func=_cmd_check)
     for mod_name in COMMAND_MODULES:
         try:
@@ -86,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "json", False):
+            from normbench._stdout import machine_readable
+
+            with machine_readable():
+                return int(args.func(args) or 0)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted; results already written are kept", file=sys.stderr)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 import test_site_support as sup
 
@@ -17,28 +17,6 @@ from normbench.site.markup import esc, fmt_bytes, fmt_gbps, fmt_time, safe_url
 from normbench.site.records import Entry
 
 # --- aggregation ----------------------------------------------------------------------------------------------------
-
-
-def test_seed_stats_mean_std_and_t_interval():
-    st = agg.seed_stats([0.90, 0.92, 0.94])
-    assert st.n == 3
-    assert st.mean == pytest.approx(0.92)
-    assert st.std == pytest.approx(0.02)
-    # 95 % CI half-width with n-1 = 2 degrees of freedom: t = 4.303.
-    assert st.ci95 == pytest.approx(4.303 * 0.02 / math.sqrt(3))
-    assert (st.low, st.high) == (pytest.approx(0.92 - st.ci95), pytest.approx(0.92 + st.ci95))
-
-
-def test_seed_stats_edge_cases():
-    one = agg.seed_stats([0.5])
-    assert (one.n, one.mean, one.std, one.ci95) == (1, 0.5, None, None)
-    none = agg.seed_stats([None, float("nan"), "x", True])
-    assert (none.n, none.mean) == (0, None)
-    big = agg.seed_stats(range(100))
-    assert big.ci95 == pytest.approx(agg.t975(99) * big.std / 10)
-    assert 1.96 < agg.t975(99) < 1.99 and agg.t975(1) == 12.706
-    with pytest.raises(ValueError):
-        agg.t975(0)
 
 
 def _entries(records):
@@ -198,7 +176,8 @@ def test_build_writes_every_page_and_each_row_links_to_its_record(demo_site):
     root, report = demo_site
     site = root / "site"
     assert report.records == len(sup.demo_records()) and not report.rejected
-    for name in ("index.html", "kernels.html", "accuracy.html", "norms.html", "hardware.html", "methodology.html",
+    for name in ("index.html", "kernels.html", "accuracy.html", "claims.html", "norms.html", "hardware.html",
+                 "methodology.html",
                  "rejected.html", "norms/layernorm.html", "norms/groupnorm.html", "assets/site.js", "assets/site.css"):
         assert (site / name).is_file(), name
     kernels = (site / "kernels.html").read_text()
@@ -209,7 +188,7 @@ def test_build_writes_every_page_and_each_row_links_to_its_record(demo_site):
         assert rec["kind"] == "kernel" and h == f"records/{rec['id']}.json"
     acc = (site / "accuracy.html").read_text()
     assert len(set(re.findall(r'href="(records/a-[^"]+\.json)"', acc))) == report.accuracy
-    assert "offline task" in acc and "± " in acc
+    assert "offline task" in acc and re.search(r"\[\d+\.\d+ %, \d+\.\d+ %\]", acc)  # mean [95 % CI]
     assert "Measurement" in (site / "methodology.html").read_text()
     assert 'href="https://example.org"' in (site / "methodology.html").read_text()
     for page in _pages(site):
@@ -294,3 +273,59 @@ def test_sparse_records_render(tmp_path):
     assert acc.index("rmsnorm") < acc.index('norms/dyt.html">dyt')  # the diverged cell ranks last
     for page in _pages(tmp_path / "site"):
         assert not audit(page.read_text()).problems
+
+
+def test_accuracy_page_shows_divergence_ranks_it_first_and_lists_tuning_runs_apart(tmp_path):
+    recs = [sup.accuracy("layernorm", s, 0.60 + 0.01 * s) for s in range(5)]
+    # DyT has the best finished runs but diverged in 2 of 5 seeds: it ranks below LayerNorm, its failures shown.
+    recs += [sup.accuracy("dyt", s, None if s < 2 else 0.90, diverged=s < 2) for s in range(5)]
+    for s in range(2):
+        t = sup.accuracy("layernorm", s, 0.99)
+        t["config"]["recipe"] = dict(t["config"]["recipe"], lr=0.3)
+        t["flags"], t["flag_reasons"] = ["tuning"], {"tuning": "learning-rate search"}
+        t["id"] = "a-tuning-" + str(s)
+        recs.append(t)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "acc.json").write_text(json.dumps(recs))
+    report = build_site(tmp_path / "results", tmp_path / "site")
+    assert not report.rejected
+    acc = (tmp_path / "site" / "accuracy.html").read_text()
+    table = acc[acc.index("<table"):acc.index("</table>")]
+    assert table.index("norms/layernorm.html") < table.index("norms/dyt.html")
+    assert '<span class="warn">2/5</span>' in table and ">0/5<" in table
+    assert "2 tuning runs" in acc and "never ranked" in acc
+    assert "s0✗" in table  # a diverged seed is marked, not dropped
+    # The tuning runs' 0.99 is in no ranked row: LayerNorm's row shows the mean of its five test-split seeds.
+    assert "62.00 %" in table and "99.00 %" not in table
+
+
+def test_claims_page_lists_every_claim_with_its_verdict_and_missing_runs(demo_site):
+    from normbench.claims import CLAIMS
+
+    root, _ = demo_site
+    html = (root / "site" / "claims.html").read_text()
+    for c in CLAIMS:
+        assert esc(c.claim) in html
+    assert html.count("<tr id=") == len(CLAIMS)
+    assert "cannot decide yet" in html and "normbench sweep --tune --tasks synth-lm" in html
+    assert 'href="https://arxiv.org/abs/1910.07467"' in html
+
+
+def test_accuracy_rows_are_tested_against_the_tables_reference(tmp_path):
+    ln = [5.0, 5.1, 4.9, 5.05, 4.95]
+    dyt = [6.0, 6.3, 5.8, 6.1, 6.2]
+    recs = [sup.accuracy("layernorm", s, v, metric="perplexity", higher=False, task="synth-lm", model="gpt",
+                         placement="pre_ln", offline=True) for s, v in enumerate(ln)]
+    recs += [sup.accuracy("dyt", s, v, metric="perplexity", higher=False, task="synth-lm", model="gpt",
+                          placement="pre_ln", offline=True) for s, v in enumerate(dyt)]
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "acc.json").write_text(json.dumps(recs))
+    build_site(tmp_path / "results", tmp_path / "site")
+    acc = (tmp_path / "site" / "accuracy.html").read_text()
+    from scipy import stats as st
+
+    ratio = st.gmean(dyt) / st.gmean(ln)
+    p = st.ttest_ind(np.log(dyt), np.log(ln), equal_var=False).pvalue
+    assert f"×{ratio:.3f}" in acc and f"p {p:.1e}" in acc and ">reference<" in acc
+    norm_page = (tmp_path / "site" / "norms" / "dyt.html").read_text()
+    assert f"×{ratio:.3f}" in norm_page  # the norm's own page tests against the same reference

@@ -43,7 +43,7 @@ def measure_grid(params: list[list[str]]) -> dict:
     for combo in combos:
         key = suite.combo_key(*combo)
         try:
-            cases[key] = suite.case_for(*combo, harness="asv")
+            cases[key] = suite.case_for(*combo, harness="asv", timer="events")
         except Unsupported as exc:
             skipped[key] = str(exc)
     results = {}
@@ -68,6 +68,8 @@ def measure_grid(params: list[list[str]]) -> dict:
             for key, _ in members:
                 skipped[key] = f"failed: {type(exc).__name__}: {exc}"
             continue
+        for rec in records:
+            suite.stamp(rec)
         write_records(records, root)
         for (key, _), rec in zip(members, records):
             m = rec["metrics"]
@@ -151,6 +153,7 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict) -> dict:
 
     from normbench.measure import bytes_model as bm
     from normbench.measure.core import Prepared
+    from normbench.measure.timers import timing_label
     from normbench.registry import REGISTRY
     from normbench.results.schema import make_record
 
@@ -162,7 +165,9 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict) -> dict:
     prep = Prepared(spec, "eager", case.shape, dtype, "cpu")
     model = prep.bytes_model()
     config = case.config(spec)
-    config.update(timing="hot", device="cuda" if prov["hardware"].get("gpu") else "cpu",
+    device = "cuda" if prov["hardware"].get("gpu") else "cpu"
+    # ASV's loop is host-timed and flushes nothing: "host" on a GPU, "hot" on a CPU.
+    config.update(timing=timing_label(device, "host", cold=False), device=device,
                   threads=prov["hardware"].get("threads") or torch.get_num_threads(), bytes_model=model)
     t = entry["value"]
     nbytes = bm.bytes_moved(model["formula"], pass_, model["params"])

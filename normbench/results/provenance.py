@@ -16,7 +16,7 @@ from pathlib import Path
 _REPO = Path(__file__).resolve().parents[2]
 
 #: Packages whose norms join the comparison as external baselines; their versions are recorded when present.
-BASELINE_PACKAGES = ("liger-kernel", "apex")
+BASELINE_PACKAGES = ("liger-kernel", "quack-kernels", "transformer-engine", "flashinfer-python", "apex")
 
 
 def utc_now() -> str:
@@ -135,18 +135,11 @@ def _version(dist: str) -> str | None:
 
 
 def plugin_versions() -> dict[str, str]:
-    """{distribution: version} for every installed package other than normbench that provides norms."""
-    from normbench.registry import ENTRY_POINT_GROUP
+    """{distribution: version} of the plugin packages whose norms this process loaded (none when
+    ``NORMBENCH_DISABLE_PLUGINS`` is set; a plugin that failed to load or was rejected is not among them)."""
+    from normbench.registry import REGISTRY
 
-    out: dict[str, str] = {}
-    for ep in metadata.entry_points().select(group=ENTRY_POINT_GROUP):
-        dist = getattr(ep, "dist", None)
-        if dist is None:
-            continue
-        name = dist.metadata["Name"]
-        if name and name.lower() != "normbench":
-            out[name] = dist.version
-    return dict(sorted(out.items()))
+    return REGISTRY.loaded_plugins()
 
 
 def provenance(command: str | list[str] | None = None, device: str | None = None) -> dict:

@@ -1,6 +1,7 @@
-"""Turning records into leaderboard rows: kernel rows with speed-ups, seed statistics, rankings and Pareto fronts.
+"""Turning records into leaderboard rows: kernel rows with speed-ups, accuracy cells, rankings and Pareto fronts.
 
-Pure functions over plain data; no HTML here, so each rule (what ranks first, how seeds combine) is testable alone.
+Pure functions over plain data; no HTML here. The statistics themselves (how seeds combine, what ranks first) are
+``normbench.stats``, shared with ``normbench claims``, the ``train`` summary and the generated docs.
 """
 
 from __future__ import annotations
@@ -10,58 +11,10 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from normbench import stats as S
 from normbench.results.schema import INVALID_FLAGS, implied_flags
 from normbench.site.markup import num
 from normbench.site.records import Entry
-
-# Two-sided 95 % Student-t quantiles t_{0.975, df} for df = 1..30; beyond that the normal 1.96 is close enough.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t975(df: int) -> float:
-    """The 97.5 % quantile of Student's t with ``df`` degrees of freedom (for a two-sided 95 % interval)."""
-    if df < 1:
-        raise ValueError("a confidence interval needs at least two values")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    if df <= 120:
-        # Cornish-Fisher expansion around the normal quantile; within 1e-3 of the exact value for df > 30.
-        z = 1.959964
-        return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-    return 1.959964
-
-
-@dataclass(frozen=True)
-class Stats:
-    """Mean, sample standard deviation and the 95 % confidence half-width of the mean (t-distribution)."""
-
-    n: int
-    mean: float | None
-    std: float | None
-    ci95: float | None
-
-    @property
-    def low(self) -> float | None:
-        return None if self.mean is None or self.ci95 is None else self.mean - self.ci95
-
-    @property
-    def high(self) -> float | None:
-        return None if self.mean is None or self.ci95 is None else self.mean + self.ci95
-
-
-def seed_stats(values) -> Stats:
-    """Combine per-seed values: mean, std (n-1) and mean ± t·std/√n; non-numbers are ignored."""
-    xs = [v for v in (num(x) for x in values) if v is not None]
-    n = len(xs)
-    if n == 0:
-        return Stats(0, None, None, None)
-    mean = statistics.fmean(xs)
-    if n == 1:
-        return Stats(1, mean, None, None)
-    std = statistics.stdev(xs)
-    return Stats(n, mean, std, t975(n - 1) * std / math.sqrt(n))
-
 
 # --- kernels ---------------------------------------------------------------------------------------------------------
 
@@ -231,31 +184,45 @@ def accuracy_row(e: Entry) -> dict:
         "target": num(met.get("target")),
         "ttt": num(met.get("time_to_target_s")),
         "stt": num(met.get("steps_to_target")),
-        "diverged": met.get("diverged") is True,
+        "diverged": met.get("diverged") is True or "diverged" in _flags(rec),
+        # ok | diverged | tuning | flagged (normbench.stats.record_status): only ok and diverged runs count.
+        "status": S.record_status(rec),
+        "flags": _flags(rec),
         "curve": curve,
         "timestamp": _s(prov.get("timestamp")),
         "cell": cell,
     }
 
 
+def _flags(rec: dict) -> list[str]:
+    flags = rec.get("flags")
+    return [f for f in flags if isinstance(f, str)] if isinstance(flags, list) else []
+
+
 @dataclass
 class Cell:
-    """All seeds of one (hardware, norm, config-but-seed): the unit a leaderboard row summarises."""
+    """All seeds of one (hardware, norm, config-but-seed): the unit a leaderboard row summarises.
+
+    Diverged runs count in the divergence rate (they have no final metric); flagged runs are listed but never
+    counted; a cell of tuning runs (the learning-rate search) is shown apart and never ranked.
+    """
 
     runs: list[dict]
-    final: Stats = field(init=False)
-    best: Stats = field(init=False)
-    wall: Stats = field(init=False)
-    ttt: Stats = field(init=False)
+    final: S.Summary = field(init=False)
+    best: S.Summary = field(init=False)
+    wall: S.Summary = field(init=False)
+    ttt: S.Summary = field(init=False)
 
     def __post_init__(self):
         self.runs.sort(key=lambda r: (r["seed"] if r["seed"] is not None else math.inf, r["entry"].rid))
-        ok = [r for r in self.runs if not r["diverged"]]
-        # A diverged run has no meaningful final quality: it counts in the divergence rate, not in the mean.
-        self.final = seed_stats(r["final"] for r in ok)
-        self.best = seed_stats(r["best"] for r in ok)
-        self.wall = seed_stats(r["wall"] for r in self.runs)
-        self.ttt = seed_stats(r["ttt"] for r in self.runs if r["ttt"] is not None)
+        ok = [r for r in self.runs if r["status"] == "ok" and r["final"] is not None]
+        counted = [r for r in self.runs if r["status"] in ("ok", "diverged")]
+        log = S.is_log_metric(self.runs[0]["metric"])
+        self.final = S.summarize([r["final"] for r in ok], log=log)
+        self.best = S.summarize([r["best"] for r in ok], log=log)
+        self.wall = S.summarize([r["wall"] for r in counted])
+        self.ttt = S.summarize([r["ttt"] for r in ok if r["ttt"] is not None])
+        self._counted = counted
 
     def __getattr__(self, name):
         # Fields every run of a cell shares (hardware, norm, task, model, placement, metric, ...).
@@ -265,20 +232,36 @@ class Cell:
         raise AttributeError(name)
 
     @property
+    def values(self) -> list[float]:
+        """Final metrics of the finished, unflagged runs (what the statistics use)."""
+        return [r["final"] for r in self.runs if r["status"] == "ok" and r["final"] is not None]
+
+    @property
     def n(self) -> int:
-        return len(self.runs)
+        """Runs that count: finished or diverged (flagged and tuning runs do not)."""
+        return len(self._counted)
 
     @property
     def n_diverged(self) -> int:
-        return sum(r["diverged"] for r in self.runs)
+        """Counted runs without a finite final metric (diverged)."""
+        return sum(r["status"] == "diverged" or r["final"] is None for r in self._counted)
 
     @property
-    def divergence_rate(self) -> float:
-        return self.n_diverged / self.n if self.n else 0.0
+    def n_flagged(self) -> int:
+        return sum(r["status"] == "flagged" for r in self.runs)
+
+    @property
+    def tuning(self) -> bool:
+        """A cell of learning-rate search runs: shown apart, never ranked."""
+        return bool(self.runs) and all(r["status"] == "tuning" for r in self.runs)
+
+    @property
+    def divergence_rate(self) -> float | None:
+        return self.n_diverged / self.n if self.n else None
 
     @property
     def n_reached(self) -> int:
-        return sum(r["ttt"] is not None or r["stt"] is not None for r in self.runs)
+        return sum(r["ttt"] is not None or r["stt"] is not None for r in self._counted)
 
     @property
     def table_key(self) -> tuple:
@@ -299,22 +282,31 @@ def _options(cfg: dict) -> str:
 
 
 def accuracy_cells(rows: list[dict]) -> list[Cell]:
-    groups: dict[str, list[dict]] = {}
+    """Cells of runs sharing hardware, norm and config but the seed; tuning runs never share a cell with others."""
+    groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault(r["cell"], []).append(r)
+        groups.setdefault((r["cell"], r["status"] == "tuning"), []).append(r)
     return [Cell(runs) for runs in groups.values()]
 
 
-def rank_cells(cells: list[Cell]) -> list[Cell]:
-    """Best first: by mean final metric in the metric's own direction; cells with no finished run go last,
-    then more seeds before fewer, then the lower divergence rate."""
-    def key(c: Cell):
-        m = c.final.mean
-        if m is None:
-            return (1, 0.0, 0, c.divergence_rate, c.norm)
-        return (0, -m if c.higher else m, -c.final.n, c.divergence_rate, c.norm)
+def reference_cell(c: Cell, cells: list[Cell]) -> Cell | None:
+    """The cell ``c`` is tested against (``normbench.stats.reference_of``): same table and hardware; the one with
+    the most runs when several match; None for the reference itself or where a table has none."""
+    ref = S.reference_of(c.model)
+    if ref is None or c.tuning:
+        return None
+    match = [x for x in cells if not x.tuning and x.table_key == c.table_key and x.hardware == c.hardware
+             and x.options == c.options and (x.norm, x.placement) == ref]
+    best = max(match, key=lambda x: x.n, default=None)
+    return None if best is None or best is c else best
 
-    return sorted(cells, key=key)
+
+def rank_cells(cells: list[Cell]) -> list[Cell]:
+    """Best first (``normbench.stats.rank_key``): lowest divergence rate, then the final metric in its own
+    direction (geometric mean for perplexity); cells with no counted or no finished run go last. Tuning cells are
+    not ranked (left out)."""
+    return sorted((c for c in cells if not c.tuning),
+                  key=lambda c: (S.rank_key(c.divergence_rate, c.final.mean, c.higher), -c.final.n, c.norm))
 
 
 def pareto_front(points: list[tuple[float, float]], higher_is_better: bool = True) -> list[int]:

@@ -17,6 +17,7 @@ NAV = (
     ("index.html", "Overview"),
     ("kernels.html", "Kernels"),
     ("accuracy.html", "Accuracy"),
+    ("claims.html", "Claims"),
     ("norms.html", "Norms"),
     ("hardware.html", "Hardware"),
     ("methodology.html", "Methodology"),

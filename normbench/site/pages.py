@@ -8,6 +8,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from normbench import stats as S
+from normbench.gendocs import MARKER_LINE
 from normbench.site import aggregate as agg
 from normbench.site import markdown
 from normbench.site.layout import Col, Row, SiteInfo, page, table
@@ -296,13 +298,15 @@ class Site:
         for key, cells in tables:
             offline, task, model, quick, variant = key
             ranked = agg.rank_cells(cells)[:3]
+            if not ranked:
+                continue  # only tuning runs so far
             c0 = ranked[0]
             badge = self._task_badges(offline, quick)
             body.append(f'<h3><a href="accuracy.html#{esc(slug("t", *map(str, key)))}">{esc(task)} · {esc(model)}'
                         f"{_variant_label(variant)}</a> {badge}</h3>")
             items = "".join(
                 f"<tr><td>{i + 1}</td><td>{self.norm_link(c.norm)}</td><td>{esc(c.placement or '')}</td>"
-                f"<td class='num'>{self._mean_ci(c)}</td><td class='num'>{c.final.n}/{c.n}</td>"
+                f"<td class='num'>{self._mean_ci(c)}</td><td class='num'>{self._div(c)}</td>"
                 f"<td>{esc(c.hardware)}</td><td>{self._seed_links(c, 0)}</td></tr>" for i, c in enumerate(ranked))
             body.append(f'<div class="table-wrap"><table class="lb compact"><thead><tr><th>#</th><th>norm</th>'
                         f'<th>placement</th><th class="num">{esc(_metric_label(c0.metric, c0.higher))}</th>'
@@ -396,30 +400,67 @@ class Site:
             out += '<span class="badge quick" title="smoke-test budget, not a converged result">quick budget</span>'
         return out
 
+    def _vs_ref(self, c) -> tuple[str, float | None]:
+        ref = agg.reference_cell(c, self.cells)
+        if ref is None:
+            is_ref = S.reference_of(c.model) == (c.norm, c.placement)
+            return ('<span class="muted">reference</span>' if is_ref else "", None)
+        d = S.versus(c.values, ref.values, log=S.is_log_metric(c.metric))
+        if d is None:
+            return ('<span class="muted">too few finished seeds</span>', None)
+        name = ref.norm + (f" ({ref.placement})" if ref.placement else "")
+        return (f'<span title="against {esc(name)}">{esc(S.versus_text(d, c.metric))}</span>', d.p)
+
+    @staticmethod
+    def _div(c) -> str:
+        """Diverged / counted runs, marked when any diverged (a diverged run is a result, never dropped)."""
+        text = f"{c.n_diverged}/{c.n}"
+        extra = f' <span class="muted" title="flagged runs: shown, never counted">+{c.n_flagged} flagged</span>' \
+            if c.n_flagged else ""
+        return (f'<span class="warn">{text}</span>' if c.n_diverged else text) + extra
+
     @staticmethod
     def _mean_ci(c) -> str:
         st = c.final
         if st.mean is None:
             return '<span class="muted">no finished run</span>'
         s = fmt_metric(st.mean, c.metric)
-        if st.ci95 is not None:
-            ci = fmt_metric(st.ci95, c.metric) if c.metric.lower() not in ("top1", "top5", "accuracy", "acc") \
-                else (f"{st.ci95 * 100:.2f}" if abs(st.mean) <= 1 else f"{st.ci95:.2f}")
-            std = fmt_metric(st.std, c.metric)
-            return f'<span title="std {esc(std)} over {st.n} seeds; 95 % CI (t-distribution)">{s} ± {esc(ci)}</span>'
-        return f'<span title="one seed: no interval">{s}</span>'
+        if st.low is not None:
+            lo, hi = fmt_metric(st.low, c.metric), fmt_metric(st.high, c.metric)
+            if st.log:
+                tip = (f"geometric mean over {st.n} finished seeds; 95 % CI from a t-interval of log values; "
+                       f"sd of log {st.std:.3g}")
+            else:
+                tip = f"mean over {st.n} finished seeds; 95 % CI (Student t); sd {fmt_metric(st.std, c.metric)}"
+            return f'<span title="{esc(tip)}">{s} <span class="muted">[{esc(lo)}, {esc(hi)}]</span></span>'
+        return f'<span title="one finished seed: no interval">{s}</span>'
 
     def _seed_links(self, c, depth: int) -> str:
-        return " ".join(self.rec_link(r["entry"], depth, f"s{int(r['seed'])}" if r["seed"] is not None else "run")
-                        for r in c.runs)
+        out = []
+        for r in c.runs:
+            label = f"s{int(r['seed'])}" if r["seed"] is not None else "run"
+            if r["status"] == "diverged":
+                label += "✗"
+            elif r["status"] == "flagged":
+                label += "⚠"
+            link_html = self.rec_link(r["entry"], depth, label)
+            if r["status"] in ("diverged", "flagged"):
+                why = "diverged" if r["status"] == "diverged" else "flagged: " + ", ".join(r["flags"])
+                link_html = f'<span title="{esc(why)}">{link_html}</span>'
+            out.append(link_html)
+        return " ".join(out)
 
     def acc_table(self, tid: str, cells: list, depth: int = 0) -> str:
         c0 = cells[0]
+        centre = "geometric mean" if S.is_log_metric(c0.metric) else "mean"
         cols = [Col("#", True, sorted="ascending"), Col("norm"), Col("placement"), Col("hardware"),
-                Col(f"{c0.metric} mean ± 95 % CI", True, _metric_label(c0.metric, c0.higher)),
+                Col(f"{c0.metric} {centre} [95 % CI]", True, _metric_label(c0.metric, c0.higher)),
                 Col("best", True, "best evaluation over training, mean over seeds"),
                 Col("time to target", True, "mean over the seeds that reached the target (k/n reached)"),
-                Col("diverged", True, "fraction of seeds whose loss became NaN/inf"),
+                Col("diverged", True, "seeds whose loss became NaN/inf, of the counted seeds; ranks first"),
+                Col("vs reference", True, "against the table's reference (LayerNorm, Pre-LN in GPT tables; BatchNorm "
+                    "in ResNet tables): ratio of geometric means (perplexity) or difference (accuracy) with its 95 % "
+                    "Welch interval; Welch p, Mann–Whitney p; not corrected for multiple comparisons"),
                 Col("wall time", True, "training wall time, mean over seeds"),
                 Col("seeds", True), Col("records")]
         rows = []
@@ -432,7 +473,6 @@ class Site:
             else:
                 tgt = "<span class='muted'>no target</span>"
             recs = self._seed_links(c, depth)
-            div = f"{c.n_diverged}/{c.n}"
             cells_html = [
                 (str(i + 1), float(i + 1)),
                 (self.norm_link(c.norm, depth) + (f' <span class="muted">{esc(c.options)}</span>' if c.options
@@ -442,7 +482,8 @@ class Site:
                 (self._mean_ci(c), c.final.mean),
                 (fmt_metric(c.best.mean, c.metric), c.best.mean),
                 (tgt, c.ttt.mean),
-                (f'<span class="{"warn" if c.n_diverged else ""}">{div}</span>', c.divergence_rate),
+                (self._div(c), c.divergence_rate),
+                self._vs_ref(c),
                 (fmt_seconds_human(c.wall.mean), c.wall.mean),
                 (str(c.n), float(c.n)),
                 (recs, None),
@@ -451,6 +492,27 @@ class Site:
                             cls="diverged" if c.final.mean is None else ""))
         filters = [(k, k) for k in ("placement", "hardware") if len({r.filters[k] for r in rows}) > 1]
         return table(tid, cols, rows, filters=filters, search="find")
+
+    def tuning_list(self, cells: list, depth: int = 0) -> str:
+        """The learning-rate search runs of a table: shown so the choice can be checked, never ranked."""
+        tuning = [c for c in cells if c.tuning]
+        if not tuning:
+            return ""
+        rows = []
+        for c in sorted(tuning, key=lambda c: (c.norm, c.placement or "", str(c.recipe.get("lr")))):
+            log = S.is_log_metric(c.metric)
+            fin = [r["final"] for r in c.runs if r["final"] is not None]
+            val = S.summarize(fin, log=log).mean
+            rows.append(f"<tr><td>{self.norm_link(c.norm, depth)}</td><td>{esc(c.placement or '–')}</td>"
+                        f"<td class='num'>{esc(c.recipe.get('lr', '–'))}</td>"
+                        f"<td class='num'>{fmt_metric(val, c.metric) if val is not None else '–'}</td>"
+                        f"<td class='num'>{sum(r['diverged'] for r in c.runs)}/{len(c.runs)}</td>"
+                        f"<td>{self._seed_links(c, depth)}</td></tr>")
+        return ("<details class='tuning'><summary>Learning-rate search: "
+                f"{sum(len(c.runs) for c in tuning)} tuning runs (validation split; never ranked)</summary>"
+                '<div class="table-wrap"><table class="lb compact"><thead><tr><th>norm</th><th>placement</th>'
+                '<th class="num">lr</th><th class="num">validation metric</th><th class="num">diverged</th>'
+                "<th>records</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div></details>")
 
     def acc_plots(self, cells: list, depth: int = 0, title_suffix: str = "") -> list[str]:
         plots = []
@@ -464,7 +526,7 @@ class Site:
                     tip = (f"{name}: {fmt_metric(c.final.mean, c.metric)} in {fmt_seconds_human(c.wall.mean)} "
                            f"({c.final.n} seeds)")
                     pts.append(Point(c.wall.mean, c.final.mean, "../" * depth + c.runs[0]["entry"].href, tip,
-                                     c.final.ci95, name))
+                                     c.final.half_width, name))
                 front = agg.pareto_front([(p.x, p.y) for p in pts], c0.higher)
                 plots.append(pareto_plot(pts, front, xlabel=f"training wall time (s) on {hw}",
                                          ylabel=c0.metric, title=f"Speed against {c0.metric}{title_suffix} · {hw}",
@@ -493,9 +555,12 @@ class Site:
 
     def accuracy_page(self) -> str:
         body = ['<p class="muted">One table per task and model. Each row combines the seeds of one norm with '
-                "everything else equal: mean ± 95 % confidence interval (Student t) of the final metric over the seeds "
-                "that did not diverge; diverged seeds count in the divergence rate. Offline tasks are synthetic "
-                "smoke tests and never mix with real tasks.</p>"]
+                "everything else equal. Rows rank by divergence rate first (diverged seeds are results, counted in "
+                "the <em>diverged</em> column), then by the final metric over the seeds that finished: the mean with "
+                "its 95 % Student-t interval for accuracy, the geometric mean with an interval on log values for "
+                "perplexity. Flagged runs are listed (⚠) and never counted; learning-rate search runs are listed "
+                "apart and never ranked. Offline tasks are synthetic smoke tests and never mix with real tasks. "
+                'Paper claims: <a href="claims.html">claims</a>.</p>']
         tables = self._acc_tables()
         if not tables:
             body.append('<p class="notice">No accuracy results yet: run <code>normbench train --quick</code>.</p>')
@@ -511,12 +576,63 @@ class Site:
             target = f"; target {fmt_metric(c0.target, c0.metric)}" if c0.target is not None else ""
             body.append(f'<p class="muted">Metric: {esc(_metric_label(c0.metric, c0.higher))}{esc(target)}. '
                         f'Recipe: <a href="methodology.html#{esc(slug("recipe", task, model))}">methodology</a>.</p>')
-            body.append(self.acc_table(slug("at", *map(str, key)), cells))
-            plots = self.acc_plots(cells)
+            ranked = [c for c in cells if not c.tuning]
+            if ranked:
+                body.append(self.acc_table(slug("at", *map(str, key)), ranked))
+            body.append(self.tuning_list(cells))
+            plots = self.acc_plots(ranked) if ranked else []
             if plots:
                 body.append('<div class="plots">' + "".join(plots) + "</div>")
             body.append("</section>")
         return page("Accuracy leaderboard", "\n".join(body), self.info, active="accuracy.html")
+
+    # --- claims --------------------------------------------------------------------------------------------------
+
+    def claims_page(self) -> str:
+        """Each paper claim's verdict, from the same evaluation as ``normbench claims`` (normbench.claims)."""
+        from normbench import claims as C
+
+        results = C.evaluate(e.rec for e in self.loaded.entries)
+        counts = {v: sum(c["verdict"] == v for c in results) for v in C.VERDICTS}
+        body = [f"<p>{len(results)} claims from the papers behind the norm zoo, each decided by rules fixed before the "
+                f"runs ({esc(', '.join(f'{n} {v}' for v, n in counts.items()))}). Effects are A against B: a ratio "
+                "of geometric means for perplexity and steps (below 1: A lower), a difference for accuracy, a "
+                "speed-up for kernels. p(claim) and p(refute) are Holm-corrected over all "
+                f"{sum(len(c['comparisons']) for c in results)} comparisons; α = {C.ALPHA}. Same output: "
+                "<code>normbench claims --json</code>. Rules: "
+                '<a href="methodology.html#accuracy-method">methodology</a>.</p>']
+        rows = []
+        for c in results:
+            comps = []
+            for r in c["comparisons"]:
+                if r["decidable"]:
+                    fail = (f"; failed {r['failed_a']}/{r['failed_b']}" if r["type"] == "accuracy"
+                            and (r["failed_a"] or r["failed_b"]) else "")
+                    detail = (f"{esc(r.get('effect_text') or '–')} · n {r['n_a']}/{r['n_b']}{esc(fail)} · "
+                              f"test {esc(r['test'])} · {'Welch' if r['type'] == 'accuracy' else 't'} p "
+                              f"{C._p(r.get('p_welch'))}, "
+                              f"{'Mann–Whitney' if r['type'] == 'accuracy' else 'Wilcoxon'} p "
+                              f"{C._p(r.get('p_mann_whitney'))} · p(claim) {C._p(r['p_for_holm'])}, "
+                              f"p(refute) {C._p(r['p_against_holm'])} · {esc(r.get('hardware') or '')}")
+                else:
+                    detail = "cannot decide yet: " + esc(r["reason"])
+                comps.append(f"<li><strong>{esc(r['label'])}</strong> → <span class='verdict "
+                             f"{esc(_slug_verdict(r['verdict']))}'>{esc(r['verdict'])}</span><br>"
+                             f"<span class='muted'>{detail}</span></li>")
+            missing = "".join(f"<li><code>{esc(m)}</code></li>" for m in c["missing"])
+            rows.append(
+                f"<tr id='{esc(slug('claim', c['id']))}'><td><strong>{esc(c['claim'])}</strong><br>"
+                f"<span class='muted'>{link(c['url'], c['paper'])}</span></td>"
+                f"<td><span class='verdict {esc(_slug_verdict(c['verdict']))}'>{esc(c['verdict'])}</span><br>"
+                f"<span class='muted'>{esc(c['why'])}</span></td>"
+                f"<td><ul class='comparisons'>{''.join(comps)}</ul>"
+                + (f"<div class='muted'>missing runs:</div><ul>{missing}</ul>" if missing else "")
+                + f"</td><td class='muted'>{esc(c['scale_caveat'])}"
+                + (f"<br>{esc(c['note'])}" if c["note"] else "") + "</td></tr>")
+        body.append('<div class="table-wrap"><table class="lb wrapping claims"><thead><tr><th>claim</th>'
+                    "<th>verdict</th><th>comparisons</th><th>scale caveat</th></tr></thead><tbody>"
+                    + "".join(rows) + "</tbody></table></div>")
+        return page("Paper claims", "\n".join(body), self.info, active="claims.html")
 
     # --- norms ---------------------------------------------------------------------------------------------------
 
@@ -602,7 +718,11 @@ class Site:
                 cs = by_table[key]
                 body.append(f"<h3>{esc(task)} · {esc(model)}{_variant_label(variant)} "
                             f"{self._task_badges(offline, quick)}</h3>")
-                body.append(self.acc_table("acc-" + slug(name, *map(str, key)), cs, depth=1))
+                ranked = [c for c in cs if not c.tuning]
+                if ranked:
+                    body.append(self.acc_table("acc-" + slug(name, *map(str, key)), ranked, depth=1))
+                body.append(self.tuning_list(cs, depth=1))
+                cs = ranked or cs
                 all_cells = [c for c in self.cells if c.table_key == key]
                 plots = self.acc_plots(cs, depth=1) if len(all_cells) < 2 else \
                     [p for p in self.acc_plots(cs, depth=1) if "Training curves" in p]
@@ -683,8 +803,10 @@ gradient) is invalid: its row reads <em>failed</em> and its numbers are used now
 <li><strong>vs eager</strong>: eager PyTorch's median time divided by this backend's, same norm, shape, dtype and pass.
 </li>
 <li><strong>err y</strong>: maximum absolute error of the output against a float64 reference (hover for dx and dw).</li>
-<li><strong>mean ± 95 % CI</strong>: over the seeds that finished; half-width t<sub>0.975, n−1</sub>·s/√n (Student t).
-Seeds combine only when every other setting is equal. Diverged seeds count in the divergence rate instead.</li>
+<li><strong>mean [95 % CI]</strong>: over the seeds that finished; mean ± t<sub>0.975, n−1</sub>·s/√n (Student t).
+Perplexity uses the <strong>geometric mean</strong> and the same interval on log perplexity, mapped back. Seeds combine
+only when every other setting is equal. Diverged seeds count in the divergence rate, which ranks before the metric.
+Flagged runs (⚠) are shown and never counted; learning-rate search runs are listed apart and never ranked.</li>
 <li><strong>Pareto front</strong>: the norms no other norm beats on both training time and final quality.</li>
 </ul></section>""")
         for anchor, key, title in DOCS:
@@ -761,6 +883,7 @@ Seeds combine only when every other setting is equal. Diverged seeds count in th
         yield "index.html", self.overview()
         yield "kernels.html", self.kernels_page()
         yield "accuracy.html", self.accuracy_page()
+        yield "claims.html", self.claims_page()
         yield "norms.html", self.norms_index()
         for name in sorted(self.norm_meta):
             yield norm_file(name), self.norm_page(name)
@@ -783,10 +906,15 @@ def read_docs(docs_dir: Path | None) -> dict[str, str]:
         p = docs_dir / key
         if p.is_file():
             try:
-                out[key] = p.read_text(encoding="utf-8")
+                # The markers around generated blocks (normbench.gendocs) are for the generator, not the reader.
+                out[key] = MARKER_LINE.sub("", p.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError):
                 pass
     return out
+
+
+def _slug_verdict(v: str) -> str:
+    return v.replace(" ", "-")
 
 
 def _variant_label(variant: str) -> str:

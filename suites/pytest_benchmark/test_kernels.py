@@ -17,6 +17,8 @@ def test_kernel(benchmark, nb_params, nb_context, request):
         benchmark(fn)
     else:  # bwd: the forward that builds the graph runs untimed before every round
         benchmark.pedantic(fn, setup=pre, rounds=20, warmup_rounds=1)
+    if benchmark.disabled or benchmark.stats is None:
+        return  # --benchmark-disable: the code ran once as a test; there are no timings to record
     info = suite.benchmark_extra_info(prep, case, nb_context, benchmark.stats.stats.data)
     benchmark.extra_info.update(info["extra_info"])
     out = request.config.getoption("--normbench-out")

@@ -1,0 +1,440 @@
+"""Executors: where a norm's work (a check, a group of kernel cases, a training run) runs, isolated from the others.
+
+The interface every executor implements (``InProcessExecutor``, ``WorkerExecutor`` here; the Ray executor of the
+scale-out work the same way)::
+
+    with make_executor("worker") as ex:
+        fut = ex.submit(Task(fn, args, label="rmsnorm/eager/tokens", timeout=300))   # -> Future[Outcome]
+        for outcome in ex.map(tasks):                                               # Outcomes, in task order
+            ...
+
+* A :class:`Task` names a module-level function (picklable by reference) and picklable arguments. Work is
+  described by names (a norm's registry name, a ``Case``), never by live objects such as a ``NormSpec`` (whose
+  factory may be a lambda): the process that runs it discovers the norms itself.
+* ``submit`` returns a ``concurrent.futures.Future`` whose result is always an :class:`Outcome`; it never raises for a
+  failure of the task. A failure (exception, time limit, no progress, process death) is an ``Outcome`` with
+  ``ok=False``, a ``status`` and a readable ``error``. Callers must not assume that ``submit`` blocks or that tasks
+  run in order: the in-process and worker executors run one task at a time, a Ray executor runs many at once.
+* ``Task.timeout`` is a wall-clock limit (kernel cases). ``Task.stall_timeout`` is a no-progress limit: the task calls
+  :func:`heartbeat` as it advances (a training step) and is stopped only when no heartbeat came for that long, so
+  long runs live. An executor that cannot enforce limits (``InProcessExecutor``) says so in ``enforces_limits``.
+* Results are returned to the caller, who writes records: a task's side effects are its own.
+
+``WorkerExecutor`` keeps one spawned worker process (torch imported once) and replaces it only after a hang or a
+crash, so a hanging or crashing norm costs one process start, not one per norm.
+"""
+
+from __future__ import annotations
+
+import abc
+import concurrent.futures
+import contextlib
+import importlib
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as _mp_wait
+from typing import Any, Callable, Iterable, Iterator
+
+#: Environment variables for the defaults (the CLI options ``--executor``, ``--time-limit`` and ``--stall-limit``
+#: override them).
+EXECUTOR_ENV = "NORMBENCH_EXECUTOR"
+TIME_LIMIT_ENV = "NORMBENCH_TIME_LIMIT"
+STALL_LIMIT_ENV = "NORMBENCH_STALL_LIMIT"
+#: Default wall-clock limit of one kernel task (a group of cases: one norm, backend, shape and dtype, every pass,
+#: torch.compile or Triton compilation included) and of one norm's ``check``: 10 minutes.
+DEFAULT_TIME_LIMIT_S = 600.0
+#: Default no-progress limit of a training run: 30 minutes without a step (first step: data, model, compilation).
+DEFAULT_STALL_LIMIT_S = 1800.0
+#: How long a fresh worker may take to import torch and discover the norms before it is declared broken.
+WORKER_START_LIMIT_S = 600.0
+
+OK, ERROR, TIMEOUT, STALLED, CRASHED = "ok", "error", "timeout", "stalled", "crashed"
+
+
+@dataclass
+class Task:
+    """One unit of isolated work: ``fn(*args, **kwargs)`` with limits."""
+
+    fn: Callable[..., Any] | str          # a module-level function, or "package.module:function"
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    label: str = ""                       # what a failure is reported as, e.g. the norm's name
+    timeout: float | None = None          # wall-clock seconds (None: no limit)
+    stall_timeout: float | None = None    # seconds without a heartbeat (None: no limit)
+
+
+@dataclass
+class Outcome:
+    """What became of a task: its return value, or why there is none."""
+
+    label: str
+    status: str                           # ok | error | timeout | stalled | crashed
+    value: Any = None
+    error: str = ""                       # one line: what happened, for the user
+    exc_type: str = ""                    # the exception's class name when status == "error"
+    message: str = ""                     # str(exception) when status == "error"
+    traceback: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+def _resolve(fn):
+    if isinstance(fn, str):
+        mod, _, attr = fn.partition(":")
+        target = importlib.import_module(mod)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        return target
+    return fn
+
+
+def _describe_exc(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+# --- progress reporting from inside a task --------------------------------------------------------------------------
+
+_beat: Callable[[], None] | None = None
+
+
+def heartbeat() -> None:
+    """Say that the running task is making progress (a training step). Cheap; a no-op outside a worker."""
+    if _beat is not None:
+        _beat()
+
+
+# --- the interface --------------------------------------------------------------------------------------------------
+
+class Executor(abc.ABC):
+    """Runs :class:`Task` s and turns every result or failure into an :class:`Outcome` (see the module docstring)."""
+
+    #: Whether ``Task.timeout`` and ``Task.stall_timeout`` are enforced (a hang is stopped and reported).
+    enforces_limits: bool = True
+    name: str = "executor"
+
+    @abc.abstractmethod
+    def submit(self, task: Task) -> concurrent.futures.Future:
+        """Start ``task``; the future's result is its :class:`Outcome` (never an exception from the task)."""
+
+    def map(self, tasks: Iterable[Task]) -> Iterator[Outcome]:
+        """Outcomes of ``tasks``, in task order. Executors that run tasks concurrently submit them all first."""
+        for task in tasks:
+            yield self.submit(task).result()
+
+    def close(self) -> None:
+        """Release processes or connections; the executor is not used afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _done(outcome: Outcome) -> concurrent.futures.Future:
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    fut.set_result(outcome)
+    return fut
+
+
+class InProcessExecutor(Executor):
+    """Runs tasks in this process, one after the other. No isolation and no limits: a hang hangs the caller.
+
+    For library use, tests and ``torchrun`` (where the process is the unit of distribution).
+    """
+
+    enforces_limits = False
+    name = "inprocess"
+
+    def submit(self, task: Task) -> concurrent.futures.Future:
+        t0 = time.perf_counter()
+        try:
+            value = _resolve(task.fn)(*task.args, **task.kwargs)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            return _done(Outcome(task.label, ERROR, error=_describe_exc(exc), exc_type=type(exc).__name__,
+                                 message=str(exc), traceback=traceback.format_exc(),
+                                 wall_s=time.perf_counter() - t0))
+        return _done(Outcome(task.label, OK, value=value, wall_s=time.perf_counter() - t0))
+
+
+# --- the worker process ---------------------------------------------------------------------------------------------
+
+def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
+    """The worker's loop: receive a task, run it, send its outcome; heartbeats go up the same pipe."""
+    global _beat
+    # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    os.environ.update(env)
+    last = [0.0]
+
+    def beat() -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.5:  # at most two messages a second, however fast the steps
+            last[0] = now
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(("beat", None))
+
+    _beat = beat
+    try:
+        import torch  # noqa: F401  (the import this worker exists to pay once)
+
+        from normbench.registry import REGISTRY
+
+        REGISTRY.specs
+        for mod in preload:  # paid before any task's clock starts
+            importlib.import_module(mod)
+        conn.send(("ready", None))
+    except BaseException as exc:  # a worker that cannot start says why
+        conn.send(("start_failed", _describe_exc(exc)))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if msg is None:
+            return
+        fn, args, kwargs = msg
+        try:
+            value = _resolve(fn)(*args, **kwargs)
+            reply = ("ok", value)
+        except KeyboardInterrupt:
+            return
+        except BaseException as exc:
+            reply = ("error", (type(exc).__name__, _describe_exc(exc), traceback.format_exc(), str(exc)))
+        try:
+            conn.send(reply)
+        except Exception as exc:  # an unpicklable return value is the task's error, not the worker's death
+            msg = f"the task's result could not be sent back: {exc}"
+            conn.send(("error", (type(exc).__name__, msg, "", msg)))
+
+
+class WorkerExecutor(Executor):
+    """Runs tasks one at a time in a reusable worker process (spawned: a clean interpreter, torch imported once).
+
+    A task that exceeds its time limit, stops sending heartbeats, or kills its process (``os._exit``, a segfault,
+    the OOM killer) is reported as such and the worker is replaced before the next task. ``env`` is applied to the
+    worker's environment; ``preload`` names modules a worker imports when it starts, before any time limit runs.
+    """
+
+    name = "worker"
+
+    def __init__(self, env: dict | None = None, preload: Iterable[str] = (), start_method: str = "spawn"):
+        self._ctx = multiprocessing.get_context(start_method)
+        self._env = dict(env or {})
+        self._preload = tuple(preload)
+        self._proc = None
+        self._conn = None
+        self.restarts = 0
+
+    def _start(self) -> str | None:
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=_worker_main, args=(child, self._env, self._preload), daemon=True,
+                                 name="normbench-worker")
+        with _main_module_hidden():
+            proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        deadline = time.monotonic() + WORKER_START_LIMIT_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._kill()
+                return f"the worker process did not start within {WORKER_START_LIMIT_S:.0f}s"
+            ready = _mp_wait([parent, proc.sentinel], timeout=left)
+            if parent in ready:
+                try:
+                    kind, payload = parent.recv()
+                except (EOFError, OSError):
+                    kind, payload = "start_failed", f"the worker process died while starting (exit {proc.exitcode})"
+                if kind == "ready":
+                    return None
+                self._kill()
+                return str(payload)
+            if proc.sentinel in ready:
+                code = proc.exitcode
+                self._kill()
+                return f"the worker process died while starting (exit code {code})"
+
+    def _kill(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.close()
+        if proc is not None and proc.is_alive():
+            proc.terminate()
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+
+    def submit(self, task: Task) -> concurrent.futures.Future:
+        return _done(self._run(task))
+
+    def _run(self, task: Task) -> Outcome:
+        if self._proc is None or not self._proc.is_alive():
+            if self._proc is not None:
+                self.restarts += 1
+            self._kill()
+            problem = self._start()
+            if problem is not None:
+                return Outcome(task.label, CRASHED, error=problem)
+        t0 = time.monotonic()
+        last_beat = t0
+        try:
+            self._conn.send((task.fn, task.args, task.kwargs))
+        except Exception as exc:
+            return Outcome(task.label, ERROR, error=f"the task could not be sent to the worker: {exc}",
+                           exc_type=type(exc).__name__)
+        try:
+            while True:
+                now = time.monotonic()
+                waits = [60.0]
+                if task.timeout is not None:
+                    waits.append(t0 + task.timeout - now)
+                if task.stall_timeout is not None:
+                    waits.append(last_beat + task.stall_timeout - now)
+                ready = _mp_wait([self._conn, self._proc.sentinel], timeout=max(0.0, min(waits)))
+                now = time.monotonic()
+                if self._conn in ready:
+                    try:
+                        kind, payload = self._conn.recv()
+                    except (EOFError, OSError):
+                        ready = [self._proc.sentinel]
+                    else:
+                        if kind == "beat":
+                            last_beat = now
+                            continue
+                        if kind == "ok":
+                            return Outcome(task.label, OK, value=payload, wall_s=now - t0)
+                        exc_type, error, tb, message = payload
+                        return Outcome(task.label, ERROR, error=error, exc_type=exc_type, traceback=tb,
+                                       message=message, wall_s=now - t0)
+                if self._proc.sentinel in ready:
+                    self._proc.join(5)
+                    code = self._proc.exitcode
+                    self._kill()
+                    return Outcome(task.label, CRASHED, wall_s=now - t0,
+                                   error=f"the process running it died (exit code {code}{_signal_name(code)})")
+                if task.timeout is not None and now - t0 >= task.timeout:
+                    self._kill()
+                    return Outcome(task.label, TIMEOUT, wall_s=now - t0,
+                                   error=f"no result within the time limit of {task.timeout:g}s; stopped")
+                if task.stall_timeout is not None and now - last_beat >= task.stall_timeout:
+                    self._kill()
+                    return Outcome(task.label, STALLED, wall_s=now - t0,
+                                   error=f"no progress for {task.stall_timeout:g}s (no training step); stopped")
+        except KeyboardInterrupt:
+            # The worker got the same Ctrl-C; give it a moment to checkpoint, then make sure it is gone.
+            if self._proc is not None:
+                self._proc.join(10)
+            self._kill()
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._conn.send(None)
+        if self._proc is not None:
+            self._proc.join(5)
+        self._kill()
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Start a spawned worker without re-running the caller's main script in it.
+
+    ``spawn`` normally re-imports ``__main__`` in the child (a user's script without an ``if __name__ ==
+    "__main__"`` guard would then run again there). Tasks name functions in importable modules, so the worker
+    needs none of it.
+    """
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        main.__dict__.pop("__file__", None)
+        if "__spec__" in saved:
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+
+
+def _signal_name(code) -> str:
+    if isinstance(code, int) and code < 0:
+        import signal
+
+        with contextlib.suppress(ValueError):
+            return f", killed by {signal.Signals(-code).name}"
+    return ""
+
+
+# --- choosing one ---------------------------------------------------------------------------------------------------
+
+EXECUTORS = ("worker", "inprocess")
+
+
+def make_executor(name: str | None = None, **kwargs) -> Executor:
+    """The executor called ``name`` (default: ``$NORMBENCH_EXECUTOR`` or ``worker``); ``kwargs`` go to the worker's."""
+    name = (name or os.environ.get(EXECUTOR_ENV) or "worker").strip().lower()
+    if name == "worker":
+        return WorkerExecutor(**kwargs)
+    if name == "inprocess":
+        return InProcessExecutor()
+    raise ValueError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
+
+
+def _env_seconds(env: str, default: float) -> float | None:
+    raw = os.environ.get(env, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{env} must be a number of seconds, got {raw!r}") from None
+    return None if value <= 0 else value
+
+
+def time_limit(explicit: float | None = None) -> float | None:
+    """The kernel/check time limit in seconds: ``explicit``, else ``$NORMBENCH_TIME_LIMIT``, else 600; 0 = none."""
+    if explicit is not None:
+        return None if explicit <= 0 else float(explicit)
+    return _env_seconds(TIME_LIMIT_ENV, DEFAULT_TIME_LIMIT_S)
+
+
+def stall_limit(explicit: float | None = None) -> float | None:
+    """The training no-progress limit in seconds: ``explicit``, else ``$NORMBENCH_STALL_LIMIT``, else 1800."""
+    if explicit is not None:
+        return None if explicit <= 0 else float(explicit)
+    return _env_seconds(STALL_LIMIT_ENV, DEFAULT_STALL_LIMIT_S)
+
+
+def add_arguments(parser, *, stall: bool = False) -> None:
+    """The executor options shared by check, bench, train and sweep."""
+    parser.add_argument("--executor", choices=EXECUTORS, default=None,
+                        help="where each norm's work runs: worker (default; a reusable process, replaced after a "
+                             "hang or crash) or inprocess (no isolation, no limits); env NORMBENCH_EXECUTOR")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="wall-clock limit of one norm's check and of one group of kernel cases (one norm, "
+                             "backend, shape, dtype; compilation included): default 600; env "
+                             "NORMBENCH_TIME_LIMIT; 0 = no limit")
+    if stall:
+        parser.add_argument("--stall-limit", type=float, default=None, metavar="SECONDS",
+                            help="stop a run after this many seconds without a training step (default 1800; "
+                                 "env NORMBENCH_STALL_LIMIT; 0 = no limit). Long runs that progress are never "
+                                 "stopped")

@@ -1,0 +1,121 @@
+"""Statistics in ``docs/`` generated from the records (``normbench docs``): marked blocks, rewritten or checked.
+
+A block sits between ``<!-- normbench:generated NAME begin -->`` and ``<!-- normbench:generated NAME end -->``;
+everything outside the markers is prose and is left alone. ``normbench docs --check`` exits 1 when a block differs
+from what the committed records give (the test suite runs the same check).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from normbench import claims as C
+from normbench import stats as S
+
+DOC = Path("docs") / "accuracy.md"
+_BLOCK = re.compile(r"(<!-- normbench:generated (?P<name>[a-z0-9-]+) begin -->\n)(?P<body>.*?)"
+                    r"(<!-- normbench:generated (?P=name) end -->)", re.S)
+MARKER_LINE = re.compile(r"^<!-- normbench:generated [a-z0-9-]+ (begin|end) -->\n?", re.M)
+
+
+def _fmt(v, metric: str | None = None) -> str:
+    if v is None:
+        return "–"
+    if metric and metric.lower() in ("top1", "top5", "accuracy", "acc"):
+        return f"{v:.3f}"
+    return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def cells_markdown(records: list[dict]) -> str:
+    """One table per task, model and variant: every cell ranked by divergence rate, then the metric."""
+    acc = [r for r in C._dedupe(records) if r.get("kind") == "accuracy"]
+    if not acc:
+        return "No accuracy records yet."
+    by_table: dict[tuple, list[dict]] = {}
+    for r in acc:
+        cfg = r["config"]
+        key = (cfg.get("task_offline") is not True, str(cfg.get("task")), str(cfg.get("model")),
+               str(cfg.get("variant") or "default"), cfg.get("quick") is True)
+        by_table.setdefault(key, []).append(r)
+    out = []
+    for key in sorted(by_table):
+        _, task, model, variant, quick = key
+        cells = S.aggregate(by_table[key])
+        c0 = cells[0]
+        log = S.is_log_metric(c0["metric"])
+        centre = "geometric mean [95% CI]" if log else "mean [95% CI]"
+        spread = "sd of log" if log else "sd"
+        title = f"{task}/{model}" + ("" if variant == "default" else f"/{variant}") + (" (quick)" if quick else "")
+        direction = "higher" if c0["higher_is_better"] else "lower"
+        out.append(f"#### `{C._md(title).replace('`', '')}` ({C._md(c0['metric'])}, {direction} is better)\n")
+        ref = S.reference_of(model)
+        vs = ("vs " + ref[0] + (f" ({ref[1]})" if ref[1] else "") + (": ratio" if log else ": difference")
+              + " [95% CI], Welch p (MWU p)") if ref else "vs reference"
+        out.append(f"| # | norm | placement | {centre} | {spread} | runs | diverged | steps to target "
+                   f"(geometric mean, reached) | {vs} | flagged | tuning runs |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for i, c in enumerate(cells, 1):
+            f = c["final"]
+            ci = f" [{_fmt(f['ci_low'], c['metric'])}, {_fmt(f['ci_high'], c['metric'])}]" if f["ci_low"] is not None \
+                else ""
+            stt = c["steps_to_target"]
+            out.append(f"| {i} | {C._md(c['norm'])} | {C._md(c['placement'] or '')} | "
+                       f"{_fmt(f['mean'], c['metric'])}{ci} | "
+                       f"{_fmt(f['std'])} | {c['n']} | {c['diverged']} | {_fmt(stt['mean'])} "
+                       f"({c['reached']}/{c['n']}) | {(c['vs_reference'] or {}).get('text', '')} | "
+                       f"{c['flagged']} | {c['tuning']} |")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def blocks(records: list[dict]) -> dict[str, str]:
+    return {"claims": C.to_markdown(C.evaluate(records)), "cells": cells_markdown(records)}
+
+
+def render(text: str, generated: dict[str, str]) -> str:
+    """``text`` with each marked block's body replaced by its generated content (unknown blocks are left alone)."""
+    def sub(m):
+        name = m.group("name")
+        if name not in generated:
+            return m.group(0)
+        return m.group(1) + generated[name].rstrip("\n") + "\n" + m.group(4)
+
+    return _BLOCK.sub(sub, text)
+
+
+def stale(path: Path, records: list[dict]) -> list[str]:
+    """Names of the blocks in ``path`` that differ from what ``records`` give (empty: up to date)."""
+    text = path.read_text(encoding="utf-8")
+    gen = blocks(records)
+    return [m.group("name") for m in _BLOCK.finditer(text)
+            if m.group("name") in gen and m.group("body").rstrip("\n") != gen[m.group("name")].rstrip("\n")]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("docs", help="regenerate the statistics blocks in docs/accuracy.md from the records")
+    p.add_argument("--results", default="results", help="results directory (default: results)")
+    p.add_argument("--doc", default=str(DOC), help=f"the document with generated blocks (default: {DOC})")
+    p.add_argument("--check", action="store_true", help="only check; exit 1 if a block is out of date")
+    p.set_defaults(func=_cmd_docs)
+
+
+def _cmd_docs(args) -> int:
+    from normbench.results import atomic_write_text
+
+    path = Path(args.doc)
+    records = C.load_records(args.results)
+    text = path.read_text(encoding="utf-8")
+    if not _BLOCK.search(text):
+        raise ValueError(f"{path} has no generated blocks (<!-- normbench:generated NAME begin --> ... end -->)")
+    if args.check:
+        names = stale(path, records)
+        for n in names:
+            print(f"{path}: block {n!r} is out of date; run `normbench docs`", file=sys.stderr)
+        return 1 if names else 0
+    new = render(text, blocks(records))
+    if new != text:
+        atomic_write_text(path, new)
+        print(f"updated {path}", file=sys.stderr)
+    return 0
