@@ -24,7 +24,7 @@ def report_plugin_problems(file=None, errors: bool = True) -> None:
 
     file = file or sys.stderr
     for e in REGISTRY.errors if errors else ():
-        print(f"normbench: plugin {e.name!r} from {e.source} was not loaded: {e.error}", file=file)
+        print(f"normbench: plugin {e.name!r} from {e.source} was skipped (not loaded): {e.error}", file=file)
     for i in REGISTRY.slow_imports():
         print(f"normbench: plugin {i.name!r} from {i.package} {i.version} took {i.load_s:.1f}s to import "
               f"(more than {_slow_threshold():g}s, {SLOW_IMPORT_ENV}); every normbench command pays this. "
