@@ -82,7 +82,7 @@ def _cmd_check(args) -> int:
     report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
     with make_executor(args.executor, preload=("normbench.check",)) as ex:
         return run_checks(args.names, all_norms=args.all or not args.names, as_json=args.json, executor=ex,
-                          time_limit=time_limit(args.time_limit))
+                          time_limit=time_limit(args.time_limit, check=True))
 
 
 def build_parser() -> argparse.ArgumentParser:
