@@ -214,6 +214,9 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
         if msg is None:
             return
         fn, args, kwargs = msg
+        # Unpickling the task may have imported modules for a while: the stall clock starts now.
+        last[0] = 0.0
+        beat()
         try:
             value = _resolve(fn)(*args, **kwargs)
             reply = ("ok", value)
