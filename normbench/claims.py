@@ -409,11 +409,13 @@ def evaluate_accuracy(comp: Accuracy, acc: list[dict]) -> dict:
                                    "in failures", [])
         out["test"] = "welch"
         p_for, p_against = _p_for_against(ya, yb, comp.kind, margin, comp.threshold)
-        if comp.kind != "superior" and fa > fb:
-            p_for = 1.0  # a match is not shown while A fails more often than B
+        if fa > fb:
+            p_for = 1.0  # finished runs alone cannot show A better, or matching, while A fails more often than B
     if len(ya) >= 2 and len(yb) >= 2:
         d = S.difference(ya, yb)
         out.update(effect=d.effect, ci_low=d.low, ci_high=d.high, p_welch=d.p, p_mann_whitney=d.mwu_p,
+                   effect_meaning="advantage of A over B on the analysis scale (positive: A better; log of B/A "
+                                  "for perplexity and steps)" if log else "advantage of A over B (positive: A better)",
                    mann_whitney_u=d.mwu_u, welch_t=d.t, welch_df=d.df)
         out["effect_text"] = _effect_text(d.effect, d.low, d.high, log, comp.metric, metric_name)
     out.update(decidable=True, p_for=p_for, p_against=p_against, missing=[], reason="")
@@ -501,7 +503,9 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
         p_for = S.one_sample_p(y, popmean=thr, alternative="greater")
         p_against = S.one_sample_p(y, popmean=mar, alternative="less")
         sm = S.summarize([math.exp(v) for v in y], log=True)
-        row.update(test="one-sample t on log time ratios", effect=float(np.mean(y)), ci_low=math.log(sm.low),
+        row.update(test="one-sample t on log time ratios", effect=float(np.mean(y)),
+                   effect_meaning="mean log speed-up of A (log of B's time / A's time; positive: A faster)",
+                   ci_low=math.log(sm.low),
                    ci_high=math.log(sm.high), p_welch=S.one_sample_p(y), p_mann_whitney=S.wilcoxon_p(y),
                    effect_text=f"speed-up {sm.mean:.3f}x [{sm.low:.3f}, {sm.high:.3f}] over {len(y)} configurations",
                    decidable=True, p_for=p_for, p_against=p_against, missing=[], reason="")

@@ -168,6 +168,15 @@ def test_steps_to_target_counts_a_run_that_never_reached_it_as_a_failure():
     assert r["p_for"] == pytest.approx(st.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
 
 
+def test_a_claim_is_not_reproduced_on_finished_runs_while_its_norm_fails_more_often():
+    recs = [acc("layernorm", s, 5.0 + 0.01 * s) for s in range(5)]
+    recs += [acc("powernorm", s, None if s == 0 else 4.5 + 0.01 * s, diverged=s == 0) for s in range(5)]
+    r = comp(C.evaluate(recs), "powernorm (pre_ln) better than layernorm")
+    # Finished PowerNorm runs are clearly better (Welch p tiny), but 1/5 diverged against 0/5: not reproduced.
+    assert r["test"] == "welch" and r["p_welch"] < 1e-4 and (r["failed_a"], r["failed_b"]) == (1, 0)
+    assert r["p_for"] == 1.0 and r["verdict"] == "inconclusive"
+
+
 # --- speed comparisons --------------------------------------------------------------------------------------------
 
 SHAPES = ([512, 256], [512, 1024], [512, 4096], [2048, 4096])
