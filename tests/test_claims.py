@@ -239,6 +239,17 @@ def test_generated_blocks_are_replaced_and_checked(tmp_path):
     assert f"{st.gmean(LN):.4g}" in text  # the geometric mean, from the records
 
 
+def test_generated_cell_tables_list_tuning_runs_apart_and_unranked():
+    recs = [acc("layernorm", s, v) for s, v in enumerate(LN)]
+    recs += [acc("layernorm", s + 100, 9.0 + s, flags=["tuning"]) for s in range(2)]
+    for r in recs[-2:]:
+        r["config"]["recipe"] = dict(r["config"]["recipe"], lr=0.3)
+    text = gendocs.cells_markdown(recs)
+    ranked, tuning = text.split("Learning-rate search")
+    assert "| 1 | layernorm |" in ranked and "| 2 |" not in ranked and "9.49" not in ranked
+    assert f"| layernorm | pre_ln | 0.3 | {st.gmean([9.0, 10.0]):.4g} | 2 | 0 |" in tuning
+
+
 def test_docs_accuracy_md_blocks_match_the_committed_records():
     """Every statistic in docs/accuracy.md comes from results/: regenerate with `normbench docs` after new runs."""
     root = Path(__file__).resolve().parents[1]
