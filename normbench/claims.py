@@ -4,12 +4,12 @@ Each claim from "Claims worth checking" (``NORMS.md``) is fixed here with the ce
 the kind of test and its margin, written before the runs that decide it. Nothing here looks at a result to choose a
 rule. The rules (also rendered on the site and in ``docs/accuracy.md``):
 
-- **Accuracy comparisons** (arm A against arm B in one cell, same hardware): at least :data:`MIN_SEEDS` counted runs
-  per arm (runs flagged ``tuning`` or with any flag other than ``diverged`` never count). Failures first: a diverged
-  run (and, for steps-to-target, a run that never reached the target) is a failure. When the failure counts differ
-  (Fisher's exact test, one-sided, p < α in either direction) that difference decides. Otherwise Welch's t-test on the
-  finished runs decides (log perplexity, log steps or accuracy), with Mann–Whitney U reported beside it; a "match"
-  claim can never be reproduced while A fails more often than B.
+- **Accuracy comparisons** (arm A against arm B in one cell, same hardware; a tuned cell before an untuned one): at
+  least :data:`MIN_SEEDS` counted runs per arm (runs flagged ``tuning`` or with any flag other than ``diverged``
+  never count). Failures first: a diverged run (and, for steps-to-target, a run that never reached the target) is a
+  failure. When the failure counts differ (Fisher's exact test, one-sided, p < α in either direction) that
+  difference decides. Otherwise Welch's t-test on the finished runs decides (log perplexity, log steps or accuracy),
+  with Mann–Whitney U reported beside it; no claim is reproduced while A fails more often than B.
 - **Kinds.** ``superior``: A better than B (H0: advantage ≤ threshold); it is *not reproduced* when the advantage is
   shown to be below the pre-registered margin (H0: advantage ≥ margin rejected). ``noninferior`` ("match or exceed"):
   H0 advantage ≤ −margin; not reproduced when the advantage is shown to be below −margin. ``equivalent`` ("match"):
@@ -306,9 +306,11 @@ def _counted(recs: list[dict]) -> int:
 
 
 def _pick(groups: dict[str, list[dict]]) -> list[dict]:
-    """The cell with the most counted runs (ties: the newest)."""
+    """The cell a comparison uses: a tuned one (learning rate chosen on the validation split, ``config.lr_search``)
+    before an untuned one, then the most counted runs, then the newest."""
     def key(recs):
-        return (_counted(recs), max(str(r["provenance"].get("timestamp", "")) for r in recs))
+        tuned = any(isinstance(r["config"].get("lr_search"), dict) for r in recs)
+        return (tuned, _counted(recs), max(str(r["provenance"].get("timestamp", "")) for r in recs))
     return max(groups.values(), key=key)
 
 

@@ -159,6 +159,16 @@ def test_too_few_seeds_tuning_and_flagged_runs_do_not_decide():
     assert not r["decidable"] and r["n_b"] == 0
 
 
+def test_a_tuned_cell_is_preferred_to_an_untuned_one():
+    recs = [acc("layernorm", s, v) for s, v in enumerate(LN)] + [acc("rmsnorm", s, 9.0 + s) for s in range(5)]
+    tuned = [acc("rmsnorm", s, v) for s, v in enumerate(RMS)]
+    for r in tuned:
+        r["config"]["lr_search"] = {"grid": [0.001, 0.003, 0.01], "chosen": 0.003, "split": "val"}
+        r["id"] = record_id("accuracy", "rmsnorm", r["config"], HW)
+    r = comp(C.evaluate(recs + tuned), "rmsnorm (pre_ln) matches")
+    assert set(r["records"]) == {x["id"] for x in recs[:5] + tuned} and r["verdict"] == "reproduced"
+
+
 def test_steps_to_target_counts_a_run_that_never_reached_it_as_a_failure():
     recs = [acc("layernorm", s, 4.8, stt=v) for s, v in enumerate((50, 60, 55, 50, 65))]
     recs += [acc("none", s, 7.0, stt=v) for s, v in enumerate((200, None, 220, 250, None))]
