@@ -391,6 +391,7 @@ def aggregate(records: Iterable[dict], confidence: float = CONFIDENCE) -> list[d
             "flagged": cs.n_flagged,
             "tuning": cs.n_tuning,
             "lr": (cfg.get("recipe") or {}).get("lr"),
+            "tuned": isinstance(cfg.get("lr_search"), dict),
             # The learning-rate search's own result (validation split): shown, never ranked or compared.
             "tuning_final": summarize([r["metrics"].get("final") for r in recs if record_status(r) == "tuning"],
                                       log=is_log_metric(cs.metric), confidence=confidence).to_dict(),
@@ -400,8 +401,8 @@ def aggregate(records: Iterable[dict], confidence: float = CONFIDENCE) -> list[d
     # Each cell against its reference cell in the same table on the same hardware (recipes may differ per norm:
     # the learning rate is tuned per norm, and some norms' papers prescribe their own settings).
     by_key: dict[tuple, dict] = {}
-    for c in sorted(out, key=lambda c: c["n"]):
-        by_key[(c["_ref_key"], c["norm"], c["placement"])] = c  # the cell with the most runs wins
+    for c in sorted(out, key=lambda c: (c["tuned"], c["n"])):
+        by_key[(c["_ref_key"], c["norm"], c["placement"])] = c  # a tuned cell, then the one with most runs, wins
     for c in out:
         ref = reference_of(c["model"])
         rc = by_key.get((c["_ref_key"], *ref)) if ref else None

@@ -251,6 +251,11 @@ class Cell:
         return sum(r["status"] == "flagged" for r in self.runs)
 
     @property
+    def tuned(self) -> bool:
+        """Test runs at a learning rate chosen on the validation split (``config.lr_search``)."""
+        return any(isinstance(r["entry"].rec["config"].get("lr_search"), dict) for r in self.runs)
+
+    @property
     def tuning(self) -> bool:
         """A cell of learning-rate search runs: shown apart, never ranked."""
         return bool(self.runs) and all(r["status"] == "tuning" for r in self.runs)
@@ -290,14 +295,14 @@ def accuracy_cells(rows: list[dict]) -> list[Cell]:
 
 
 def reference_cell(c: Cell, cells: list[Cell]) -> Cell | None:
-    """The cell ``c`` is tested against (``normbench.stats.reference_of``): same table and hardware; the one with
-    the most runs when several match; None for the reference itself or where a table has none."""
+    """The cell ``c`` is tested against (``normbench.stats.reference_of``): same table and hardware; a tuned one
+    before an untuned one, then the one with the most runs; None for the reference itself or where there is none."""
     ref = S.reference_of(c.model)
     if ref is None or c.tuning:
         return None
     match = [x for x in cells if not x.tuning and x.table_key == c.table_key and x.hardware == c.hardware
              and x.options == c.options and (x.norm, x.placement) == ref]
-    best = max(match, key=lambda x: x.n, default=None)
+    best = max(match, key=lambda x: (x.tuned, x.n), default=None)
     return None if best is None or best is c else best
 
 
