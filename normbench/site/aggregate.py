@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from dataclasses import dataclass, field
 
 from normbench import stats as S
@@ -330,12 +329,15 @@ def pareto_front(points: list[tuple[float, float]], higher_is_better: bool = Tru
     return front
 
 
-def mean_curve(runs: list[dict], column: int) -> list[tuple[float, float]]:
-    """(step, mean over seeds) of curve ``column`` (1 = train loss, 2 = eval metric) at steps any seed logged."""
+def mean_curve(runs: list[dict], column: int, log: bool = False) -> list[tuple[float, float]]:
+    """(step, mean over seeds) of curve ``column`` (1 = train loss, 2 = eval metric) at steps any seed logged;
+    the geometric mean when ``log`` (perplexity), as everywhere else. Tuning and flagged runs are left out."""
     by_step: dict[int, list[float]] = {}
     for r in runs:
+        if r.get("status", "ok") not in ("ok", "diverged"):
+            continue
         for point in r["curve"]:
             v = point[column]
-            if v is not None:
+            if v is not None and (not log or v > 0):
                 by_step.setdefault(point[0], []).append(v)
-    return [(float(s), statistics.fmean(vs)) for s, vs in sorted(by_step.items())]
+    return [(float(s), S.summarize(vs, log=log).mean) for s, vs in sorted(by_step.items())]
