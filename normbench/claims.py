@@ -497,7 +497,8 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
     for hw in sorted(devices):
         runs = sorted(devices[hw], key=lambda t: (len(t[1]) >= MIN_PAIRS, t[0]))
         latest, pairs, key = runs[-1]
-        row = dict(base, hardware=hw, run=f"{key[2]} @ {str(key[1])[:10]}", n_a=len(pairs), n_b=len(pairs))
+        row = dict(base, hardware=hw, run=f"{key[2]} @ {str(key[1])[:10]}", n_a=len(pairs), n_b=len(pairs),
+                   cells=[f"kernel records on {hw}: {key[2]} @ {str(key[1])[:10]}"])
         if len(pairs) < MIN_PAIRS:
             out.append(_undecided(row, f"{len(pairs)} matched configurations in one run on {hw}; "
                                        f"{MIN_PAIRS} needed", [cmd]))
@@ -583,9 +584,27 @@ def evaluate(records: Iterable[dict]) -> list[dict]:
             "cells": sorted({c for r in rows for c in r["cells"]}),
             # Distinct records the comparisons used (runs for accuracy, kernel records for speed).
             "n": len({i for r in rows for i in r.get("records", [])}),
-            "scale_caveat": claim.caveat, "note": claim.note, "comparisons": rows,
+            "scale_caveat": claim.caveat, "note": claim.note,
+            **_deciding(verdict, rows),
+            "comparisons": rows,
         })
     return out
+
+
+def _deciding(verdict: str, rows: list[dict]) -> dict:
+    """The comparison that carries the verdict (the weakest reproduced one, the strongest refutation, or what is
+    missing), summarised at the claim's level: its effect with interval and its Holm-corrected p-value."""
+    if verdict == "reproduced":
+        row, p = max(rows, key=lambda r: r["p_for_holm"]), "p_for_holm"
+    elif verdict == "not reproduced":
+        row, p = min((r for r in rows if r["verdict"] == "not reproduced"), key=lambda r: r["p_against_holm"]), \
+            "p_against_holm"
+    else:
+        undecided = [r for r in rows if not r["decidable"]]
+        row, p = (undecided[0] if undecided else min(rows, key=lambda r: r["p_for_holm"])), "p_for_holm"
+    return {"deciding_comparison": row["label"], "effect": row.get("effect_text"), "effect_ci":
+            [row.get("ci_low"), row.get("ci_high")], "p_holm": row[p] if row["decidable"] else None,
+            "p_kind": "claim" if p == "p_for_holm" else "refute"}
 
 
 def _why(verdict: str, rows: list[dict]) -> str:

@@ -106,6 +106,8 @@ def test_superiority_refuted_when_the_claimed_better_norm_is_clearly_worse():
     ref = st.ttest_ind(-np.log(pn) - math.log(1.02), -np.log(LN), equal_var=False, alternative="less").pvalue
     assert r["p_against"] == pytest.approx(ref)
     assert r["verdict"] == "not reproduced" and rows(res, "powernorm-lm")["verdict"] == "not reproduced"
+    claim = rows(res, "powernorm-lm")
+    assert claim["deciding_comparison"] == r["label"] and claim["p_holm"] == r["p_against_holm"]
     # A/B perplexity ratio of geometric means, with its interval.
     assert f"ratio {st.gmean(pn) / st.gmean(LN):.3f}" in r["effect_text"]
 
@@ -141,7 +143,8 @@ def test_zero_variance_arms_give_an_exact_answer_and_json_without_nan(tmp_path, 
     out = json.loads(capsys.readouterr().out)  # strict JSON: no NaN or Infinity tokens
     assert len(out["claims"]) == 13
     for c in out["claims"]:
-        assert {"paper", "claim", "cells", "n", "verdict", "scale_caveat", "comparisons"} <= set(c)
+        assert {"paper", "claim", "cells", "n", "effect", "effect_ci", "p_holm", "verdict", "scale_caveat",
+                "comparisons"} <= set(c)
         assert c["verdict"] in C.VERDICTS
         for x in c["comparisons"]:
             assert {"effect", "p_welch", "p_for_holm", "verdict"} <= set(x)
