@@ -1,17 +1,17 @@
 """Softmax as a normalization kernel: the CPU-compiled algorithm backends, passes per row, and the two-pass claim.
 
 The ``softmax`` and ``log_softmax`` norms (``normbench.norms.softmax``) have one backend per algorithm, so one chart
-compares them: ``eager`` (torch), ``compile`` (torch.compile of torch.softmax), ``compile_3pass`` and
-``compile_2pass`` (torch.compile of explicit formulations, the CPU check of the paper's claim), and the Triton
-kernels ``triton_3pass``, ``triton_online`` and ``triton_2pass`` (``normbench.kernels._softmax``). docs/softmax.md
+compares them: ``eager`` (torch), ``compile`` (torch.compile of torch.softmax), ``compile_three_pass`` and
+``compile_two_pass`` (torch.compile of explicit formulations, the CPU check of the paper's claim), and the Triton
+kernels ``triton_three_pass``, ``triton_online`` and ``triton_two_pass`` (``normbench.kernels._softmax``). docs/softmax.md
 has the algorithms, their passes and the bytes formulas.
 
 Explicit formulations, as Inductor's C++ backend compiles them (torch 2.13; read its generated code with
 ``TORCH_LOGS=output_code``):
 
-* ``compile_3pass``: m = max x; e = exp(x − m) stored with Σe; y = e/Σe. Inductor emits the paper's "three-pass
+* ``compile_three_pass``: m = max x; e = exp(x − m) stored with Σe; y = e/Σe. Inductor emits the paper's "three-pass
   with reloading": a max loop, an exp-and-sum loop that writes e, and a loop that rescales e.
-* ``compile_2pass``: no max pass. Inductor cannot express the paper's (mantissa, exponent) pair as one reduction
+* ``compile_two_pass``: no max pass. Inductor cannot express the paper's (mantissa, exponent) pair as one reduction
   (it splits the dependent max and sum into separate loops over the row), so the extended range comes from float64:
   pass 1 is one loop, S = Σ exp(float64(x) − a) with a = the row's first entry (float64's exponent range makes this
   safe while max x − a < 709); pass 2 writes y = exp(x − a)/S. A row whose S is 0, infinite or NaN (spread beyond
@@ -28,14 +28,14 @@ from torch import nn
 
 #: Backends whose forward algorithm, passes over the row and implementation normbench defines.
 ALGORITHM_BACKENDS = {
-    "compile_3pass": "three-pass (max; exp and Σ, storing exp; rescale) compiled by Inductor",
-    "compile_2pass": "two-pass (float64 Σ exp(x − first entry), no max pass; normalize) compiled by Inductor",
-    "triton_3pass": "Triton three-pass (max; Σ exp; normalize) for rows that do not fit on chip",
+    "compile_three_pass": "three-pass (max; exp and Σ, storing exp; rescale) compiled by Inductor",
+    "compile_two_pass": "two-pass (float64 Σ exp(x − first entry), no max pass; normalize) compiled by Inductor",
+    "triton_three_pass": "Triton three-pass (max; Σ exp; normalize) for rows that do not fit on chip",
     "triton_online": "Triton online two-pass (running max and rescaled sum; normalize)",
-    "triton_2pass": "Triton two-pass of Dukhan & Ablavatski (extended-range sum, no max pass; normalize)",
+    "triton_two_pass": "Triton two-pass of Dukhan & Ablavatski (extended-range sum, no max pass; normalize)",
 }
 #: Backend pairs compared by the two-pass claim (two-pass first).
-CLAIM_PAIRS = (("compile_2pass", "compile_3pass"), ("triton_2pass", "triton_3pass"))
+CLAIM_PAIRS = (("compile_two_pass", "compile_three_pass"), ("triton_two_pass", "triton_three_pass"))
 #: Rows at least this wide (bytes of one input row) do not stay close to the core: on a CPU beyond a core's private
 #: cache (this CPU: 2 MiB L2 per core), on a GPU beyond the Triton kernels' on-chip row (16384 float32 = 64 KiB), so
 #: each pass over them reads memory (or the shared last-level cache).
@@ -77,14 +77,14 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, log: bool) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=None)
 def _compiled(name: str):
-    fn = {"3pass": _three_pass, "2pass_sum": _two_pass_sum, "2pass_out": _two_pass_out, "bwd": _backward}[name]
+    fn = {"three_pass": _three_pass, "2pass_sum": _two_pass_sum, "2pass_out": _two_pass_out, "bwd": _backward}[name]
     return torch.compile(fn, dynamic=False)
 
 
 def compiled_forward(x: torch.Tensor, algo: str, log: bool) -> torch.Tensor:
-    """The compiled formulation ``algo`` (3pass or 2pass) of softmax/log-softmax over the last axis."""
-    if algo == "3pass":
-        return _compiled("3pass")(x, log)
+    """The compiled formulation ``algo`` (three_pass or two_pass) of softmax/log-softmax over the last axis."""
+    if algo == "three_pass":
+        return _compiled("three_pass")(x, log)
     a, s = _compiled("2pass_sum")(x)
     y = _compiled("2pass_out")(x, a, s, log)
     bad = ~(torch.isfinite(s) & (s > 0)).squeeze(-1)
@@ -122,7 +122,7 @@ class CompiledSoftmax(nn.Module):
         return _CompiledFn.apply(x, self.algo, self.log)
 
     def row_passes(self, pass_: str) -> int:
-        fwd = 3 if self.algo == "3pass" else 2
+        fwd = 3 if self.algo == "three_pass" else 2
         return {"fwd": fwd, "bwd": 2, "fwd+bwd": fwd + 2}[pass_]
 
     def extra_repr(self) -> str:
@@ -135,12 +135,12 @@ def compile_unavailable() -> str | None:
     return None
 
 
-def build_compile_3pass(eager: nn.Module, spec=None) -> nn.Module:
-    return CompiledSoftmax(eager, "3pass")
+def build_compile_three_pass(eager: nn.Module, spec=None) -> nn.Module:
+    return CompiledSoftmax(eager, "three_pass")
 
 
-def build_compile_2pass(eager: nn.Module, spec=None) -> nn.Module:
-    return CompiledSoftmax(eager, "2pass")
+def build_compile_two_pass(eager: nn.Module, spec=None) -> nn.Module:
+    return CompiledSoftmax(eager, "two_pass")
 
 
 def row_passes(module: nn.Module, pass_: str) -> int | None:
@@ -164,20 +164,20 @@ def two_pass_claim_evidence(df, *, min_row_bytes: int | None = None,
     ``dtype``, ``pass``, ``shape``, ``num_features``, ``time_median_s`` or ``metrics`` columns as the loader gives;
     see ``_frame``). Records are paired when they share the norm, hardware, run (``git_commit`` and ``timing``),
     dtype, shape and pass, and one is the two-pass backend and the other the three-pass backend of the same family
-    (``compile_2pass``/``compile_3pass``, ``triton_2pass``/``triton_3pass``). Only rows of at least ``min_row_bytes``
+    (``compile_two_pass``/``compile_three_pass``, ``triton_two_pass``/``triton_three_pass``). Only rows of at least ``min_row_bytes``
     in inputs of at least ``min_tensor_bytes`` count (the paper's "out-of-cache"; ``min_row_bytes`` defaults to
     ``OUT_OF_CACHE_ROW_BYTES`` of the record's device). Flagged records (any
     ``flags``, or ``suspect``) are left out.
 
     Returns a DataFrame with one row per pair: norm, hardware_id, device, pair, dtype, shape, row_bytes,
-    tensor_bytes, time_2pass_s, time_3pass_s, iqr_2pass_s, iqr_3pass_s, speedup (= time_3pass / time_2pass, > 1 when
+    tensor_bytes, time_two_pass_s, time_three_pass_s, iqr_two_pass_s, iqr_three_pass_s, speedup (= time_three_pass / time_two_pass, > 1 when
     the two-pass is faster), and ``separated`` (the two IQR ranges do not overlap). Empty when nothing qualifies.
     """
     import pandas as pd
 
     f = _frame(df)
-    cols = ["norm", "hardware_id", "device", "pair", "dtype", "shape", "row_bytes", "tensor_bytes", "time_2pass_s",
-            "time_3pass_s", "iqr_2pass_s", "iqr_3pass_s", "speedup", "separated"]
+    cols = ["norm", "hardware_id", "device", "pair", "dtype", "shape", "row_bytes", "tensor_bytes", "time_two_pass_s",
+            "time_three_pass_s", "iqr_two_pass_s", "iqr_three_pass_s", "speedup", "separated"]
     if f.empty:
         return pd.DataFrame(columns=cols)
     f = f[(f["pass"] == pass_) & f["norm"].isin(["softmax", "log_softmax"]) & ~f["flagged"]]
@@ -199,8 +199,8 @@ def two_pass_claim_evidence(df, *, min_row_bytes: int | None = None,
                 "norm": r["norm"], "hardware_id": r["hardware_id"], "device": r["device_2"],
                 "pair": f"{two} vs {three}", "dtype": r["dtype"], "shape": r["shape"],
                 "row_bytes": int(r["row_bytes_2"]), "tensor_bytes": int(r["tensor_bytes_2"]),
-                "time_2pass_s": r["time_2"], "time_3pass_s": r["time_3"], "iqr_2pass_s": r["iqr_2"],
-                "iqr_3pass_s": r["iqr_3"], "speedup": r["time_3"] / r["time_2"],
+                "time_two_pass_s": r["time_2"], "time_three_pass_s": r["time_3"], "iqr_two_pass_s": r["iqr_2"],
+                "iqr_three_pass_s": r["iqr_3"], "speedup": r["time_3"] / r["time_2"],
                 "separated": bool(hi2 < lo3 or hi3 < lo2),
             })
     return pd.DataFrame(rows, columns=cols)
