@@ -88,12 +88,13 @@ def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
 
         from normbench.registry import _file_digest
 
-        pkg = {"liger": "liger-kernel", "apex": "apex"}.get(backend, backend)
+        pkg = {"liger": "liger-kernel", "apex": "apex", "quack": "quack-kernels"}.get(backend, backend)
+        adapter = softmax_baselines if backend in softmax_baselines.backends_for(spec.name) else baselines
         try:
             version = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             version = None
-        text = f"{spec.impl_hash('eager')} {backend} {_file_digest(baselines.__file__)} {pkg}={version}"
+        text = f"{spec.impl_hash('eager')} {backend} {_file_digest(adapter.__file__)} {pkg}={version}"
         h = hashlib.sha256(text.encode()).hexdigest()[:16]
     if cache is not None:
         cache[key] = h
@@ -445,6 +446,8 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         from normbench.softmax import row_passes
 
         metrics["row_passes"] = row_passes(prep.module, case.pass_)
+        if case.backend in softmax_baselines.BASELINES:
+            metrics["baseline_version"] = softmax_baselines.version(case.backend)
     flops = prep.flops(case.pass_)
     if flops is not None:
         metrics["flops"] = flops
