@@ -3,8 +3,8 @@
 The ``softmax`` and ``log_softmax`` norms (``normbench.norms.softmax``) have one backend per algorithm, so one chart
 compares them: ``eager`` (torch), ``compile`` (torch.compile of torch.softmax), ``compile_three_pass`` and
 ``compile_two_pass`` (torch.compile of explicit formulations, the CPU check of the paper's claim), and the Triton
-kernels ``triton_three_pass``, ``triton_online`` and ``triton_two_pass`` (``normbench.kernels._softmax``). docs/softmax.md
-has the algorithms, their passes and the bytes formulas.
+kernels ``triton_three_pass``, ``triton_online`` and ``triton_two_pass`` (``normbench.kernels._softmax``).
+docs/softmax.md has the algorithms, their passes and the bytes formulas.
 
 Explicit formulations, as Inductor's C++ backend compiles them (torch 2.13; read its generated code with
 ``TORCH_LOGS=output_code``):
@@ -164,14 +164,15 @@ def two_pass_claim_evidence(df, *, min_row_bytes: int | None = None,
     ``dtype``, ``pass``, ``shape``, ``num_features``, ``time_median_s`` or ``metrics`` columns as the loader gives;
     see ``_frame``). Records are paired when they share the norm, hardware, run (``git_commit`` and ``timing``),
     dtype, shape and pass, and one is the two-pass backend and the other the three-pass backend of the same family
-    (``compile_two_pass``/``compile_three_pass``, ``triton_two_pass``/``triton_three_pass``). Only rows of at least ``min_row_bytes``
-    in inputs of at least ``min_tensor_bytes`` count (the paper's "out-of-cache"; ``min_row_bytes`` defaults to
-    ``OUT_OF_CACHE_ROW_BYTES`` of the record's device). Flagged records (any
+    (``compile_two_pass``/``compile_three_pass``, ``triton_two_pass``/``triton_three_pass``). Only rows of at least
+    ``min_row_bytes`` in inputs of at least ``min_tensor_bytes`` count (the paper's "out-of-cache";
+    ``min_row_bytes`` defaults to ``OUT_OF_CACHE_ROW_BYTES`` of the record's device). Flagged records (any
     ``flags``, or ``suspect``) are left out.
 
     Returns a DataFrame with one row per pair: norm, hardware_id, device, pair, dtype, shape, row_bytes,
-    tensor_bytes, time_two_pass_s, time_three_pass_s, iqr_two_pass_s, iqr_three_pass_s, speedup (= time_three_pass / time_two_pass, > 1 when
-    the two-pass is faster), and ``separated`` (the two IQR ranges do not overlap). Empty when nothing qualifies.
+    tensor_bytes, time_two_pass_s, time_three_pass_s, iqr_two_pass_s, iqr_three_pass_s, speedup (= time_three_pass
+    / time_two_pass, > 1 when the two-pass is faster), and ``separated`` (the two IQR ranges do not overlap). Empty
+    when nothing qualifies.
     """
     import pandas as pd
 
