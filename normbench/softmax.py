@@ -243,3 +243,53 @@ def _frame(df):
             "q75": met.get("time_q75_s", met.get("time_median_s")), "flagged": flagged,
         })
     return pd.DataFrame(out)
+
+
+# --- the generated block of docs/softmax.md -------------------------------------------------------------------------
+
+def _ms(v) -> str:
+    return "–" if v is None or v != v else f"{v * 1e3:.4g}"
+
+
+def softmax_markdown(records: list[dict]) -> str:
+    """The measured softmax records (per hardware) and the two-pass vs three-pass pairs, as Markdown tables."""
+    soft = [r for r in records if r.get("kind") == "kernel" and (r.get("norm") or {}).get("kind") == "softmax"]
+    if not soft:
+        return "No softmax kernel records yet."
+    out = []
+    by_hw: dict[str, list[dict]] = {}
+    for r in soft:
+        by_hw.setdefault(str(r["provenance"].get("hardware_id")), []).append(r)
+    for hw in sorted(by_hw):
+        recs = sorted(by_hw[hw], key=lambda r: (r["norm"]["name"], r["config"]["shape_label"] if "shape_label" in
+                                                r["config"] else str(r["config"]["shape"]), r["config"]["dtype"],
+                                                r["config"]["pass"], r["metrics"]["time_median_s"]))
+        hwd = recs[0]["provenance"].get("hardware") or {}
+        what = hwd.get("gpu") or hwd.get("cpu") or hw
+        out.append(f"#### `{hw}` ({what}; {recs[0]['config'].get('threads')} threads)\n")
+        out.append("| norm | shape | dtype | pass | backend | median ms | IQR ms | GB/s | % of copy ceiling | "
+                   "row passes | flags |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in recs:
+            c, m = r["config"], r["metrics"]
+            pct = m.get("pct_of_ceiling")
+            flags = ", ".join(r.get("flags") or ()) or ""
+            passes = m.get("row_passes")
+            out.append(f"| {r['norm']['name']} | {c.get('shape_label', c['shape'])} | {c['dtype']} | {c['pass']} | "
+                       f"{c['backend']} | {_ms(m['time_median_s'])} | {_ms(m.get('time_iqr_s'))} | "
+                       f"{m['gbps']:.3g} | {'–' if pct is None else f'{pct:.0f}'} | "
+                       f"{'–' if passes is None else passes} | {flags} |")
+        out.append("")
+    ev = two_pass_claim_evidence(soft)
+    out.append("Two-pass against three-pass on out-of-cache rows (`two_pass_claim_evidence`, forward; speed-up = "
+               "three-pass time / two-pass time; separated = the interquartile ranges do not overlap):\n")
+    if ev.empty:
+        out.append("No matched out-of-cache pairs yet.")
+    else:
+        out.append("| hardware | norm | pair | shape | dtype | two-pass ms | three-pass ms | speed-up | separated |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for _, e in ev.iterrows():
+            out.append(f"| {e['hardware_id']} | {e['norm']} | {e['pair']} | {e['shape']} | {e['dtype']} | "
+                       f"{_ms(e['time_two_pass_s'])} | {_ms(e['time_three_pass_s'])} | {e['speedup']:.3f} | "
+                       f"{'yes' if e['separated'] else 'no'} |")
+    return "\n".join(out).rstrip()
