@@ -345,3 +345,16 @@ def test_softmax_baselines_call_the_libraries_as_users_do(tmp_path, monkeypatch)
         y = sb.build(backend, "softmax", eager)(x)
         assert y.shape == x.shape
         assert_close(y, ref_softmax(x, False), 1e-6, backend)
+
+
+def test_docs_softmax_block_is_generated_from_the_committed_records():
+    from pathlib import Path
+
+    from normbench import claims, gendocs
+    from normbench.softmax import softmax_markdown
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "docs" / "softmax.md").read_text(encoding="utf-8")
+    bodies = {m.group("name"): m.group("body") for m in gendocs._BLOCK.finditer(text)}
+    want = softmax_markdown(claims.load_records(str(repo / "results")))
+    assert bodies["softmax"].rstrip("\n") == want.rstrip("\n"), "run `normbench docs --doc docs/softmax.md`"
