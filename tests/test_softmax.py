@@ -2,7 +2,7 @@
 
 Inputs include widths that are not powers of two, a single row, −inf entries, a row of all −inf (NaN, as
 ``torch.softmax`` gives in float64), large magnitudes (±1500, beyond the two-pass split's exact range at 3000, and
-a spread beyond float64's exponent range for ``compile_two_pass``), and rows of +inf. The Triton kernels run in Triton's
+a spread that overflows ``compile_two_pass``'s anchored sum), and rows of +inf. The Triton kernels run in Triton's
 CPU interpreter (see tests/test_triton_kernels.py for how the interpreter is switched on while this module is
 collected); ``limit``/``block`` shrink the on-chip width so the looped kernels walk several chunks.
 
@@ -125,7 +125,7 @@ def test_compiled_formulations_match_reference(algo, one_thread):
 
     for name in ("softmax", "log_softmax"):
         x = special_rows(301)
-        x[0, 7] = 900.0   # spread > 709 from the first entry: the two-pass's float64 sum overflows, row falls back
+        x[0, 7] = 900.0   # far above the first entry: the two-pass's sum overflows and the row falls back
         module = normbench.get_norm(name).create(301, backend=f"compile_{algo}")
         _check_backend(module, x, name == "log_softmax")
         assert module.row_passes("fwd") == (3 if algo == "three_pass" else 2)
