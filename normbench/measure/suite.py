@@ -110,7 +110,7 @@ def check_verdicts(norms) -> dict:
     out = {n: _VERDICTS.get(n) or cached_status(REGISTRY.get(n)) for n in norms}
     missing = [n for n, v in out.items() if v is None]
     if missing:
-        with make_executor() as ex:
+        with make_executor(preload=("normbench.check",)) as ex:
             out.update(ensure_checked(missing, ex, time_limit()))
     _VERDICTS.update(out)
     return out
@@ -137,10 +137,12 @@ def stamp(record: dict) -> dict:
     return _stamp(record, status, record["config"]["backend"], forced=forced())
 
 
-def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harness: str) -> Case:
+def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harness: str, timer: str = "host") -> Case:
     """The core's case for one parameter combination; raises :class:`Unsupported` (with the reason) if it cannot run.
 
     A norm that has not passed ``normbench check`` is unsupported here (see the module docstring).
+    ``timer``: ``"host"`` when the harness times it (pytest-benchmark, ASV's ``time_``), ``"events"`` when the core
+    does (CUDA events, L2 flushed: ``cold``); it decides the record's ``timing`` label.
     """
     import torch
 
@@ -153,8 +155,12 @@ def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harnes
         raise Unsupported(f"{norm} does not support the {s.layout} layout")
     if backend not in backends_for(spec):
         raise Unsupported(f"{norm} has no backend {backend}")
+    from normbench.measure.timers import timing_label
+
     device = default_device()
-    timing = "cold" if device.startswith("cuda") else "hot"
+    # The suites' own timers use a host clock around a synchronised call and flush nothing: on CUDA that is
+    # "host" timing (launch and synchronisation included), never "cold".
+    timing = timing_label(device, timer, cold=timer == "events")
     return Case(norm, backend, s, dtype, pass_, device, timing, torch.get_num_threads(), False, harness)
 
 
@@ -162,12 +168,16 @@ def prepare(case: Case, retain_graph: bool = False):
     """(prepared module, timed callable, untimed pre-callable, synchronize) for a case, warmed up.
 
     ``retain_graph``: for ``bwd``, time backward over one retained graph instead of rebuilding the graph
-    untimed before each call (for timers that cannot run untimed code between calls, like ASV's).
+    untimed before each call (for timers that cannot run untimed code between calls, like ASV's). For the
+    compile backend this turns off AOTAutograd's buffer donation before the module is compiled (see
+    :func:`allow_retained_compiled_backward`).
     """
     import torch
 
     from normbench.registry import REGISTRY
 
+    if retain_graph and case.pass_ == "bwd" and case.backend == "compile":
+        allow_retained_compiled_backward()
     prep = Prepared(REGISTRY.get(case.norm), case.backend, case.shape, case.dtype, case.device)
     if retain_graph and case.pass_ == "bwd":
         fn, pre = prep.retained_backward(), None
@@ -185,6 +195,25 @@ def prepare(case: Case, retain_graph: bool = False):
         fn()
     sync()
     return prep, fn, pre, sync
+
+
+def allow_retained_compiled_backward() -> bool:
+    """Let a compiled backward be called again on a retained graph; returns whether a setting was changed.
+
+    AOTAutograd may *donate* the buffers a compiled backward saved (reuse them for its outputs), and then refuses
+    ``retain_graph=True`` ("compiled with non-empty donated buffers"): on CUDA the partitioner donates where the CPU
+    build here did not. Donation is decided when the module is first compiled, so this must run before. It saves
+    memory, not traffic: the kernels read and write the same bytes. The core never needs it (it rebuilds the graph
+    untimed before each repetition); only ASV's ``bwd`` timing, which cannot, does. Verify on a GPU.
+    """
+    try:
+        import torch._functorch.config as fconfig
+    except ImportError:  # pragma: no cover - very old torch
+        return False
+    if getattr(fconfig, "donated_buffer", False):
+        fconfig.donated_buffer = False
+        return True
+    return False
 
 
 #: Set by the ASV suite to ``<repo>/.asv/normbench`` (ASV runs benchmarks in temporary directories and gives an
@@ -235,7 +264,8 @@ def benchmark_extra_info(prep, case: Case, ctx, samples: list[float]) -> dict:
                                 None, saved_bytes(prep.forward, prep.params)))
     m = record["metrics"]
     extra = {k: m[k] for k in ("bytes_moved", "gbps", "ceiling_gbps", "pct_of_ceiling", "datasheet_peak_gbps",
-                               "suspect", "saved_bytes")}
+                               "saved_bytes")}
+    extra["flags"] = record["flags"]
     extra["bytes_model"] = record["config"]["bytes_model"]
     extra["norm"], extra["backend"], extra["dtype"], extra["pass"] = case.norm, case.backend, case.dtype, case.pass_
     extra["shape"] = record["config"]["shape"]
