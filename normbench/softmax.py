@@ -80,21 +80,36 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, log: bool) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(name: str):
+def _compiled_fn(name: str):
     fn = {"three_pass": _three_pass, "2pass_sum": _two_pass_sum, "2pass_out": _two_pass_out, "bwd": _backward}[name]
-    return torch.compile(fn, dynamic=False)
+    # fullgraph: a graph break raises instead of running part of the formulation eagerly.
+    return torch.compile(fn, dynamic=False, fullgraph=True)
+
+
+def _compiled(name: str, *args):
+    """Run a compiled formulation; hitting Dynamo's recompile limit raises instead of silently running eager code
+    (the record would then time eager under a compiled backend's name)."""
+    import torch._dynamo
+
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        return _compiled_fn(name)(*args)
 
 
 def compiled_forward(x: torch.Tensor, algo: str, log: bool) -> torch.Tensor:
-    """The compiled formulation ``algo`` (three_pass or two_pass) of softmax/log-softmax over the last axis."""
+    """The compiled formulation ``algo`` (three_pass or two_pass) of softmax/log-softmax over the last axis.
+
+    Rows are viewed as 2-D ``(-1, C)`` so inputs of any rank share one compiled graph per (rows, C, dtype).
+    """
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])
     if algo == "three_pass":
-        return _compiled("three_pass")(x, log)
-    a, s = _compiled("2pass_sum")(x)
-    y = _compiled("2pass_out")(x, a, s, log)
+        return _compiled("three_pass", x, log).view(shape)
+    a, s = _compiled("2pass_sum", x)
+    y = _compiled("2pass_out", x, a, s, log)
     bad = ~(torch.isfinite(s) & (s > 0)).squeeze(-1)
     if bool(bad.any()):  # overflow (or no finite maximum): these rows take the three-pass
         y[bad] = _three_pass(x[bad], log)
-    return y
+    return y.view(shape)
 
 
 class _CompiledFn(torch.autograd.Function):
@@ -108,7 +123,9 @@ class _CompiledFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        return _compiled("bwd")(y, dy.contiguous(), ctx.log), None, None
+        shape = y.shape
+        dx = _compiled("bwd", y.reshape(-1, shape[-1]), dy.contiguous().view(-1, shape[-1]), ctx.log)
+        return dx.view(shape), None, None
 
 
 class CompiledSoftmax(nn.Module):
