@@ -82,7 +82,10 @@ def cells_markdown(records: list[dict]) -> str:
 
 
 def blocks(records: list[dict]) -> dict[str, str]:
-    return {"claims": C.to_markdown(C.evaluate(records)), "cells": cells_markdown(records)}
+    from normbench.softmax import softmax_markdown
+
+    return {"claims": C.to_markdown(C.evaluate(records)), "cells": cells_markdown(records),
+            "softmax": softmax_markdown(records)}
 
 
 def render(text: str, generated: dict[str, str]) -> str:
