@@ -128,11 +128,15 @@ def test_sweep_tune_end_to_end_and_resumable(tmp_path, capsys):
     recs = [r for _, r in iter_records(out, kind="accuracy")]
     tuning = [r for r in recs if "tuning" in r["flags"]]
     final = [r for r in recs if "tuning" not in r["flags"]]
-    grid = get_recipe("synth-lm", "gpt").lr_candidates()
+    base = get_recipe("synth-lm", "gpt").lr_candidates()
+    grid = final[0]["config"]["lr_search"]["grid"]
+    # The recipe's grid, plus at most one step beyond each edge when the best rate sat on that edge.
+    assert grid[grid.index(base[0]):grid.index(base[0]) + len(base)] == base and len(grid) <= len(base) + 2
     assert len(tuning) == len(grid) * 2 and len(final) == 2
     assert all(r["config"]["split"] == "val" for r in tuning) and all(r["config"]["split"] == "test" for r in final)
     assert sorted({r["config"]["recipe"]["lr"] for r in tuning}) == grid
     chosen, _ = choose_lr(grid, tuning)
+    assert chosen not in (grid[0], grid[-1]) or len(grid) > len(base)
     assert {r["config"]["lr_search"]["chosen"] for r in final} == {chosen}
     assert {r["config"]["recipe"]["lr"] for r in final} == {chosen}
     n_files = sorted(p.stat().st_mtime_ns for p in out.rglob("*.json"))

@@ -52,6 +52,8 @@ class Recipe:
     placement_overrides: dict = field(default_factory=dict)
     #: Learning-rate search: multipliers of ``lr`` tried, each with ``tune_seeds`` seeds, on the validation split.
     lr_grid: tuple[float, ...] = (1 / 3, 1.0, 3.0)
+    #: When the best rate is at an edge of the grid, the search goes up to this many grid steps further that way.
+    lr_extend: int = 1
     tune_seeds: int = 2
     #: Seeds run at the chosen learning rate, scored on the test split.
     final_seeds: int = 5
