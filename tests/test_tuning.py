@@ -166,3 +166,18 @@ def test_validation_split_uses_the_loaders_split_else_a_fixed_carve():
     tokens = TaskData(task=get_task("synth-lm"), train={"tokens": torch.arange(1000)}, eval={"tokens": torch.arange(5)})
     t = validation_split(tokens, 0.1)
     assert torch.equal(t.eval["tokens"], torch.arange(900, 1000)) and torch.equal(t.train["tokens"], torch.arange(900))
+
+
+def test_default_cells_warm_up_and_clip_the_stress_variant_does_neither():
+    from normbench.train.recipes import RECIPES
+
+    for name, r in RECIPES.items():
+        if r.variant == "deep_stress":
+            assert r.warmup_steps == 0 and not r.grad_clip and not r.agc, name
+        else:
+            assert r.warmup_steps > 0 and (r.grad_clip or r.agc), name
+    assert {"synth-lm/gpt/deep", "synth-lm/gpt/deep_stress"} <= set(RECIPES)
+    # nGPT's own recipe (no warm-up, no weight decay) applies to its placement only.
+    ngpt = get_recipe("synth-lm", "gpt").adapted("ngpt", "ngpt")
+    assert ngpt.warmup_steps == 0 and ngpt.weight_decay == 0 and ngpt.adapted_for == ("placement:ngpt",)
+    assert get_recipe("synth-lm", "gpt").adapted("ngpt", "pre_ln").adapted_for == ()
