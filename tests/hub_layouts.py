@@ -200,7 +200,7 @@ def as_data_dir(hub: Path, data_dir: Path, repos=None) -> Path:
 
 def fake_snapshot_download(hub: Path, cache: Path, calls: list | None = None):
     """A stand-in for ``huggingface_hub.snapshot_download`` that serves ``hub`` (as written by :func:`write_hub`)."""
-    from huggingface_hub import errors
+    from huggingface_hub import utils as errors  # the error classes, exported there by every version
     from huggingface_hub.utils import filter_repo_objects
 
     def snapshot_download(repo_id, *, repo_type=None, revision=None, allow_patterns=None, ignore_patterns=None,

@@ -13,7 +13,6 @@ from normbench.tasks import synthetic as S
 from normbench.tasks.splits import carve_validation, quick_subset, stratified_pick
 from normbench.tasks.text import ByteTokenizer, articles
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

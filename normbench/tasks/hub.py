@@ -43,6 +43,12 @@ class HubSource:
     #: How the split files are named inside ``folder``: "prefix" (``train-00000-of-00001.parquet``) or "folder"
     #: (``train/0000.parquet``, the layout of the hub's parquet conversion).
     naming: str = "prefix"
+    #: Other names a local copy may give a split (read by earlier versions), e.g. {"test": ("validation",)}.
+    aliases: tuple = ()
+
+    def names(self, logical: str) -> tuple[str, ...]:
+        """The names the ``logical`` split is accepted under, the hub's first."""
+        return (self.splits[logical], *dict(self.aliases).get(logical, ()))
 
     @property
     def patterns(self) -> list[str]:
@@ -80,10 +86,10 @@ def _split_of(path: Path, root: Path, src: HubSource) -> str | None:
     """Which logical split a parquet file belongs to, from its file name or its folder (the hub's layouts)."""
     parts = [p.lower() for p in path.relative_to(root).parts]
     stem = parts[-1]
-    for logical, name in src.splits.items():
-        n = name.lower()
-        if stem == f"{n}.parquet" or stem.startswith(f"{n}-") or stem.startswith(f"{n}_") or n in parts[:-1]:
-            return logical
+    for logical in src.splits:
+        for n in (name.lower() for name in src.names(logical)):
+            if stem == f"{n}.parquet" or stem.startswith(f"{n}-") or stem.startswith(f"{n}_") or n in parts[:-1]:
+                return logical
     return None
 
 
@@ -142,11 +148,12 @@ def _from_data_dir(task: str, src: HubSource, data_dir: Path) -> dict:
             dd = datasets.load_from_disk(str(root))
             result = {}
             for logical, name in src.splits.items():
-                if name not in dd:
+                found = next((n for n in src.names(logical) if n in dd), None)
+                if found is None:
                     raise DatasetUnavailable(
                         f"{task}: {root} (saved with save_to_disk) has splits {list(dd)}; {task} needs "
                         f"{list(src.splits.values())} ({name!r} is the {logical} split).\n{help_text}")
-                result[logical] = dd[name]
+                result[logical] = dd[found]
             return result
         if not root.is_dir():
             continue
@@ -199,7 +206,7 @@ def _from_hub(task: str, src: HubSource) -> dict:
 
 
 def _why_download_failed(src: HubSource, exc: Exception) -> str:
-    from huggingface_hub import errors
+    from huggingface_hub import utils as errors  # the error classes, exported there by every version
 
     first = str(exc).splitlines()[0] if str(exc) else ""
     name = src.describe()

@@ -84,11 +84,17 @@ def labels_of(ds, label_col: str) -> np.ndarray:
     return np.asarray(ds.select_columns([label_col]).with_format("numpy")[label_col], dtype=np.int64)
 
 
-def _hub_loader(src: HubSource, image_col: str, label_col: str, names: tuple, stored: int, mean, std):
-    def load(task, data_dir=None, quick=False):
-        from normbench.tasks import TaskData, split_summary
+class _HubImages:
+    """Loader of one hub image dataset: its splits (validation carved, quick subsets) decoded, or only counted."""
 
-        splits = load_splits(task.name, src, data_dir=data_dir, label_names={label_col: names})
+    def __init__(self, src: HubSource, image_col: str, label_col: str, names: tuple, stored: int, mean, std):
+        self.src, self.image_col, self.label_col, self.names = src, image_col, label_col, names
+        self.stored, self.mean, self.std = stored, mean, std
+
+    def _plan(self, task, data_dir, quick):
+        """(``{part: (dataset, indices, its labels)}``, the record's data description without counts)."""
+        src, label_col = self.src, self.label_col
+        splits = load_splits(task.name, src, data_dir=data_dir, label_names={label_col: self.names})
         y = {s: labels_of(ds, label_col) for s, ds in splits.items()}
         for split, labels in y.items():
             bad = int(((labels < 0) | (labels >= task.num_classes)).sum())
@@ -103,26 +109,40 @@ def _hub_loader(src: HubSource, image_col: str, label_col: str, names: tuple, st
             test_idx = quick_subset(y["test"], QUICK_EVAL, SPLIT_SEED + 3)
         parts = {"train": (splits["train"], train_idx, y["train"]), "val": (splits["train"], val_idx, y["train"]),
                  "test": (splits["test"], test_idx, y["test"])}
-        out = {}
-        for part, (ds, idx, labels) in parts.items():
+        for part, (_, idx, labels) in parts.items():
             if len(idx) == 0:
                 raise DatasetUnavailable(f"{task.name}: the {part} split is empty ({len(labels)} examples in "
                                          f"the source split)")
-            sub = ds if len(idx) == len(ds) else ds.select(idx)
-            out[part] = decode_split(sub, image_col, label_col, stored, f"{task.name}-{part}")
-            if not torch.equal(out[part]["y"], torch.from_numpy(labels[idx])):
-                raise RuntimeError(f"{task.name}: decoded {part} labels differ from the dataset's (stale cache "
-                                   f"under {cache_dir() / 'data'}?)")
         data = {
             "source": src.describe(),
             "val": f"{VAL_FRACTION:g} of {src.splits['train']!r}, class-stratified, seed {SPLIT_SEED}",
             "test": src.splits["test"],
             "subset": f"class-stratified, at most {QUICK_TRAIN}/{QUICK_EVAL}/{QUICK_EVAL}" if quick else "all",
-            **split_summary(out, "images"),
         }
-        return TaskData(task=task, train=out["train"], val=out["val"], eval=out["test"], mean=mean, std=std,
-                        stored_size=stored, info={"source": src.repo, "config": src.folder, "data": data})
-    return load
+        return parts, data
+
+    def summary(self, task, data_dir=None, quick=False) -> dict:
+        """The record's ``config["data"]`` from the labels alone (no image is decoded)."""
+        parts, data = self._plan(task, data_dir, quick)
+        data["examples"] = {p: int(len(idx)) for p, (_, idx, _) in parts.items()}
+        data["classes"] = {p: int(len(np.unique(labels[idx]))) for p, (_, idx, labels) in parts.items()}
+        return data
+
+    def load(self, task, data_dir=None, quick=False):
+        from normbench.tasks import TaskData, split_summary
+
+        parts, data = self._plan(task, data_dir, quick)
+        out = {}
+        for part, (ds, idx, labels) in parts.items():
+            sub = ds if len(idx) == len(ds) else ds.select(idx)
+            out[part] = decode_split(sub, self.image_col, self.label_col, self.stored, f"{task.name}-{part}")
+            if not torch.equal(out[part]["y"], torch.from_numpy(labels[idx])):
+                raise RuntimeError(f"{task.name}: decoded {part} labels differ from the dataset's (stale cache "
+                                   f"under {cache_dir() / 'data'}?)")
+        data.update(split_summary(out, "images"))
+        return TaskData(task=task, train=out["train"], val=out["val"], eval=out["test"], mean=self.mean,
+                        std=self.std, stored_size=self.stored,
+                        info={"source": self.src.repo, "config": self.src.folder, "data": data})
 
 
 CIFAR10 = HubSource("uoft-cs/cifar10", "plain_text", {"train": "train", "test": "test"}, ("img", "label"))
@@ -131,8 +151,14 @@ CIFAR100 = HubSource("uoft-cs/cifar100", "cifar100", {"train": "train", "test": 
 #: frgfm/imagenette is a loading script, which ``datasets`` 4+ refuses; the hub's parquet conversion of it (the
 #: ``refs/convert/parquet`` branch, one folder per configuration and split) holds the same rows and features.
 IMAGENETTE = HubSource("frgfm/imagenette", "160px", {"train": "train", "test": "validation"}, ("image", "label"),
-                       revision="refs/convert/parquet", naming="folder")
-TINY_IMAGENET = HubSource("zh-plus/tiny-imagenet", "data", {"train": "train", "test": "valid"}, ("image", "label"))
+                       revision="refs/convert/parquet", naming="folder", aliases=(("test", ("valid", "test")),))
+TINY_IMAGENET = HubSource("zh-plus/tiny-imagenet", "data", {"train": "train", "test": "valid"}, ("image", "label"),
+                          aliases=(("test", ("validation",)),))
+
+
+def _images(*args) -> dict:
+    h = _HubImages(*args)
+    return {"loader": h.load, "summarize": h.summary}
 
 
 def _tasks():
@@ -146,7 +172,7 @@ def _tasks():
             description=f"60k 32x32 colour images in 10 classes (50k train, 10k test); uoft-cs/cifar10 'img', "
                         f"'label'; scored on 'test'; {split_note}.",
             source="uoft-cs/cifar10 (plain_text)",
-            loader=_hub_loader(CIFAR10, "img", "label", L.CIFAR10, 32, CIFAR10_MEAN, CIFAR10_STD),
+            **_images(CIFAR10, "img", "label", L.CIFAR10, 32, CIFAR10_MEAN, CIFAR10_STD),
             default_model="resnet", models=image_models, num_classes=10, image_size=32,
         ),
         Task(
@@ -155,7 +181,7 @@ def _tasks():
             description=f"60k 32x32 colour images in 100 fine classes; uoft-cs/cifar100 'img', 'fine_label', "
                         f"'coarse_label' (trained on fine_label); scored on 'test'; {split_note}.",
             source="uoft-cs/cifar100 (cifar100)",
-            loader=_hub_loader(CIFAR100, "img", "fine_label", L.CIFAR100_FINE, 32, CIFAR100_MEAN, CIFAR100_STD),
+            **_images(CIFAR100, "img", "fine_label", L.CIFAR100_FINE, 32, CIFAR100_MEAN, CIFAR100_STD),
             default_model="resnet", models=image_models, num_classes=100, image_size=32,
         ),
         Task(
@@ -165,7 +191,7 @@ def _tasks():
                         f"of frgfm/imagenette (revision refs/convert/parquet, '160px') 'image', 'label', stored "
                         f"at 144px, trained on random 128px crops; scored on 'validation'; {split_note}.",
             source="frgfm/imagenette@refs/convert/parquet (160px)",
-            loader=_hub_loader(IMAGENETTE, "image", "label", L.IMAGENETTE, 144, IMAGENET_MEAN, IMAGENET_STD),
+            **_images(IMAGENETTE, "image", "label", L.IMAGENETTE, 144, IMAGENET_MEAN, IMAGENET_STD),
             default_model="resnet", models=image_models, num_classes=10, image_size=128,
         ),
         Task(
@@ -174,7 +200,7 @@ def _tasks():
             description=f"200 ImageNet classes at 64x64 (100k train, 10k valid); zh-plus/tiny-imagenet 'image', "
                         f"'label'; scored on 'valid'; {split_note}.",
             source="zh-plus/tiny-imagenet",
-            loader=_hub_loader(TINY_IMAGENET, "image", "label", L.TINY_IMAGENET, 64, IMAGENET_MEAN,
+            **_images(TINY_IMAGENET, "image", "label", L.TINY_IMAGENET, 64, IMAGENET_MEAN,
                                IMAGENET_STD),
             default_model="resnet", models=image_models, num_classes=200, image_size=64,
         ),

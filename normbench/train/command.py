@@ -169,7 +169,7 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
 
     from normbench._stdout import document_stream
     from normbench.check import ensure_checked, refusal, stamp
-    from normbench.executor import Task, make_executor, stall_limit
+    from normbench.executor import Task, make_executor, stall_limit, time_limit
     from normbench.results import write_records
     from normbench.tasks import DatasetUnavailable
     from normbench.train.loop import command_line, distributed_env, record_id_for
@@ -181,10 +181,11 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
     # torchrun: each rank is already the process that runs the work, and the ranks must stay in step.
     executor_name = "inprocess" if distributed else getattr(args, "executor", None)
     limit = stall_limit(getattr(args, "stall_limit", None))
+    check_limit = time_limit(getattr(args, "time_limit", None))
     command = command_line()
     broken: dict[str, str] = {}
-    with make_executor(executor_name) as ex:
-        verdicts = ensure_checked([r.spec().name for r in runs], ex, None)
+    with make_executor(executor_name, preload=("normbench.train.loop", "normbench.check")) as ex:
+        verdicts = ensure_checked([r.spec().name for r in runs], ex, check_limit)
         for name, v in verdicts.items():
             if not v.passed and not force:
                 msg = refusal(v, "train")
@@ -241,8 +242,8 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
 def cmd_train(args) -> int:
     import normbench
     from normbench.models import supports
-    from normbench.tasks import DatasetUnavailable, default_task, get_task
     from normbench.stats import aggregate
+    from normbench.tasks import DatasetUnavailable, default_task, get_task
 
     spec = normbench.get_norm(args.norm)
     task = get_task(args.task or default_task(spec.layouts))
@@ -277,7 +278,7 @@ def _norm_names(selectors) -> list[str]:
         if sel in ("activation", "all"):
             for name in normbench.list_norms():
                 kind = normbench.get_norm(name).kind
-                if sel == "all" or kind == "activation":
+                if (sel == "all" and kind != "softmax") or kind == "activation":  # softmax is no layer norm
                     names.append(name)
         else:
             normbench.get_norm(sel)  # unknown names fail here, before any training
@@ -406,8 +407,8 @@ def _tune_and_run(args, norm, task, model, variant, placement, store: dict) -> t
 def cmd_sweep(args) -> int:
     from normbench._stdout import document_stream
     from normbench.results import existing_ids
-    from normbench.tasks import DatasetUnavailable
     from normbench.stats import aggregate
+    from normbench.tasks import DatasetUnavailable
 
     if args.tune:
         if args.lr is not None:

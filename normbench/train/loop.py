@@ -423,6 +423,7 @@ def train(run: Run, command: str | None = None) -> dict | None:
     if recipe.agc:
         from normbench.norms.weights import adaptive_grad_clip as agc
     agc_params = _agc_params(core) if recipe.agc else None
+    heartbeat()  # data and model are ready: from here the watchdog waits for steps
     after_step = getattr(core, "after_step", None)
     try:
         while state["step"] < recipe.steps:
