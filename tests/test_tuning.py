@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import normbench.models as models_pkg
 from normbench.models import build_model, model_hash
 from normbench.results import iter_records
+from normbench.results.store import record_files
 from normbench.tasks import get_task
 from normbench.train.command import choose_lr
 from normbench.train.loop import Run, make_optimizer, run_config
@@ -139,12 +140,13 @@ def test_sweep_tune_end_to_end_and_resumable(tmp_path, capsys):
     assert chosen not in (grid[0], grid[-1]) or len(grid) > len(base)
     assert {r["config"]["lr_search"]["chosen"] for r in final} == {chosen}
     assert {r["config"]["recipe"]["lr"] for r in final} == {chosen}
-    n_files = sorted(p.stat().st_mtime_ns for p in out.rglob("*.json"))
+    n_files = sorted(p.stat().st_mtime_ns for p in record_files(out))
+    assert n_files
     capsys.readouterr()
     assert main(argv) == 0  # resumed: everything is already there
     err = capsys.readouterr().err
     assert err.count("skipped") == len(tuning) + len(final)
-    assert sorted(p.stat().st_mtime_ns for p in out.rglob("*.json")) == n_files
+    assert sorted(p.stat().st_mtime_ns for p in record_files(out)) == n_files
 
 
 def test_validation_split_uses_the_loaders_split_else_a_fixed_carve():
