@@ -129,7 +129,8 @@ def _softmax_cases(quick: bool):
                         dict(X="x", Y="x", C=C, LOG=log, BLOCK_C=C), warps_for(C, 8, 1, 16)))
         for algo, code in S.ALGORITHMS.items():
             out.append((f"softmax fwd looped {algo} {name} [{S.BLOCK}]", S._looped_fwd_kernel,
-                        dict(X="x", Y="x", C=256000, ALGO=code, LOG=log, BLOCK_C=S.BLOCK), warps_for(S.BLOCK, 8, 1, 16)))
+                        dict(X="x", Y="x", C=256000, ALGO=code, LOG=log, BLOCK_C=S.BLOCK),
+                        warps_for(S.BLOCK, 8, 1, 16)))
         for C in ((S.MAX_FUSED_C_BWD,) if quick else (1024, 4096, S.MAX_FUSED_C_BWD)):
             out.append((f"softmax bwd on-chip {name} C={C}", S._fused_bwd_kernel,
                         dict(Yp="x", DY="x", DX="x", C=C, LOG=log, BLOCK_C=C), warps_for(C, 8, 1, 16)))

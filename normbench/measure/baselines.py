@@ -9,6 +9,7 @@
 * ``flashinfer``: ``flashinfer.norm.rmsnorm(x, weight, eps)`` and ``fused_add_rmsnorm(x, residual, weight, eps)``
   (add_rmsnorm; in place, forward only).
 * ``apex``: ``apex.normalization.FusedLayerNorm(C, eps=eps)`` / ``FusedRMSNorm(C, eps=eps)``.
+* softmax (``liger``, ``quack``): ``normbench.measure.softmax_baselines``.
 
 Every adapter shares the eager module's parameters (so gradients and errors are comparable) and never changes what
 the library computes. Two choices are about the harness, not the kernel: Liger's RMSNorm backward defaults to
@@ -310,3 +311,16 @@ def unavailable(backend: str, norm: str, layout: str, device: str, dtype: str | 
 def build(backend: str, norm: str, eager: nn.Module) -> nn.Module:
     """The baseline module for ``norm``, sharing ``eager``'s parameters."""
     return get(backend, norm).build(eager)
+
+
+def _register(extra) -> None:
+    """Entries kept in their own modules (the softmax baselines) join the registry."""
+    for b in extra:
+        REGISTRY[(b.backend, b.norm)] = b
+        SUPPORTED[b.norm] = SUPPORTED.get(b.norm, ()) + (b.backend,)
+
+
+from normbench.measure.softmax_baselines import entries as _softmax_entries  # noqa: E402
+
+_register(_softmax_entries())
+BASELINES = tuple(dict.fromkeys(b for b, _ in REGISTRY))

@@ -131,7 +131,7 @@ def default_device() -> str:
 
 def backends_for(spec) -> tuple[str, ...]:
     """The spec's backends plus the external baselines (native, liger, quack, te, flashinfer, apex) for this norm."""
-    return tuple(spec.backends) + baselines.backends_for(spec.name) + softmax_baselines.backends_for(spec.name)
+    return tuple(spec.backends) + baselines.backends_for(spec.name)
 
 
 def device_dtypes(device: str) -> tuple[str, ...]:
@@ -272,12 +272,8 @@ class Prepared:
         self.dtype = DTYPES[dtype]
         if shape.layout not in spec.layouts:
             raise Unsupported(f"{spec.name} does not support the {shape.layout} layout")
-        external = softmax_baselines if backend in softmax_baselines.backends_for(spec.name) else baselines
         if backend in backends_for(spec) and backend not in spec.backends:
-            if external is baselines:
-                reason = baselines.unavailable(backend, spec.name, shape.layout, device, dtype)
-            else:
-                reason = softmax_baselines.unavailable(backend, spec.name, shape.layout, device)
+            reason = baselines.unavailable(backend, spec.name, shape.layout, device, dtype)
         elif backend in spec.backends:
             reason = spec.backend_unavailable(backend)
         else:
@@ -297,9 +293,8 @@ class Prepared:
         if backend in spec.backends:
             module = spec.create(c, layout=shape.layout, backend=backend)
         else:
-            module = external.build(backend, spec.name, spec.create(c, layout=shape.layout))
-            if external is baselines:
-                self.baseline = baselines.get(backend, spec.name)
+            module = baselines.build(backend, spec.name, spec.create(c, layout=shape.layout))
+            self.baseline = baselines.get(backend, spec.name)
         self.module = module.to(device=device, dtype=self.dtype).train(mode == "train")
         self.inputs = _inputs_for(spec.kind, self.dims, self.dtype, device)
         self.params = [p for p in self.module.parameters() if p.requires_grad]

@@ -537,7 +537,7 @@ class Site:
                                                                          if len({x.hardware for x in cells}) > 1
                                                                          else "")
             href = "../" * depth + c.runs[0]["entry"].href
-            ev = agg.mean_curve(c.runs, 2)
+            ev = agg.mean_curve(c.runs, 2, log=S.is_log_metric(c.metric))
             lo = agg.mean_curve(c.runs, 1)
             if ev:
                 eval_series.append(Series(name, [Point(s, v, href, f"{name} step {int(s)}: {fmt_metric(v, c.metric)}")
