@@ -210,7 +210,7 @@ def test_bench_refuses_unchecked_norms_and_force_flags_them(hostile, cache_dir, 
                hostile, cache_dir)
     assert res.returncode == 1
     assert "hang_norm hung" in res.stderr and "time limit" in res.stderr
-    assert "crash_norm crashed" in res.stderr
+    assert "crash_norm crashed" in res.stderr and "exit code 3" in res.stderr
     recs = _records(out)
     names = {r["norm"]["name"] for r in recs}
     assert "hang_norm" not in names and "crash_norm" not in names

@@ -64,6 +64,10 @@ def _cases(quick: bool):
                          DW_PART="fp32", DB_PART="fp32", DSW_PART="fp32", M=64, C=1 << 16, HW=1, n_tiles=64,
                          MODE=mode, IMAGES=False, HAS_W=mode != 3, HAS_B=mode == 0, SCALAR_W=mode == 3, HAS_DS=False,
                          HAS_COEF=True, COMPUTE_DW=True, BLOCK_R=1, BLOCK_C=bc), warps_for(bc, 8, 4)))
+        out.append((f"row wide bwd fused {row_modes[mode]} [1x{bc}]", R._row_bwd_wide_kernel,
+                    dict(X="x", W="fp32", DY="x", DS="x", DX="x", AUX="fp32", RSTD="fp32", DW_PART="fp32",
+                         DB_PART="fp32", DSW_PART="fp32", M=64, C=1 << 16, MODE=mode, HAS_W=mode != 3,
+                         HAS_B=mode == 0, SCALAR_W=mode == 3, HAS_DS=mode == 1, COMPUTE_DW=True, BLOCK_C=bc), 8))
 
     for kind, name in ((0, "dyt"), (1, "derf")):
         for images, ncols in ((False, 4096), (True, 3136)):

@@ -52,6 +52,7 @@ class Baseline:
     layouts: tuple[str, ...] = ("tokens",)
     requires_cuda: bool = True
     inplace_inputs: bool = False     # overwrites its inputs (forward only)
+    forward_only: bool = False       # no autograd: fwd cases only
     notes: str = ""
     dtypes: tuple[str, ...] = field(default=("float32", "bfloat16", "float16"))
 
@@ -263,11 +264,11 @@ REGISTRY: dict[tuple[str, str], Baseline] = {
                  "transformer_engine.pytorch.LayerNorm(C, eps=eps)", _te("layernorm")),
         Baseline("flashinfer", "rmsnorm", "flashinfer.norm", "flashinfer-python",
                  "flashinfer.norm.rmsnorm(x2d, weight, eps) under no_grad", _flashinfer_rmsnorm,
-                 notes="inference kernel: forward only", dtypes=("bfloat16", "float16")),
+                 notes="inference kernel: forward only", dtypes=("bfloat16", "float16"), forward_only=True),
         Baseline("flashinfer", "add_rmsnorm", "flashinfer.norm", "flashinfer-python",
                  "flashinfer.norm.fused_add_rmsnorm(x2d, r2d, weight, eps) under no_grad", _flashinfer_add_rmsnorm,
-                 inplace_inputs=True, notes="in place on x and residual; inputs restored untimed between "
-                                            "repetitions; forward only", dtypes=("bfloat16", "float16")),
+                 inplace_inputs=True, forward_only=True, dtypes=("bfloat16", "float16"),
+                 notes="in place on x and residual; inputs restored untimed between repetitions; forward only"),
         Baseline("apex", "layernorm", "apex.normalization", "apex", "apex.normalization.FusedLayerNorm(C, eps=eps)",
                  _apex("layernorm")),
         Baseline("apex", "rmsnorm", "apex.normalization", "apex", "apex.normalization.FusedRMSNorm(C, eps=eps)",

@@ -224,7 +224,10 @@ def _cmd_compare(args) -> int:
     for r in rows:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     if args.json:
-        print(json.dumps({"factor": args.factor, "counts": counts, "rows": [r.to_dict() for r in rows]}, indent=1))
+        from normbench._stdout import document_stream
+
+        print(json.dumps({"factor": args.factor, "counts": counts, "rows": [r.to_dict() for r in rows]}, indent=1),
+              file=document_stream())
     else:
         if not rows:
             print("no kernel records to compare")
