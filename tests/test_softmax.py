@@ -304,6 +304,7 @@ def test_two_pass_claim_evidence_pairs_out_of_cache_records():
         assert row["pair"] == "compile_two_pass vs compile_three_pass" and row["speedup"] == pytest.approx(1.25)
         assert bool(row["separated"])
     assert two_pass_claim_evidence([]).empty
+    assert two_pass_claim_evidence([_rec("compile_two_pass", 1.0, flags=("noisy",))]).empty  # nothing left
 
 
 # --- external baselines ---------------------------------------------------------------------------------------------
