@@ -103,12 +103,12 @@ def _cmd_bench(args) -> int:
     _quiet_compile_warnings()
     from normbench.check import ensure_checked, refusal, stamp
     from normbench.cli import report_plugin_problems
-    from normbench.executor import make_executor, time_limit
+    from normbench.executor import from_args, time_limit
 
     report_plugin_problems()
     limit = time_limit(args.time_limit)
     t0 = time.perf_counter()
-    with make_executor(args.executor) as ex:
+    with from_args(args) as ex:
         verdicts = ensure_checked([c.norm for c in cases], ex, limit)
         refused = [n for n, v in verdicts.items() if not v.passed and not args.force]
         for name in refused:

@@ -1,0 +1,208 @@
+"""The Ray executor against a real local Ray head (``ray start --head``) reached by ``--address``.
+
+One head serves the whole module (Ray takes a while to start): 2 CPUs, no GPU, no dashboard, usage statistics off,
+token authentication with a token of the test's own, its own temporary directory; it is stopped through the process
+id of its ``ray start --block`` command (which stops the processes it started), never with a machine-wide
+``ray stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray", reason="Ray is not installed (pip install 'normbench[ray]'): the Ray executor is untested")
+
+pytestmark = pytest.mark.slow
+
+RAY = Path(sys.executable).with_name("ray")
+NORMBENCH = Path(sys.executable).with_name("normbench")
+# A small sweep: three norms x two quick shapes, one dtype, one pass: six groups, each a Ray task.
+BENCH = ["bench", "--norm", "layernorm", "rmsnorm", "dyt", "--quick", "--backend", "eager", "--dtype", "float32",
+         "--pass", "fwd", "--threads", "1", "--no-progress"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ours(pid: int, token: str) -> bool:
+    """Whether process ``pid`` belongs to this test's head (its environment holds the head's token)."""
+    try:
+        return f"RAY_AUTH_TOKEN={token}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def _head_processes(token: str) -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ours(int(p.name), token)]
+
+
+@pytest.fixture(scope="module")
+def head():
+    """``(address, env)`` of a local Ray head started for this module."""
+    if not RAY.exists():
+        pytest.skip(f"no `ray` command next to {sys.executable}")
+    token = secrets.token_hex(32)
+    temp = tempfile.mkdtemp(prefix="nbray")  # short: Ray's socket paths live below it (107-byte limit)
+    port = _free_port()
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
+               NORMBENCH_CACHE=os.path.join(temp, "cache"), NORMBENCH_CACHE_DIR=os.path.join(temp, "cache"))
+    env.pop("RAY_ADDRESS", None)
+    log = open(os.path.join(temp, "head.log"), "w")
+    proc = subprocess.Popen([str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+                             "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+                             f"--temp-dir={temp}"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray runtime started" not in Path(temp, "head.log").read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("the Ray head did not start:\n" + Path(temp, "head.log").read_text()[-3000:])
+            time.sleep(0.5)
+        yield address, env, token
+    finally:
+        proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+        for pid in _head_processes(token):  # anything of this head that outlived it, by process id
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _normbench(args, env, **kw):
+    return subprocess.run([str(NORMBENCH), *args], env=env, capture_output=True, text=True, timeout=300, **kw)
+
+
+def _records(root) -> dict:
+    from normbench.results import iter_records
+
+    return {rec["id"]: rec for _, rec in iter_records(root, "kernel")}
+
+
+@pytest.fixture(scope="module")
+def inprocess(head, tmp_path_factory):
+    """The reference: the same sweep run in this process's way (``--executor inprocess``)."""
+    _, env, _ = head
+    out = tmp_path_factory.mktemp("inprocess")
+    r = _normbench(BENCH + ["--executor", "inprocess", "--out", str(out)], env)
+    assert r.returncode == 0, r.stderr
+    recs = _records(out)
+    assert len(recs) == 6
+    return recs
+
+
+def _same_measurement(a: dict, b: dict) -> None:
+    """Everything but the timings and when/where: the same case, inputs, code, check and exactness."""
+    assert a["config"] == b["config"] and a["norm"] == b["norm"] and a["impl_hash"] == b["impl_hash"]
+    assert a["check"] == b["check"]
+    for key in ("bytes_moved", "err", "saved_bytes"):
+        assert a["metrics"][key] == b["metrics"][key], key
+    assert a["provenance"]["hardware_id"] == b["provenance"]["hardware_id"]
+
+
+def test_sweep_through_a_ray_head_gives_the_same_record_ids(head, inprocess, tmp_path):
+    address, env, _ = head
+    out = tmp_path / "ray"
+    r = _normbench(BENCH + ["--executor", "ray", "--address", address, "--out", str(out)], env)
+    assert r.returncode == 0, r.stderr
+    assert "6 records written" in r.stdout
+    recs = _records(out)
+    assert set(recs) == set(inprocess)
+    for rid, rec in recs.items():
+        _same_measurement(rec, inprocess[rid])
+        assert rec["provenance"]["node"] == socket.gethostname() or rec["provenance"]["node"]
+        assert "--executor ray" in rec["provenance"]["command"]  # the driver's command line, not the worker's
+    # Timings are not asserted (a shared machine), only reported: the two runs measured the same thing.
+    ratios = sorted(recs[i]["metrics"]["time_median_s"] / inprocess[i]["metrics"]["time_median_s"] for i in recs)
+    print("ray / in-process median time ratios:", [round(x, 2) for x in ratios])
+
+
+def test_killing_a_worker_mid_sweep_loses_nothing_and_a_rerun_completes(head, inprocess, tmp_path):
+    address, env, token = head
+    out = tmp_path / "ray"
+    args = BENCH + ["--executor", "ray", "--address", address, "--out", str(out)]
+    driver = subprocess.Popen([str(NORMBENCH), *args, "--retries", "0"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    killed = None
+    deadline = time.monotonic() + 240
+    while killed is None and driver.poll() is None and time.monotonic() < deadline:
+        if list(out.rglob("*.json")):  # something finished and was written: now kill a worker at work
+            for pid in _head_processes(token):
+                try:
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                except OSError:
+                    continue
+                if title.startswith(b"ray::_run_task"):
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+                    break
+        time.sleep(0.05)
+    stdout, stderr = driver.communicate(timeout=300)
+    if killed is None:
+        pytest.skip("the sweep finished before a worker could be killed mid-task (machine too fast for this plan)")
+    assert driver.returncode == 1, stderr  # a failure, reported
+    assert "crashed in" in stderr and "worker process running it died" in stderr, stderr
+    failed = [line for line in stderr.splitlines() if line.startswith("  failed ")]
+    assert failed and all("/eager/quick-" in line for line in failed)  # reported by name (norm/backend/shape)
+    kept = _records(out)
+    assert kept and set(kept) < set(inprocess)  # what finished is kept, nothing else pretends to be
+    stamps = {rid: rec["provenance"]["timestamp"] for rid, rec in kept.items()}
+
+    again = _normbench(args, env)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(kept)} already in" in again.stdout
+    final = _records(out)
+    assert set(final) == set(inprocess)  # the re-run completed exactly the rest
+    assert all(final[rid]["provenance"]["timestamp"] == ts for rid, ts in stamps.items())  # not measured twice
+    for rid, rec in final.items():
+        _same_measurement(rec, inprocess[rid])
+
+
+def test_training_sweep_through_a_ray_head_matches_in_process(head, tmp_path):
+    address, env, _ = head
+    common = ["sweep", "--norms", "rmsnorm", "--tasks", "synth-lm", "--seeds", "2", "--steps", "3", "--no-progress",
+              "--checkpoint-dir", str(tmp_path / "ck")]
+    a, b = tmp_path / "inprocess", tmp_path / "ray"
+    r = _normbench(common + ["--executor", "inprocess", "--out", str(a)], env)
+    assert r.returncode == 0, r.stderr
+    r = _normbench(common + ["--executor", "ray", "--address", address, "--out", str(b)], env)
+    assert r.returncode == 0, r.stderr
+    from normbench.results import iter_records
+
+    ra = {rec["id"]: rec for _, rec in iter_records(a, "accuracy")}
+    rb = {rec["id"]: rec for _, rec in iter_records(b, "accuracy")}
+    assert len(ra) == 2 and set(ra) == set(rb)
+    for rid in ra:  # CPU training with a fixed thread count is deterministic: the same numbers, not just close
+        assert ra[rid]["metrics"]["curve"] == rb[rid]["metrics"]["curve"]
+        assert ra[rid]["metrics"]["final"] == rb[rid]["metrics"]["final"]
+    again = _normbench(common + ["--executor", "ray", "--address", address, "--out", str(b)], env)
+    assert again.returncode == 0 and again.stderr.count(", skipped") == 2, again.stderr
+
+
+def test_bad_address_is_a_clear_error(head):
+    _, env, _ = head
+    r = _normbench(BENCH + ["--executor", "ray", "--address", f"127.0.0.1:{_free_port()}", "--out", "unused"],
+                   dict(env, RAY_AUTH_MODE=""), cwd=tempfile.gettempdir())
+    assert r.returncode == 2 and "could not join the Ray cluster" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
