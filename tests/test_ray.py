@@ -8,8 +8,9 @@ id of its ``ray start --block`` command (which stops the processes it started), 
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -100,13 +101,34 @@ def _records(root) -> dict:
     return {rec["id"]: rec for _, rec in iter_records(root, "kernel")}
 
 
+@contextlib.contextmanager
+def _here(env):
+    """Run normbench's CLI in this process with the head's cache directories; restores what it changes."""
+    import torch
+
+    saved = {k: os.environ.get(k) for k in ("NORMBENCH_CACHE", "NORMBENCH_CACHE_DIR")}
+    threads = torch.get_num_threads()
+    os.environ.update({k: env[k] for k in saved})
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @pytest.fixture(scope="module")
 def inprocess(head, tmp_path_factory):
-    """The reference: the same sweep run in this process's way (``--executor inprocess``)."""
+    """The reference: the same sweep with ``--executor inprocess`` (in this process: no second interpreter)."""
+    from normbench.cli import main
+
     _, env, _ = head
     out = tmp_path_factory.mktemp("inprocess")
-    r = _normbench(BENCH + ["--executor", "inprocess", "--out", str(out)], env)
-    assert r.returncode == 0, r.stderr
+    with _here(env):
+        assert main(BENCH + ["--executor", "inprocess", "--out", str(out)]) == 0
     recs = _records(out)
     assert len(recs) == 6
     return recs
@@ -131,7 +153,7 @@ def test_sweep_through_a_ray_head_gives_the_same_record_ids(head, inprocess, tmp
     assert set(recs) == set(inprocess)
     for rid, rec in recs.items():
         _same_measurement(rec, inprocess[rid])
-        assert rec["provenance"]["node"] == socket.gethostname() or rec["provenance"]["node"]
+        assert rec["provenance"]["node"] == platform.node()  # the node that measured (this machine's head)
         assert "--executor ray" in rec["provenance"]["command"]  # the driver's command line, not the worker's
     # Timings are not asserted (a shared machine), only reported: the two runs measured the same thing.
     ratios = sorted(recs[i]["metrics"]["time_median_s"] / inprocess[i]["metrics"]["time_median_s"] for i in recs)
@@ -180,24 +202,26 @@ def test_killing_a_worker_mid_sweep_loses_nothing_and_a_rerun_completes(head, in
 
 
 def test_training_sweep_through_a_ray_head_matches_in_process(head, tmp_path):
-    address, env, _ = head
-    common = ["sweep", "--norms", "rmsnorm", "--tasks", "synth-lm", "--seeds", "2", "--steps", "3", "--no-progress",
-              "--checkpoint-dir", str(tmp_path / "ck")]
-    a, b = tmp_path / "inprocess", tmp_path / "ray"
-    r = _normbench(common + ["--executor", "inprocess", "--out", str(a)], env)
-    assert r.returncode == 0, r.stderr
-    r = _normbench(common + ["--executor", "ray", "--address", address, "--out", str(b)], env)
-    assert r.returncode == 0, r.stderr
+    from normbench.cli import main
     from normbench.results import iter_records
 
+    address, env, _ = head
+    common = ["sweep", "--norms", "rmsnorm", "--tasks", "synth-lm", "--seeds", "1", "--steps", "3", "--no-progress",
+              "--checkpoint-dir", str(tmp_path / "ck")]
+    a, b = tmp_path / "inprocess", tmp_path / "ray"
+    with _here(env):
+        assert main(common + ["--executor", "inprocess", "--out", str(a)]) == 0
+    r = _normbench(common + ["--executor", "ray", "--address", address, "--out", str(b)], env)
+    assert r.returncode == 0, r.stderr
     ra = {rec["id"]: rec for _, rec in iter_records(a, "accuracy")}
     rb = {rec["id"]: rec for _, rec in iter_records(b, "accuracy")}
-    assert len(ra) == 2 and set(ra) == set(rb)
+    assert len(ra) == 1 and set(ra) == set(rb)
     for rid in ra:  # CPU training with a fixed thread count is deterministic: the same numbers, not just close
         assert ra[rid]["metrics"]["curve"] == rb[rid]["metrics"]["curve"]
         assert ra[rid]["metrics"]["final"] == rb[rid]["metrics"]["final"]
+        assert rb[rid]["provenance"]["node"]
     again = _normbench(common + ["--executor", "ray", "--address", address, "--out", str(b)], env)
-    assert again.returncode == 0 and again.stderr.count(", skipped") == 2, again.stderr
+    assert again.returncode == 0 and again.stderr.count(", skipped") == 1, again.stderr
 
 
 def test_bad_address_is_a_clear_error(head):

@@ -38,7 +38,7 @@ WRITER = textwrap.dedent("""
 
 @pytest.mark.skipif(results.store.fcntl is None, reason="no fcntl (flock) on this platform")
 def test_concurrent_processes_writing_one_norm_file_lose_no_record(tmp_path):
-    writers, per_writer = 6, 25
+    writers, per_writer = 4, 20
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(tests=TESTS))
     root, go = tmp_path / "results", tmp_path / "go"
@@ -55,7 +55,7 @@ def test_concurrent_processes_writing_one_norm_file_lose_no_record(tmp_path):
     files = list(root.rglob("*.json"))
     assert len(files) == 1, files  # one norm, one hardware: every writer merged into the same file
     data = json.loads(files[0].read_text())
-    labels = sorted(r["config"].get("shape_label") for r in data)
+    labels = [r["config"].get("shape_label") for r in data]
     ids = [r["id"] for r in data]
     assert len(ids) == len(set(ids)), "a record id appears twice"
     wanted = {f"w{w}-r{i}" for w in range(writers) for i in range(per_writer)}

@@ -88,9 +88,16 @@ def _cmd_bench(args) -> int:
         from normbench.measure.shapes import by_label
 
         shapes = [by_label(s) for s in args.shape]
+    import os
+
+    from normbench.executor import EXECUTOR_ENV
+
+    # On a Ray cluster the cases run on its nodes: this machine need not have their GPU.
+    on_ray = (args.executor or os.environ.get(EXECUTOR_ENV) or "").strip().lower() == "ray"
     cases = plan(norms=args.norm, backends=args.backend, dtypes=args.dtype, passes=args.passes,
                  layouts=args.layout, shapes=shapes, quick=args.quick, shape_class=args.shape_class,
-                 device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs)
+                 device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs,
+                 here=not on_ray)
     if args.list:
         for c in cases:
             print(c.describe())

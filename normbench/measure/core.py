@@ -121,8 +121,11 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
          dtypes: Iterable[str] | None = None, passes: Iterable[str] | None = None,
          layouts: Iterable[str] | None = None, shapes: Iterable[Shape] | None = None, quick: bool = False,
          shape_class: str | None = None, device: str | None = None, timings: Iterable[str] | None = None,
-         threads: int | None = None, graphs: bool = False, harness: str = "cli") -> list[Case]:
+         threads: int | None = None, graphs: bool = False, harness: str = "cli", here: bool = True) -> list[Case]:
     """Every case of a sweep, grouped by norm; availability is checked when a case runs, not here.
+
+    ``here=False``: the cases run on other machines (a Ray cluster), so this one need not have the device; the
+    CUDA dtypes are then float32, bfloat16 and float16 without asking this machine's GPU.
 
     ``quick`` (the defaults below when an argument is ``None``): the quick shapes, float32 and bfloat16,
     fwd and fwd+bwd, every backend, except that ``compile`` runs float32 on one layout per norm (tokens
@@ -134,11 +137,13 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
     device = device or default_device()
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and here and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device here; use --device cpu")
     names = list(norms) if norms else REGISTRY.names()
     specs = [REGISTRY.get(n) for n in names]
     dtypes_given = bool(dtypes)
+    if not dtypes and not quick and not here and device.startswith("cuda"):
+        dtypes = ("float32", "bfloat16", "float16")
     dtypes = tuple(dtypes) if dtypes else (QUICK_DTYPES if quick else device_dtypes(device))
     for d in dtypes:
         if d not in DTYPES:

@@ -212,7 +212,9 @@ def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, arg
                     continue
             # The worker finds the norm by name in its own registry (a NormSpec may hold a lambda).
             if remote:  # every run at once; each node computes its ids with its own hardware
-                task = Task(_node_train_task, (replace(run, norm=name), command, frozenset(skip or ())),
+                # No progress bars from the nodes: Ray would interleave them all on this terminal.
+                task = Task(_node_train_task, (replace(run, norm=name, progress=False), command,
+                                               frozenset(skip or ())),
                             label=label, stall_timeout=limit, resources=_run_resources(run))
             else:
                 task = Task(_train_task, (replace(run, norm=name), command), label=label, stall_timeout=limit)
