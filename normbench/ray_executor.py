@@ -235,11 +235,15 @@ class RayExecutor(Executor):
     # -- the driver's watch over running tasks -------------------------------------------------------------------
     def _resolve(self, p: _Pending, outcome: Outcome) -> None:
         with self._lock:
-            self._pending.pop(p.ref, None)
+            if self._pending.pop(p.ref, None) is None:
+                return  # already resolved (the monitor and close() may both get here)
         if self._beats_actor is not None and p.task.stall_timeout is not None:
             with contextlib.suppress(Exception):
                 self._beats_actor.forget.remote([p.key])
-        if not p.future.done():
+        if p.future.cancelled():
+            # Future.cancel() alone does not wake concurrent.futures.wait / as_completed: this does.
+            p.future.set_running_or_notify_cancel()
+        elif not p.future.done():
             p.future.set_result(outcome)
 
     def _collect(self, p: _Pending) -> None:
@@ -317,9 +321,7 @@ class RayExecutor(Executor):
         for p in pending:
             with contextlib.suppress(Exception):
                 self._ray.cancel(p.ref, force=True)
-            if not p.future.done():
-                p.future.set_result(Outcome(p.task.label, CRASHED, error="the executor was closed before it "
-                                                                          "finished"))
+            self._resolve(p, Outcome(p.task.label, CRASHED, error="the executor was closed before it finished"))
         self._closed = True
         self._monitor.join(5)
         with contextlib.suppress(Exception):

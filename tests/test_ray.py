@@ -230,3 +230,65 @@ def test_bad_address_is_a_clear_error(head):
                    dict(env, RAY_AUTH_MODE=""), cwd=tempfile.gettempdir())
     assert r.returncode == 2 and "could not join the Ray cluster" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _stall_then_sleep(seconds: float) -> str:
+    """A task that makes progress (heartbeats) for a while, then stops making any."""
+    from normbench.executor import heartbeat
+
+    for _ in range(int(seconds * 10)):
+        heartbeat()
+        time.sleep(0.1)
+    time.sleep(600)
+    return "unreachable"
+
+
+def _beating(seconds: float) -> str:
+    from normbench.executor import heartbeat
+
+    for _ in range(int(seconds * 10)):
+        heartbeat()
+        time.sleep(0.1)
+    return "done"
+
+
+def test_executor_outcomes_on_the_head(head):
+    """Every way a task can end, through the Executor interface: value, error, death, time-out, stall, cancel."""
+    from normbench.executor import CRASHED, ERROR, OK, STALLED, TIMEOUT, Task, make_executor
+
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    address, env, _ = head
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    os.environ.update({k: env[k] for k in saved})
+    try:
+        with make_executor("ray", address=address, retries=0) as ex:
+            futs = {
+                "ok": ex.submit(Task("math:factorial", (5,), label="ok")),
+                "error": ex.submit(Task("math:sqrt", (-1,), label="error")),
+                "dies": ex.submit(Task("os:_exit", (3,), label="dies")),
+                "hangs": ex.submit(Task("time:sleep", (600,), label="hangs", timeout=5)),
+                "stalls": ex.submit(Task(_stall_then_sleep, (3,), label="stalls", stall_timeout=4)),
+                "beats": ex.submit(Task(_beating, (6,), label="beats", stall_timeout=4)),
+                "cancelled": ex.submit(Task("time:sleep", (600,), label="cancelled")),
+            }
+            assert futs["cancelled"].cancel()
+            out = {k: f.result(timeout=300) for k, f in futs.items() if k != "cancelled"}
+            import concurrent.futures as cf
+
+            done, _ = cf.wait([futs["cancelled"]], timeout=60)  # a cancelled task wakes its waiters
+            assert futs["cancelled"] in done
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert out["ok"].status == OK and out["ok"].value == 120
+    assert out["error"].status == ERROR and out["error"].exc_type == "ValueError"
+    assert "math domain error" in out["error"].error
+    assert out["dies"].status == CRASHED and "died" in out["dies"].error
+    assert out["hangs"].status == TIMEOUT and "time limit of 5s" in out["hangs"].error
+    assert out["stalls"].status == STALLED and out["stalls"].wall_s >= 3 + 4 - 1  # lived while it progressed
+    assert out["beats"].status == OK and out["beats"].value == "done"  # 6 s > the 4 s stall limit, but progressing
