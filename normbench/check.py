@@ -236,7 +236,8 @@ PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
 
 
 def cache_dir() -> Path:
-    """normbench's per-user cache: ``$NORMBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/normbench``, else ``~/.cache/normbench``."""
+    """normbench's per-user cache: ``$NORMBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/normbench``, else
+    ``~/.cache/normbench``."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -250,18 +251,6 @@ def cache_path() -> Path:
 
 def impl_hashes(spec: NormSpec) -> dict[str, str]:
     """``{backend: NormSpec.impl_hash(backend)}`` for every backend of ``spec``."""
-    if not hasattr(spec, "impl_hash"):  # before schema v2: the factory's module source and torch's version
-        import hashlib
-        import inspect
-
-        from normbench.registry import _resolve
-
-        try:
-            src = inspect.getsource(inspect.getmodule(_resolve(spec.factory)))
-        except (OSError, TypeError):
-            src = repr(spec.factory)
-        digest = hashlib.sha256((src + torch.__version__).encode()).hexdigest()[:16]
-        return {b: digest for b in spec.backends}
     return {b: spec.impl_hash(b) for b in spec.backends}
 
 
@@ -360,18 +349,15 @@ def ensure_checked(names, executor=None, time_limit: float | None = None, log=No
 
 def stamp(record: dict, status: CheckStatus | None, backend: str, forced: bool) -> dict:
     """Put the check verdict on a record; flag it ``forced`` (measured despite a failed check) or ``unchecked``."""
-    try:
-        from normbench.results.schema import add_flag
-    except ImportError:  # before schema v2 lands: the same contract, here
-        def add_flag(rec, flag, reason):
-            rec["flags"] = sorted(set(rec.get("flags", [])) | {flag})
-            rec.setdefault("flag_reasons", {})[flag] = reason
+    from normbench.results.schema import add_flag
 
     if status is None:
         record["check"] = {"status": NOT_RUN, "impl_hash": record.get("impl_hash", ""), "detail": None}
         add_flag(record, "unchecked", "no contract check was run for this implementation")
         return record
     record["check"] = status.for_record(backend)
+    if record.get("impl_hash"):  # the hash the record was measured at (an external baseline's included)
+        record["check"]["impl_hash"] = record["impl_hash"]
     if not status.passed:
         why = f"the norm's contract check {status.status}" + (f": {status.detail}" if status.detail else "")
         if forced:

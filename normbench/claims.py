@@ -16,7 +16,7 @@ rule. The rules (also rendered on the site and in ``docs/accuracy.md``):
   TOST, both one-sided tests against ±margin; not reproduced when the difference is shown to lie outside ±margin.
 - **Margins**, stated in advance: perplexity 2 % (a ratio of geometric means within 1/1.02 … 1.02), top-1 accuracy
   2 points, steps to target 10 %, kernel time as the claim states.
-- **Speed comparisons** come from kernel records on one device in one run (same hardware, git commit and command),
+- **Speed comparisons** come from kernel records on one device in one run (same hardware, host, commit and command),
   matched on backend, dtype, shape, pass, timing, threads and harness; flagged records are excluded. The unit is the
   matched configuration: the log time ratio, tested by a one-sample t-test (Wilcoxon signed-rank beside), at least
   :data:`MIN_PAIRS` configurations. Each device with records is its own comparison (its latest such run).
@@ -53,8 +53,13 @@ IMAGE_TASK = "synth-shapes"
 #: The deep GPT cell with warm-up and clipping, and its stress form without them (the Post-LN instability condition).
 DEEP = "deep"
 DEEP_STRESS = "deep_stress"
-#: Out-of-cache rows for the softmax claim: inputs of at least this many bytes (above any last-level cache here).
-OUT_OF_CACHE_BYTES = 64 * 2**20
+#: The softmax claim's algorithm pairs, (two-pass backend, three-pass backend) of one implementation, and what counts
+#: as "out-of-cache rows": a row wider than a core's private cache (2 MiB L2 here) in a tensor larger than any
+#: last-level cache (260 MiB L3 here; 50 MiB L2 on H100/H200). The same definitions as the softmax family's own
+#: evidence table (normbench.softmax: CLAIM_PAIRS, OUT_OF_CACHE_ROW_BYTES, OUT_OF_CACHE_TENSOR_BYTES).
+SOFTMAX_PAIRS = (("compile_2pass", "compile_3pass"), ("triton_2pass", "triton_3pass"))
+OUT_OF_CACHE_ROW_BYTES = 4 * 2**20
+OUT_OF_CACHE_TENSOR_BYTES = 512 * 2**20
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive")
 
@@ -84,9 +89,10 @@ class Arm:
         return self.norm + (f" ({self.cell.placement})" if self.cell.placement else "")
 
     def command(self, seeds: int = MIN_SEEDS) -> str:
-        """The run that fills this arm (``sweep`` skips the seeds already in ``results/``)."""
+        """The run that fills this arm: the tuned sweep (learning-rate search, then the test seeds), which skips
+        what ``results/`` already holds."""
         c = self.cell
-        cmd = f"normbench sweep --tasks {c.task} --models {c.model} --norms {self.norm}"
+        cmd = f"normbench sweep --tune --tasks {c.task} --models {c.model} --norms {self.norm}"
         if c.placement:
             cmd += f" --placements {c.placement}"
         if c.variant != "default":
@@ -116,19 +122,25 @@ class Speed:
     """A pre-registered kernel-speed comparison: ``fast`` takes less time than ``slow``.
 
     ``threshold`` is the speed-up (slow time / fast time) the claim asserts at least; ``margin`` the smallest one of
-    interest (a claim is refuted when the speed-up is shown to be below it). Backends: ``(fast, slow)`` backend pairs
-    of one norm (the softmax algorithms), or None to match norms backend by backend.
+    interest (a claim is refuted when the speed-up is shown to be below it). ``backend_pairs``: compare two backends
+    of one norm, (fast backend, slow backend) each (the softmax algorithms), instead of two norms backend by
+    backend; ``min_row_bytes``/``min_input_bytes`` keep only large rows and inputs; ``passes`` the passes that count.
     """
 
     fast: str
     slow: str
     threshold: float = 1.0
     margin: float = 1.0
-    backend_pairs: bool = False
+    backend_pairs: tuple[tuple[str, str], ...] = ()
+    min_row_bytes: int = 0
     min_input_bytes: int = 0
+    passes: tuple[str, ...] = ("fwd", "bwd", "fwd+bwd")
 
     @property
     def label(self) -> str:
+        if self.backend_pairs:
+            return (f"{self.fast}: two-pass faster than three-pass ("
+                    + ", ".join(f"{a} vs {b}" for a, b in self.backend_pairs) + ")")
         what = f"{self.fast} faster than {self.slow}"
         if self.threshold > 1:
             what += f" by ≥ {(self.threshold - 1) * 100:.0f}% speed-up"
@@ -237,11 +249,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("two-pass-softmax", "Dukhan, Ablavatski 2020, The Two-Pass Softmax Algorithm",
           "https://arxiv.org/abs/2001.04438",
           "Two-pass softmax beats three-pass softmax on out-of-cache rows (up to 28% with AVX512, 18% with AVX2).",
-          (Speed("softmax", "softmax", 1.0, 1.05, backend_pairs=True, min_input_bytes=OUT_OF_CACHE_BYTES),),
-          "the paper measured hand-vectorised CPU code; here each implementation's two-pass backend against its "
-          "three-pass backend, inputs of 64 MiB or more",
-          "Backends are paired by name: X_two_pass against X_three_pass (or two_pass against three_pass); the online "
-          "two-pass variant is not the paper's algorithm and is not paired."),
+          (Speed("softmax", "softmax", 1.0, 1.05, backend_pairs=SOFTMAX_PAIRS, min_row_bytes=OUT_OF_CACHE_ROW_BYTES,
+                 min_input_bytes=OUT_OF_CACHE_TENSOR_BYTES, passes=("fwd",)),),
+          "the paper measured hand-vectorised AVX2/AVX512 code; here Inductor-compiled (CPU) and Triton (GPU) "
+          "formulations, forward pass, rows over 4 MiB in inputs over 512 MiB",
+          "Pairs: compile_2pass vs compile_3pass, triton_2pass vs triton_3pass; the online two-pass kernel is not the "
+          "paper's algorithm and is not paired. Margin: a 5% speed-up."),
 )
 
 
@@ -372,6 +385,7 @@ def evaluate_accuracy(comp: Accuracy, acc: list[dict]) -> dict:
     margin = STEPS_MARGIN if comp.metric == "steps_to_target" else (PPL_MARGIN if log else ACC_MARGIN)
     ya, fa, na = _advantage_values(ra, comp.metric, higher, log)
     yb, fb, nb = _advantage_values(rb, comp.metric, higher, log)
+    out["records"] = sorted(r["id"] for r in ra + rb if S.record_status(r) in ("ok", "diverged"))
     out.update(hardware=hw, n_a=na, n_b=nb, failed_a=fa, failed_b=fb, metric=metric_name, scale="log" if log else
                "linear", margin=margin, margin_text=_margin_text(log, margin, comp.metric),
                summary_a=S.summarize(_natural(ya, higher, log), log=log).to_dict(),
@@ -432,29 +446,22 @@ def _krow_key(r: dict) -> tuple:
 
 def _run_key(r: dict) -> tuple:
     p = r["provenance"]
-    return (p.get("hardware_id"), p.get("git_commit"), p.get("command"))
+    # One run: one machine (hardware id and host), one commit, one command line.
+    return (p.get("hardware_id"), p.get("git_commit"), p.get("command"), p.get("node"))
 
 
-def _input_bytes(r: dict) -> int:
+def _sizes(r: dict) -> tuple[int, int]:
+    """(bytes of one row, bytes of the whole input) of a kernel record."""
     cfg = r["config"]
     size = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}.get(cfg.get("dtype"), 4)
-    return int(np.prod(cfg.get("shape") or [0])) * size
-
-
-def _paired_backends(backends: set[str]) -> list[tuple[str, str]]:
-    pairs = []
-    for b in sorted(backends):
-        if "two_pass" in b and "online" not in b:
-            other = b.replace("two_pass", "three_pass")
-            if other in backends:
-                pairs.append((b, other))
-    return pairs
+    shape = [int(d) for d in (cfg.get("shape") or [0])]
+    return shape[-1] * size, int(np.prod(shape)) * size
 
 
 def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
     """One speed comparison per device with records (its latest run that measured both sides)."""
-    ok = [r for r in kern if S.record_status(r) == "ok" and r["config"].get("pass") in ("fwd", "bwd", "fwd+bwd")
-          and _input_bytes(r) >= comp.min_input_bytes]
+    ok = [r for r in kern if S.record_status(r) == "ok" and r["config"].get("pass") in comp.passes
+          and _sizes(r)[0] >= comp.min_row_bytes and _sizes(r)[1] >= comp.min_input_bytes]
     names = {comp.fast, comp.slow}
     by_run: dict[tuple, list[dict]] = {}
     for r in ok:
@@ -470,11 +477,15 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
             "p_mann_whitney": None, "p_fisher": None, "n_a": 0, "n_b": 0, "failed_a": 0, "failed_b": 0,
             "scale": "log", "margin": math.log(comp.margin),
             "margin_text": f"{(comp.margin - 1) * 100:.0f}% speed-up"}
-    cmd = f"normbench bench --norm {' '.join(sorted(names))}" + (" --shape-class llm" if comp.min_input_bytes else "")
+    cmd = f"normbench bench --norm {' '.join(sorted(names))}"
+    if comp.backend_pairs:
+        cmd += " --backend " + " ".join(b for pair in comp.backend_pairs for b in pair) + " --pass fwd"
     if not devices:
-        what = "two-pass and three-pass backends of " + comp.fast if comp.backend_pairs else f"{comp.fast} and {comp.slow}"
+        what = ("two-pass and three-pass backends of " + comp.fast if comp.backend_pairs
+                else f"{comp.fast} and {comp.slow}")
         return [_undecided(dict(base, hardware=None), f"no unflagged kernel records of {what}"
-                           + (" on inputs of 64 MiB or more" if comp.min_input_bytes else ""), [cmd])]
+                           + (" with rows of 4 MiB or more in inputs of 512 MiB or more" if comp.min_input_bytes
+                              else ""), [cmd])]
     out = []
     for hw in sorted(devices):
         runs = sorted(devices[hw], key=lambda t: (len(t[1]) >= MIN_PAIRS, t[0]))
@@ -484,7 +495,8 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
             out.append(_undecided(row, f"{len(pairs)} matched configurations in one run on {hw}; "
                                        f"{MIN_PAIRS} needed", [cmd]))
             continue
-        y = [math.log(slow / fast) for fast, slow in pairs]   # log speed-up of ``fast``
+        row["records"] = sorted({i for p in pairs for i in p[2:]})
+        y = [math.log(slow / fast) for fast, slow, _, _ in pairs]   # log speed-up of ``fast``
         thr, mar = math.log(comp.threshold), math.log(max(comp.margin, comp.threshold))
         p_for = S.one_sample_p(y, popmean=thr, alternative="greater")
         p_against = S.one_sample_p(y, popmean=mar, alternative="less")
@@ -497,23 +509,25 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
     return out
 
 
-def _speed_pairs(comp: Speed, recs: list[dict]) -> list[tuple[float, float]]:
-    """(fast time, slow time) for each configuration both sides measured in one run."""
-    idx: dict[tuple, float] = {}
+def _speed_pairs(comp: Speed, recs: list[dict]) -> list[tuple[float, float, str, str]]:
+    """(fast time, slow time, fast record id, slow record id) for each configuration both sides measured."""
+    idx: dict[tuple, tuple[float, str]] = {}
     for r in recs:
         t = r["metrics"].get("time_median_s")
         if isinstance(t, (int, float)) and t > 0:
-            idx[(r["norm"]["name"], r["config"].get("backend")) + _krow_key(r)] = float(t)
+            idx[(r["norm"]["name"], r["config"].get("backend")) + _krow_key(r)] = (float(t), r["id"])
     pairs = []
-    for (norm, backend, *rest), t in sorted(idx.items(), key=lambda kv: str(kv[0])):
+    for (norm, backend, *rest), (t, rid) in sorted(idx.items(), key=lambda kv: str(kv[0])):
+        other = None
         if comp.backend_pairs:
-            if norm != comp.fast:
-                continue
-            for fb, sb in _paired_backends({k[1] for k in idx if k[0] == norm}):
-                if backend == fb and (norm, sb, *rest) in idx:
-                    pairs.append((t, idx[(norm, sb, *rest)]))
-        elif norm == comp.fast and (comp.slow, backend, *rest) in idx:
-            pairs.append((t, idx[(comp.slow, backend, *rest)]))
+            if norm == comp.fast:
+                for fb, sb in comp.backend_pairs:
+                    if backend == fb:
+                        other = idx.get((norm, sb, *rest))
+        elif norm == comp.fast:
+            other = idx.get((comp.slow, backend, *rest))
+        if other is not None:
+            pairs.append((t, other[0], rid, other[1]))
     return pairs
 
 
@@ -558,8 +572,8 @@ def evaluate(records: Iterable[dict]) -> list[dict]:
             "why": _why(verdict, rows),
             "missing": list(dict.fromkeys(missing)),
             "cells": sorted({c for r in rows for c in r["cells"]}),
-            "n": sum(r["n_a"] + r["n_b"] for r in rows if r["type"] == "accuracy") or
-            sum(r["n_a"] for r in rows),
+            # Distinct records the comparisons used (runs for accuracy, kernel records for speed).
+            "n": len({i for r in rows for i in r.get("records", [])}),
             "scale_caveat": claim.caveat, "note": claim.note, "comparisons": rows,
         })
     return out
@@ -607,8 +621,8 @@ def comparison_line(r: dict) -> str:
         parts.append(r["effect_text"])
     parts.append(f"test {r['test']}, p(claim) {_p(r['p_for_holm'])}, p(refute) {_p(r['p_against_holm'])} (Holm)")
     if r.get("p_welch") is not None:
-        parts.append(f"Welch p {_p(r['p_welch'])}, " + ("Mann–Whitney" if r["type"] == "accuracy" else "Wilcoxon")
-                     + f" p {_p(r['p_mann_whitney'])}")
+        parts.append(("Welch" if r["type"] == "accuracy" else "t") + f" p {_p(r['p_welch'])}, "
+                     + ("Mann–Whitney" if r["type"] == "accuracy" else "Wilcoxon") + f" p {_p(r['p_mann_whitney'])}")
     return "; ".join(parts) + f" -> {r['verdict']}"
 
 
@@ -629,7 +643,8 @@ def to_text(results: list[dict]) -> str:
 
 def to_markdown(results: list[dict]) -> str:
     """A Markdown table of every claim and its comparisons (the block generated into ``docs/accuracy.md``)."""
-    out = ["| claim | paper | verdict | comparison | n (A/B) | effect [95% CI] | p Welch / MWU | p Holm (claim / refute) |",
+    out = ["| claim | paper | verdict | comparison | n (A/B) | effect [95% CI] "
+           "| p two-sided: Welch (t) / MWU (Wilcoxon) | p Holm (claim / refute) |",
            "|---|---|---|---|---|---|---|---|"]
     for c in results:
         first = True
@@ -667,10 +682,12 @@ def register(sub) -> None:
 def _cmd_claims(args) -> int:
     import json
 
+    from normbench._stdout import document_stream
+
     results = evaluate(load_records(args.results))
     if args.json:
         print(json.dumps(_clean({"alpha": ALPHA, "min_seeds": MIN_SEEDS, "claims": results}), indent=1,
-                         allow_nan=False))
+                         allow_nan=False), file=document_stream())
     elif args.markdown:
         print(to_markdown(results))
     else:

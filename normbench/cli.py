@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "normbench.site.command",      # site build
     "normbench.claims",            # claims
     "normbench.gendocs",           # docs
+    "normbench.results.command",   # migrate, compare
 )
 
 
@@ -80,7 +81,7 @@ def _cmd_check(args) -> int:
     from normbench.executor import from_args, time_limit
 
     report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
-    with from_args(args) as ex:
+    with from_args(args, preload=("normbench.check",)) as ex:
         return run_checks(args.names, all_norms=args.all or not args.names, as_json=args.json, executor=ex,
                           time_limit=time_limit(args.time_limit))
 

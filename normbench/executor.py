@@ -177,7 +177,7 @@ class InProcessExecutor(Executor):
 
 # --- the worker process ---------------------------------------------------------------------------------------------
 
-def _worker_main(conn, env: dict) -> None:
+def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
     """The worker's loop: receive a task, run it, send its outcome; heartbeats go up the same pipe."""
     global _beat
     # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
@@ -202,6 +202,8 @@ def _worker_main(conn, env: dict) -> None:
         from normbench.registry import REGISTRY
 
         REGISTRY.specs
+        for mod in preload:  # paid before any task's clock starts
+            importlib.import_module(mod)
         conn.send(("ready", None))
     except BaseException as exc:  # a worker that cannot start says why
         conn.send(("start_failed", _describe_exc(exc)))
@@ -233,23 +235,25 @@ class WorkerExecutor(Executor):
 
     A task that exceeds its time limit, stops sending heartbeats, or kills its process (``os._exit``, a segfault,
     the OOM killer) is reported as such and the worker is replaced before the next task. ``env`` is applied to the
-    worker's environment (the thread count, say).
+    worker's environment; ``preload`` names modules a worker imports when it starts, before any time limit runs.
     """
 
     name = "worker"
 
-    def __init__(self, env: dict | None = None, start_method: str = "spawn"):
+    def __init__(self, env: dict | None = None, preload: Iterable[str] = (), start_method: str = "spawn"):
         self._ctx = multiprocessing.get_context(start_method)
         self._env = dict(env or {})
+        self._preload = tuple(preload)
         self._proc = None
         self._conn = None
         self.restarts = 0
 
     def _start(self) -> str | None:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_main, args=(child, self._env), daemon=True,
+        proc = self._ctx.Process(target=_worker_main, args=(child, self._env, self._preload), daemon=True,
                                  name="normbench-worker")
-        proc.start()
+        with _main_module_hidden():
+            proc.start()
         child.close()
         self._proc, self._conn = proc, parent
         deadline = time.monotonic() + WORKER_START_LIMIT_S
@@ -358,6 +362,26 @@ class WorkerExecutor(Executor):
         self._kill()
 
 
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Start a spawned worker without re-running the caller's main script in it.
+
+    ``spawn`` normally re-imports ``__main__`` in the child (a user's script without an ``if __name__ ==
+    "__main__"`` guard would then run again there). Tasks name functions in importable modules, so the worker
+    needs none of it.
+    """
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        main.__dict__.pop("__file__", None)
+        if "__spec__" in saved:
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+
+
 def _signal_name(code) -> str:
     if isinstance(code, int) and code < 0:
         import signal
@@ -374,7 +398,7 @@ EXECUTORS = ("worker", "inprocess", "ray")
 
 def make_executor(name: str | None = None, *, address: str | None = None, retries: int | None = None,
                   **kwargs) -> Executor:
-    """The executor called ``name`` (default: ``$NORMBENCH_EXECUTOR`` or ``worker``).
+    """The executor called ``name`` (default: ``$NORMBENCH_EXECUTOR`` or ``worker``); ``kwargs`` go to the worker's.
 
     ``address`` and ``retries`` are for ``ray`` only (a cluster's address, else ``$RAY_ADDRESS``, else an embedded
     local instance; how often a task whose worker or node died is run again).
@@ -393,10 +417,11 @@ def make_executor(name: str | None = None, *, address: str | None = None, retrie
     raise ValueError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
 
 
-def from_args(args, name: str | None = None) -> Executor:
-    """The executor the CLI options in ``args`` ask for (``--executor``, ``--address``, ``--retries``)."""
+def from_args(args, name: str | None = None, **kwargs) -> Executor:
+    """The executor the CLI options in ``args`` ask for (``--executor``, ``--address``, ``--retries``); ``kwargs``
+    go to the worker's (Ray workers import what a task needs themselves)."""
     return make_executor(name or getattr(args, "executor", None), address=getattr(args, "address", None),
-                         retries=getattr(args, "retries", None))
+                         retries=getattr(args, "retries", None), **kwargs)
 
 
 def _env_seconds(env: str, default: float) -> float | None:
@@ -436,13 +461,12 @@ def add_arguments(parser, *, stall: bool = False) -> None:
     parser.add_argument("--retries", type=int, default=None, metavar="N",
                         help="--executor ray: run a task again up to N times when its worker process or node dies "
                              "(default 1; a task's own error or time-out is never retried)")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="wall-clock limit of one norm's check and of one group of kernel cases (one norm, "
+                             "backend, shape, dtype; compilation included): default 600; env "
+                             "NORMBENCH_TIME_LIMIT; 0 = no limit")
     if stall:
         parser.add_argument("--stall-limit", type=float, default=None, metavar="SECONDS",
                             help="stop a run after this many seconds without a training step (default 1800; "
                                  "env NORMBENCH_STALL_LIMIT; 0 = no limit). Long runs that progress are never "
                                  "stopped")
-    else:
-        parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                            help="wall-clock limit of one norm's check and of one group of kernel cases (one norm, "
-                                 "backend, shape, dtype; compilation included): default 600; env "
-                                 "NORMBENCH_TIME_LIMIT; 0 = no limit")

@@ -254,9 +254,9 @@ def _beating(seconds: float) -> str:
 
 def test_executor_outcomes_on_the_head(head):
     """Every way a task can end, through the Executor interface: value, error, death, time-out, stall, cancel."""
-    from normbench.executor import CRASHED, ERROR, OK, STALLED, TIMEOUT, Task, make_executor
-
     import ray.cloudpickle
+
+    from normbench.executor import CRASHED, ERROR, OK, STALLED, TIMEOUT, Task, make_executor
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
     address, env, _ = head

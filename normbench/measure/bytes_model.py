@@ -17,6 +17,10 @@ input and parameter gradients::
     bwd      = 3·k·e·N + 2·P + 4·S           (residual_rowwise: 4·e·N + 2·P + 4·S)
     fwd+bwd  = fwd + bwd
     identity = 0 for every pass (the no-norm baseline moves nothing)
+    softmax:   fwd = 2·e·N (read x, write y)   bwd = 3·e·N (read y and dy, write dx)
+
+Softmax's bytes are the same minimum for every algorithm, so an algorithm that reads the row fewer times shows a
+higher GB/s; the reads it actually makes are reported beside it (``metrics.row_passes``, docs/softmax.md).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ FORMULAS = {
     "channelwise": ("statistics per channel over the batch (N, H, W); running state read and written", True),
     "pointwise": ("no statistics: an element-wise function with scalar/per-channel parameters", True),
     "residual_rowwise": ("residual add then row statistics: reads x and r, writes y and s = x + r", True),
+    "softmax": ("softmax/log-softmax over the last axis: no parameters and no saved statistics (backward reads the "
+                "output y); the same minimum for every algorithm", True),
     "identity": ("the no-norm baseline: returns its input, so no bytes move (% of ceiling not meaningful)", False),
     "weight_reparam": ("a reparameterised Linear/Conv2d: compute-bound, bytes reported but % of ceiling is not "
                        "meaningful", False),
@@ -51,6 +57,8 @@ def formula_for(family: str, kind: str, name: str = "") -> str:
         return "weight_reparam"
     if kind == "residual":
         return "residual_rowwise"
+    if kind == "softmax":
+        return "softmax"
     if family == "baseline":
         return "identity"
     if family == "pointwise":
@@ -63,7 +71,7 @@ def formula_for(family: str, kind: str, name: str = "") -> str:
 
 
 def stats_per_row(formula: str, name: str) -> int:
-    if formula in ("pointwise", "identity", "weight_reparam"):
+    if formula in ("pointwise", "identity", "weight_reparam", "softmax"):
         return 0
     return 2 if name in CENTRING else 1
 

@@ -16,7 +16,7 @@ from pathlib import Path
 _REPO = Path(__file__).resolve().parents[2]
 
 #: Packages whose norms join the comparison as external baselines; their versions are recorded when present.
-BASELINE_PACKAGES = ("liger-kernel", "apex")
+BASELINE_PACKAGES = ("liger-kernel", "quack-kernels", "transformer-engine", "flashinfer-python", "apex")
 
 
 def utc_now() -> str:

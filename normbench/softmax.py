@@ -1,0 +1,244 @@
+"""Softmax as a normalization kernel: the CPU-compiled algorithm backends, passes per row, and the two-pass claim.
+
+The ``softmax`` and ``log_softmax`` norms (``normbench.norms.softmax``) have one backend per algorithm, so one chart
+compares them: ``eager`` (torch), ``compile`` (torch.compile of torch.softmax), ``compile_3pass`` and
+``compile_2pass`` (torch.compile of explicit formulations, the CPU check of the paper's claim), and the Triton
+kernels ``triton_3pass``, ``triton_online`` and ``triton_2pass`` (``normbench.kernels._softmax``). docs/softmax.md
+has the algorithms, their passes and the bytes formulas.
+
+Explicit formulations, as Inductor's C++ backend compiles them (torch 2.13; read its generated code with
+``TORCH_LOGS=output_code``):
+
+* ``compile_3pass``: m = max x; e = exp(x − m) stored with Σe; y = e/Σe. Inductor emits the paper's "three-pass
+  with reloading": a max loop, an exp-and-sum loop that writes e, and a loop that rescales e.
+* ``compile_2pass``: no max pass. Inductor cannot express the paper's (mantissa, exponent) pair as one reduction
+  (it splits the dependent max and sum into separate loops over the row), so the extended range comes from float64:
+  pass 1 is one loop, S = Σ exp(float64(x) − a) with a = the row's first entry (float64's exponent range makes this
+  safe while max x − a < 709); pass 2 writes y = exp(x − a)/S. A row whose S is 0, infinite or NaN (spread beyond
+  float64's range, all −inf, +inf or NaN entries) is recomputed by the three-pass formulation, which gives the
+  reference answer there.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+
+#: Backends whose forward algorithm, passes over the row and implementation normbench defines.
+ALGORITHM_BACKENDS = {
+    "compile_3pass": "three-pass (max; exp and Σ, storing exp; rescale) compiled by Inductor",
+    "compile_2pass": "two-pass (float64 Σ exp(x − first entry), no max pass; normalize) compiled by Inductor",
+    "triton_3pass": "Triton three-pass (max; Σ exp; normalize) for rows that do not fit on chip",
+    "triton_online": "Triton online two-pass (running max and rescaled sum; normalize)",
+    "triton_2pass": "Triton two-pass of Dukhan & Ablavatski (extended-range sum, no max pass; normalize)",
+}
+#: Backend pairs compared by the two-pass claim (two-pass first).
+CLAIM_PAIRS = (("compile_2pass", "compile_3pass"), ("triton_2pass", "triton_3pass"))
+#: Rows at least this wide (bytes of one input row) do not stay close to the core: on a CPU beyond a core's private
+#: cache (this CPU: 2 MiB L2 per core), on a GPU beyond the Triton kernels' on-chip row (16384 float32 = 64 KiB), so
+#: each pass over them reads memory (or the shared last-level cache).
+OUT_OF_CACHE_ROW_BYTES = {"cpu": 4 * 2**20, "cuda": 64 * 2**10}
+#: ... and an input this large (with its output, twice that) exceeds the last-level cache (this CPU: 260 MiB L3;
+#: H100/H200: 50-60 MiB L2).
+OUT_OF_CACHE_TENSOR_BYTES = 256 * 2**20
+
+
+# --- explicit formulations (compiled per backend) -------------------------------------------------------------------
+
+def _three_pass(x: torch.Tensor, log: bool) -> torch.Tensor:
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    m = xf.amax(-1, keepdim=True)
+    if log:
+        return ((xf - m) - torch.log(torch.exp(xf - m).sum(-1, keepdim=True))).to(x.dtype)
+    e = torch.exp(xf - m)
+    return (e / e.sum(-1, keepdim=True)).to(x.dtype)
+
+
+def _two_pass_sum(x: torch.Tensor):
+    a = x[..., :1].double()
+    a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+    return a, torch.exp(x.double() - a).sum(-1, keepdim=True)
+
+
+def _two_pass_out(x: torch.Tensor, a: torch.Tensor, s: torch.Tensor, log: bool) -> torch.Tensor:
+    if log:
+        return (x.double() - a - torch.log(s)).to(x.dtype)
+    return (torch.exp(x.double() - a) / s).to(x.dtype)
+
+
+def _backward(y: torch.Tensor, dy: torch.Tensor, log: bool) -> torch.Tensor:
+    yf, gf = y.float(), dy.float()
+    if log:
+        return (gf - torch.exp(yf) * gf.sum(-1, keepdim=True)).to(y.dtype)
+    return (yf * (gf - (gf * yf).sum(-1, keepdim=True))).to(y.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(name: str):
+    fn = {"3pass": _three_pass, "2pass_sum": _two_pass_sum, "2pass_out": _two_pass_out, "bwd": _backward}[name]
+    return torch.compile(fn, dynamic=False)
+
+
+def compiled_forward(x: torch.Tensor, algo: str, log: bool) -> torch.Tensor:
+    """The compiled formulation ``algo`` (3pass or 2pass) of softmax/log-softmax over the last axis."""
+    if algo == "3pass":
+        return _compiled("3pass")(x, log)
+    a, s = _compiled("2pass_sum")(x)
+    y = _compiled("2pass_out")(x, a, s, log)
+    bad = ~(torch.isfinite(s) & (s > 0)).squeeze(-1)
+    if bool(bad.any()):  # outside float64's range (or no finite maximum): these rows take the three-pass
+        y[bad] = _three_pass(x[bad], log)
+    return y
+
+
+class _CompiledFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, algo, log):
+        y = compiled_forward(x.contiguous(), algo, log)
+        ctx.save_for_backward(y)
+        ctx.log = log
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return _compiled("bwd")(y, dy.contiguous(), ctx.log), None, None
+
+
+class CompiledSoftmax(nn.Module):
+    """Softmax or log-softmax over ``[..., C]`` by an explicit formulation compiled with ``torch.compile``."""
+
+    def __init__(self, eager: nn.Module, algo: str):
+        super().__init__()
+        self.num_features, self.layout, self.log, self.algo = eager.num_features, eager.layout, eager.log, algo
+        self.train(eager.training)
+
+    def forward(self, x):
+        from normbench.norms._base import check_input
+
+        check_input(x, self.num_features, "tokens", "Softmax")
+        return _CompiledFn.apply(x, self.algo, self.log)
+
+    def row_passes(self, pass_: str) -> int:
+        fwd = 3 if self.algo == "3pass" else 2
+        return {"fwd": fwd, "bwd": 2, "fwd+bwd": fwd + 2}[pass_]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, algo={self.algo}, log={self.log}"
+
+
+def compile_unavailable() -> str | None:
+    if not hasattr(torch, "compile"):
+        return "torch.compile needs torch 2.0 or newer"
+    return None
+
+
+def build_compile_3pass(eager: nn.Module, spec=None) -> nn.Module:
+    return CompiledSoftmax(eager, "3pass")
+
+
+def build_compile_2pass(eager: nn.Module, spec=None) -> nn.Module:
+    return CompiledSoftmax(eager, "2pass")
+
+
+def row_passes(module: nn.Module, pass_: str) -> int | None:
+    """Reads of each input row a softmax backend makes in ``pass_``; ``None`` where normbench does not define the
+    implementation (eager, compile of torch.softmax, external libraries)."""
+    fn = getattr(module, "row_passes", None)
+    return fn(pass_) if callable(fn) else None
+
+
+# --- the paper's claim, from kernel records -------------------------------------------------------------------------
+
+def _elem_bytes(dtype: str) -> int:
+    return {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}.get(dtype, 4)
+
+
+def two_pass_claim_evidence(df, *, min_row_bytes: int | None = None,
+                            min_tensor_bytes: int = OUT_OF_CACHE_TENSOR_BYTES, pass_: str = "fwd"):
+    """Two-pass vs three-pass softmax on out-of-cache rows (Dukhan & Ablavatski: up to 28% faster with AVX512).
+
+    ``df`` is ``normbench.results.load(..., kind="kernel")`` (one row per record, with ``norm``, ``backend``,
+    ``dtype``, ``pass``, ``shape``, ``num_features``, ``time_median_s`` or ``metrics`` columns as the loader gives;
+    see ``_frame``). Records are paired when they share the norm, hardware, run (``git_commit`` and ``timing``),
+    dtype, shape and pass, and one is the two-pass backend and the other the three-pass backend of the same family
+    (``compile_2pass``/``compile_3pass``, ``triton_2pass``/``triton_3pass``). Only rows of at least ``min_row_bytes``
+    in inputs of at least ``min_tensor_bytes`` count (the paper's "out-of-cache"; ``min_row_bytes`` defaults to
+    ``OUT_OF_CACHE_ROW_BYTES`` of the record's device). Flagged records (any
+    ``flags``, or ``suspect``) are left out.
+
+    Returns a DataFrame with one row per pair: norm, hardware_id, device, pair, dtype, shape, row_bytes,
+    tensor_bytes, time_2pass_s, time_3pass_s, iqr_2pass_s, iqr_3pass_s, speedup (= time_3pass / time_2pass, > 1 when
+    the two-pass is faster), and ``separated`` (the two IQR ranges do not overlap). Empty when nothing qualifies.
+    """
+    import pandas as pd
+
+    f = _frame(df)
+    cols = ["norm", "hardware_id", "device", "pair", "dtype", "shape", "row_bytes", "tensor_bytes", "time_2pass_s",
+            "time_3pass_s", "iqr_2pass_s", "iqr_3pass_s", "speedup", "separated"]
+    if f.empty:
+        return pd.DataFrame(columns=cols)
+    f = f[(f["pass"] == pass_) & f["norm"].isin(["softmax", "log_softmax"]) & ~f["flagged"]]
+    row_min = f["device"].map(lambda d: min_row_bytes if min_row_bytes is not None
+                              else OUT_OF_CACHE_ROW_BYTES["cuda" if str(d).startswith("cuda") else "cpu"])
+    f = f[(f["row_bytes"] >= row_min) & (f["tensor_bytes"] >= min_tensor_bytes)]
+    key = ["norm", "hardware_id", "run", "timing", "dtype", "shape"]
+    rows = []
+    for two, three in CLAIM_PAIRS:
+        a = f[f["backend"] == two]
+        b = f[f["backend"] == three]
+        if a.empty or b.empty:
+            continue
+        m = a.merge(b, on=key, suffixes=("_2", "_3"))
+        for _, r in m.iterrows():
+            lo2, hi2 = r["q25_2"], r["q75_2"]
+            lo3, hi3 = r["q25_3"], r["q75_3"]
+            rows.append({
+                "norm": r["norm"], "hardware_id": r["hardware_id"], "device": r["device_2"],
+                "pair": f"{two} vs {three}", "dtype": r["dtype"], "shape": r["shape"],
+                "row_bytes": int(r["row_bytes_2"]), "tensor_bytes": int(r["tensor_bytes_2"]),
+                "time_2pass_s": r["time_2"], "time_3pass_s": r["time_3"], "iqr_2pass_s": r["iqr_2"],
+                "iqr_3pass_s": r["iqr_3"], "speedup": r["time_3"] / r["time_2"],
+                "separated": bool(hi2 < lo3 or hi3 < lo2),
+            })
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _frame(df):
+    """A flat frame (norm, backend, pass, dtype, shape, times, flags, sizes) from loader output or raw records."""
+    import pandas as pd
+
+    if isinstance(df, list):
+        recs = df
+    else:
+        recs = df.to_dict("records") if len(df) else []
+    out = []
+    for r in recs:
+        cfg = r.get("config") if isinstance(r.get("config"), dict) else r
+        met = r.get("metrics") if isinstance(r.get("metrics"), dict) else r
+        prov = r.get("provenance") if isinstance(r.get("provenance"), dict) else r
+        norm = r.get("norm")
+        norm = norm.get("name") if isinstance(norm, dict) else norm
+        shape = cfg.get("shape")
+        if shape is None:
+            continue
+        shape = tuple(int(d) for d in shape)
+        n = 1
+        for d in shape:
+            n *= d
+        e = _elem_bytes(cfg.get("dtype", "float32"))
+        flags = r.get("flags")
+        flagged = bool(len(flags)) if isinstance(flags, (list, tuple)) else False
+        flagged = flagged or bool(met.get("suspect", False))
+        out.append({
+            "norm": norm, "backend": cfg.get("backend"), "pass": cfg.get("pass"), "dtype": cfg.get("dtype"),
+            "device": cfg.get("device"), "timing": cfg.get("timing"), "shape": "x".join(map(str, shape)),
+            "row_bytes": shape[-1] * e, "tensor_bytes": n * e,
+            "hardware_id": prov.get("hardware_id"), "run": prov.get("git_commit"),
+            "time": met.get("time_median_s"), "iqr": met.get("time_iqr_s"),
+            "q25": met.get("time_q25_s", met.get("time_median_s")),
+            "q75": met.get("time_q75_s", met.get("time_median_s")), "flagged": flagged,
+        })
+    return pd.DataFrame(out)
