@@ -166,10 +166,11 @@ def test_killing_a_worker_mid_sweep_loses_nothing_and_a_rerun_completes(head, in
     args = BENCH + ["--executor", "ray", "--address", address, "--out", str(out)]
     driver = subprocess.Popen([str(NORMBENCH), *args, "--retries", "0"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    killed = None
+    killed, written = None, False
     deadline = time.monotonic() + 240
     while killed is None and driver.poll() is None and time.monotonic() < deadline:
-        if list(out.rglob("*.json")):  # something finished and was written: now kill a worker at work
+        written = written or (out.exists() and bool(_records(out)))
+        if written:  # something finished and was written: now kill a worker at work
             for pid in _head_processes(token):
                 try:
                     title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
