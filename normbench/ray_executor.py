@@ -13,7 +13,8 @@ only maps normbench's tasks onto it:
   (``max_retries``), then reported as ``crashed`` with Ray's reason. A task's own exception is an ``error`` outcome and
   is never retried (it would fail again). ``Task.timeout`` and ``Task.stall_timeout`` are enforced from the driver:
   the task is cancelled with ``ray.cancel(force=True)`` (which kills its worker process; Ray does not retry a
-  cancelled task) and reported as ``timeout`` or ``stalled``. Heartbeats reach the driver through a small actor.
+  cancelled task) and reported as ``timeout`` or ``stalled``. Both limits count from when a worker starts the task
+  (its first heartbeat), never from a wait in Ray's queue. Heartbeats reach the driver through a small actor.
 * **Cancelling**: ``Future.cancel()`` on a task that has not finished cancels it in Ray (forced), so a caller can
   drop the rest of a norm's work once one of its tasks hung.
 * **Writing**: tasks return values; the driver (the process that created the executor) writes every record, so it
@@ -96,6 +97,7 @@ def _run_task(fn, args, kwargs, beats, key):
     # A task's prints must not land on the driver's stdout (it may be a --json document).
     sys.stdout = sys.stderr
     if beats is not None:
+        beats.beat.remote(key)  # "started": the limits count from here, not from a wait in Ray's queue
         last = [0.0]
 
         def beat() -> None:
@@ -132,12 +134,13 @@ class _Beats:
 
 
 class _Pending:
-    __slots__ = ("task", "future", "ref", "key", "t0", "beats", "progress_at")
+    __slots__ = ("task", "future", "ref", "key", "t0", "beats", "progress_at", "started_at")
 
     def __init__(self, task, future, ref, key):
         self.task, self.future, self.ref, self.key = task, future, ref, key
         self.t0 = self.progress_at = time.monotonic()
         self.beats = 0
+        self.started_at = None  # when its worker began it (first heartbeat); None while it waits in Ray's queue
 
 
 class RayExecutor(Executor):
@@ -221,7 +224,8 @@ class RayExecutor(Executor):
         if self._closed:
             raise RuntimeError("this executor is closed")
         key = f"{next(self._keys)}:{task.label}"
-        beats = self._beats() if task.stall_timeout is not None else None
+        limited = task.stall_timeout is not None or task.timeout is not None
+        beats = self._beats() if limited else None
         try:
             ref = self._remote.options(**self._options(task)).remote(task.fn, task.args, task.kwargs, beats, key)
         except Exception as exc:  # unschedulable resources, an unpicklable argument: the task's failure
@@ -237,7 +241,7 @@ class RayExecutor(Executor):
         with self._lock:
             if self._pending.pop(p.ref, None) is None:
                 return  # already resolved (the monitor and close() may both get here)
-        if self._beats_actor is not None and p.task.stall_timeout is not None:
+        if self._beats_actor is not None and (p.task.stall_timeout is not None or p.task.timeout is not None):
             with contextlib.suppress(Exception):
                 self._beats_actor.forget.remote([p.key])
         if p.future.cancelled():
@@ -285,20 +289,25 @@ class RayExecutor(Executor):
                 continue
             ready = set(ready)
             now = time.monotonic()
-            stalling = [p for p in pending if p.task.stall_timeout is not None and p.ref not in ready]
-            if stalling and self._beats_actor is not None and now - last_beat_poll >= 2 * _POLL_S:
+            limited = [p for p in pending if p.ref not in ready
+                       and (p.task.stall_timeout is not None or p.task.timeout is not None)]
+            if limited and self._beats_actor is not None and now - last_beat_poll >= 2 * _POLL_S:
                 last_beat_poll = now
                 with contextlib.suppress(Exception):
-                    counts = ray.get(self._beats_actor.get.remote([p.key for p in stalling]), timeout=30)
-                    for p in stalling:
+                    counts = ray.get(self._beats_actor.get.remote([p.key for p in limited]), timeout=30)
+                    for p in limited:
                         if counts.get(p.key, 0) != p.beats:
                             p.beats, p.progress_at = counts[p.key], now
+                            if p.started_at is None:
+                                p.started_at = now
             for p in pending:
                 if p.ref in ready:
                     self._collect(p)
                 elif p.future.cancelled():
                     self._stop(p, CRASHED, "cancelled")
-                elif p.task.timeout is not None and now - p.t0 >= p.task.timeout:
+                elif p.started_at is None:
+                    continue  # still queued (waiting for a GPU, say): no limit runs yet
+                elif p.task.timeout is not None and now - p.started_at >= p.task.timeout:
                     self._stop(p, TIMEOUT, f"no result within the time limit of {p.task.timeout:g}s; stopped")
                 elif p.task.stall_timeout is not None and now - p.progress_at >= p.task.stall_timeout:
                     self._stop(p, STALLED, f"no progress for {p.task.stall_timeout:g}s (no training step); stopped")

@@ -277,6 +277,11 @@ def test_executor_outcomes_on_the_head(head):
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     os.environ.update({k: env[k] for k in saved})
     try:
+        # Ray read its configuration (auth mode) when this module imported it, before the head's token was set:
+        # have it read the environment again, as a fresh driver process would.
+        from ray._raylet import Config
+
+        Config.initialize("")
         with make_executor("ray", address=address, retries=0) as ex:
             futs = {
                 "ok": ex.submit(Task("math:factorial", (5,), label="ok")),
