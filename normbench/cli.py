@@ -79,10 +79,10 @@ def _cmd_list(args) -> int:
 
 def _cmd_check(args) -> int:
     from normbench.check import run_checks
-    from normbench.executor import make_executor, time_limit
+    from normbench.executor import from_args, time_limit
 
     report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
-    with make_executor(args.executor, preload=("normbench.check",)) as ex:
+    with from_args(args, preload=("normbench.check",)) as ex:
         return run_checks(args.names, all_norms=args.all or not args.names, as_json=args.json, executor=ex,
                           time_limit=time_limit(args.time_limit, check=True))
 

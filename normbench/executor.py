@@ -19,6 +19,9 @@ scale-out work the same way)::
   :func:`heartbeat` as it advances (a training step) and is stopped only when no heartbeat came for that long, so
   long runs live. An executor that cannot enforce limits (``InProcessExecutor``) says so in ``enforces_limits``.
 * Results are returned to the caller, who writes records: a task's side effects are its own.
+* ``Task.resources`` says what a task holds while it runs (``{"num_gpus": 1}`` for a GPU timing task,
+  ``{"node_cpus": True}`` for a CPU timing task: every core of its node). Only a Ray executor, which runs many tasks
+  at once, acts on it (``normbench.ray_executor``); the others run one task at a time anyway.
 
 ``WorkerExecutor`` keeps one worker process (torch imported once) and replaces it only after a hang or a crash, so a
 hanging or crashing norm costs one process start, not one per norm. Workers are forked from a ``forkserver`` that
@@ -68,6 +71,7 @@ class Task:
     label: str = ""                       # what a failure is reported as, e.g. the norm's name
     timeout: float | None = None          # wall-clock seconds (None: no limit)
     stall_timeout: float | None = None    # seconds without a heartbeat (None: no limit)
+    resources: dict = field(default_factory=dict)   # what it holds while it runs (see the module docstring)
 
 
 @dataclass
@@ -123,6 +127,9 @@ class Executor(abc.ABC):
     #: Whether ``Task.timeout`` and ``Task.stall_timeout`` are enforced (a hang is stopped and reported).
     enforces_limits: bool = True
     name: str = "executor"
+    #: Whether tasks run at once, on other machines: callers then submit everything before waiting, and work that
+    #: depends on the machine (the copy ceiling, provenance, the hardware part of record ids) is done by the task.
+    remote: bool = False
 
     @abc.abstractmethod
     def submit(self, task: Task) -> concurrent.futures.Future:
@@ -403,17 +410,35 @@ def _signal_name(code) -> str:
 
 # --- choosing one ---------------------------------------------------------------------------------------------------
 
-EXECUTORS = ("worker", "inprocess")
+EXECUTORS = ("worker", "inprocess", "ray")
 
 
-def make_executor(name: str | None = None, **kwargs) -> Executor:
-    """The executor called ``name`` (default: ``$NORMBENCH_EXECUTOR`` or ``worker``); ``kwargs`` go to the worker's."""
+def make_executor(name: str | None = None, *, address: str | None = None, retries: int | None = None,
+                  **kwargs) -> Executor:
+    """The executor called ``name`` (default: ``$NORMBENCH_EXECUTOR`` or ``worker``); ``kwargs`` go to the worker's.
+
+    ``address`` and ``retries`` are for ``ray`` only (a cluster's address, else ``$RAY_ADDRESS``, else an embedded
+    local instance; how often a task whose worker or node died is run again).
+    """
     name = (name or os.environ.get(EXECUTOR_ENV) or "worker").strip().lower()
+    if name != "ray" and address:
+        raise ValueError("--address is for --executor ray (a Ray cluster's address)")
     if name == "worker":
         return WorkerExecutor(**kwargs)
     if name == "inprocess":
         return InProcessExecutor()
+    if name == "ray":
+        from normbench.ray_executor import RayExecutor
+
+        return RayExecutor(address=address, retries=retries)
     raise ValueError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
+
+
+def from_args(args, name: str | None = None, **kwargs) -> Executor:
+    """The executor the CLI options in ``args`` ask for (``--executor``, ``--address``, ``--retries``); ``kwargs``
+    go to the worker's (Ray workers import what a task needs themselves)."""
+    return make_executor(name or getattr(args, "executor", None), address=getattr(args, "address", None),
+                         retries=getattr(args, "retries", None), **kwargs)
 
 
 def _env_seconds(env: str, default: float) -> float | None:
@@ -446,7 +471,14 @@ def add_arguments(parser, *, stall: bool = False) -> None:
     """The executor options shared by check, bench, train and sweep."""
     parser.add_argument("--executor", choices=EXECUTORS, default=None,
                         help="where each norm's work runs: worker (default; a reusable process, replaced after a "
-                             "hang or crash) or inprocess (no isolation, no limits); env NORMBENCH_EXECUTOR")
+                             "hang or crash), inprocess (no isolation, no limits) or ray (many tasks at once on a "
+                             "Ray cluster; pip install 'normbench[ray]', docs/scale-out.md); env NORMBENCH_EXECUTOR")
+    parser.add_argument("--address", default=None, metavar="HOST:PORT",
+                        help="--executor ray: the Ray cluster to join (default: $RAY_ADDRESS, else an embedded "
+                             "local Ray instance)")
+    parser.add_argument("--retries", type=int, default=None, metavar="N",
+                        help="--executor ray: run a task again up to N times when its worker process or node dies "
+                             "(default 1; a task's own error or time-out is never retried)")
     parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                         help="wall-clock limit of one norm's check (default 120) and of one group of kernel "
                              "cases (one norm, backend, shape, dtype; compilation included; default 300); env "

@@ -96,10 +96,16 @@ def _cmd_bench(args) -> int:
         from normbench.measure.shapes import by_label
 
         shapes = [by_label(s) for s in args.shape]
+    import os
+
+    from normbench.executor import EXECUTOR_ENV
+
+    # On a Ray cluster the cases run on its nodes: this machine need not have their GPU.
+    on_ray = (args.executor or os.environ.get(EXECUTOR_ENV) or "").strip().lower() == "ray"
     cases = plan(norms=args.norm, backends=args.backend, dtypes=args.dtype, passes=args.passes,
                  layouts=args.layout, shapes=shapes, quick=args.quick, shape_class=args.shape_class,
                  device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs,
-                 modes=args.mode, flush=args.flush, keep_ahead=args.keep_ahead)
+                 modes=args.mode, flush=args.flush, keep_ahead=args.keep_ahead, here=not on_ray)
     if args.list:
         for c in cases:
             print(c.describe())
@@ -113,13 +119,13 @@ def _cmd_bench(args) -> int:
     # (the records say so too: metrics.compile and the fell_back flag).
     from normbench.check import ensure_checked, refusal, stamp
     from normbench.cli import report_plugin_problems
-    from normbench.executor import make_executor, time_limit
+    from normbench.executor import from_args, time_limit
 
     report_plugin_problems()
     limit = time_limit(args.time_limit)
     check_limit = time_limit(args.time_limit, check=True)
     t0 = time.perf_counter()
-    with make_executor(args.executor, preload=("normbench.measure.core", "normbench.check")) as ex:
+    with from_args(args, preload=("normbench.measure.core", "normbench.check")) as ex:
         verdicts = ensure_checked([c.norm for c in cases], ex, check_limit)
         refused = [n for n, v in verdicts.items() if not v.passed and not args.force]
         for name in refused:

@@ -148,8 +148,12 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
          layouts: Iterable[str] | None = None, shapes: Iterable[Shape] | None = None, quick: bool = False,
          shape_class: str | None = None, device: str | None = None, timings: Iterable[str] | None = None,
          threads: int | None = None, graphs: bool = False, harness: str = "cli",
-         modes: Iterable[str] | None = None, flush: str = "zero", keep_ahead: bool = False) -> list[Case]:
+         modes: Iterable[str] | None = None, flush: str = "zero", keep_ahead: bool = False,
+         here: bool = True) -> list[Case]:
     """Every case of a sweep, grouped by norm; availability is checked when a case runs, not here.
+
+    ``here=False``: the cases run on other machines (a Ray cluster), so this one need not have the device; the
+    CUDA dtypes are then float32, bfloat16 and float16 without asking this machine's GPU.
 
     ``quick`` (the defaults below when an argument is ``None``): the quick shapes, float32 and bfloat16,
     fwd and fwd+bwd, every backend, except that ``compile`` runs float32 on one layout per norm (tokens
@@ -163,11 +167,13 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
     device = device or default_device()
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and here and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device here; use --device cpu")
     names = list(norms) if norms else REGISTRY.names()
     specs = [REGISTRY.get(n) for n in names]
     dtypes_given = bool(dtypes)
+    if not dtypes and not quick and not here and device.startswith("cuda"):
+        dtypes = ("float32", "bfloat16", "float16")
     dtypes = tuple(dtypes) if dtypes else (QUICK_DTYPES if quick else device_dtypes(device))
     for d in dtypes:
         if d not in DTYPES:
@@ -672,6 +678,144 @@ def _group_task(cases: list[Case], ctx: Context) -> dict:
     return {"records": records, "refused": refused}
 
 
+_NODE_CONTEXTS: dict = {}  # a worker process's context per (device, settings, command): measured once there
+
+
+def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: frozenset) -> dict:
+    """One group measured on whichever node a remote executor chose, with that node's ceiling and provenance.
+
+    The ids are computed here, with this node's hardware, so a case measured on any node of the same hardware gets
+    the same id; cases whose id is in ``done`` are not measured again.
+    """
+    import platform
+
+    from normbench.results.provenance import hardware, hardware_id
+
+    device = cases[0].device
+    # The ceiling is measured with the cases' thread count, as `normbench bench --threads` does in one process
+    # (a Ray worker starts with as many threads as CPUs it holds).
+    torch.set_num_threads(cases[0].threads)
+    key = (device, cases[0].threads, repr(settings), repr(command))
+    ctx = _NODE_CONTEXTS.get(key)
+    busy = None
+    if ctx is None:
+        from normbench.measure import noise
+
+        busy = noise.busy_warning(device, cases[0].threads)  # once per worker process, as once per sweep
+        ctx = _NODE_CONTEXTS[key] = make_context(device, settings, command)
+    hw_id = hardware_id(hardware(device))
+    todo = [c for c in cases if case_id(c, hw_id, ctx.impl_hashes) not in done]
+    out = {"records": [], "refused": [], "already": len(cases) - len(todo), "hardware_id": hw_id,
+           "node": platform.node(), "ceiling": f"{ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})", "busy": busy}
+    if todo:
+        out.update(_group_task(todo, ctx))
+    return out
+
+
+def _run_sweep_remote(cases, out, force, settings, progress, command, log, executor, time_limit, on_record):
+    """``run_sweep`` over an executor that runs many groups at once on other machines (Ray).
+
+    Every group is submitted at once with the resources its timing needs (a whole GPU; a CPU node's every core);
+    the node measures its own ceiling and computes the record ids with its own hardware. This process writes every
+    record as its group finishes (the only writer of ``out``). When a group of a norm hangs or kills its worker,
+    that norm's unfinished groups are cancelled.
+    """
+    from collections import defaultdict
+
+    from normbench.executor import Task
+    from normbench.results.provenance import utc_now
+    from normbench.results.store import iter_records, write_records
+
+    summary = SweepSummary()
+    if command is None:  # the driver's command line, not the Ray worker's
+        command = [__import__("os").path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python",
+                   *sys.argv[1:]]
+    done: dict[str, set] = defaultdict(set)
+    if not force and __import__("os").path.exists(out):
+        for _, rec in iter_records(out, "kernel", errors="ignore"):
+            done[rec["norm"]["name"]].add(rec["id"])
+    groups: dict[tuple, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(case.group, []).append(case)
+    resources = {"num_gpus": 1} if cases[0].device.startswith("cuda") else {"node_cpus": True}
+    settings = settings or TimerSettings()
+    futures = {}
+    for group in groups.values():
+        first = group[0]
+        where = f"{first.norm}/{first.backend}/{first.shape.label}/{first.dtype}"
+        task = Task(_node_group_task, (group, settings, command, frozenset(done.get(first.norm, ()))),
+                    label=where, timeout=time_limit, resources=resources)
+        futures[executor.submit(task)] = group
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(cases), unit="case", dynamic_ncols=True, file=sys.stderr)
+    say = (lambda m: bar.write(m)) if bar is not None else log
+    skips: dict[str, list] = defaultdict(list)
+    measured: dict[str, list] = defaultdict(list)
+    ceilings: set = set()
+    broken: dict[str, str] = {}
+    import concurrent.futures as cf
+
+    try:
+        for fut in cf.as_completed(futures):
+            group = futures[fut]
+            first = group[0]
+            where = f"{first.norm}/{first.backend}/{first.shape.label}/{first.dtype}"
+            if bar is not None:
+                bar.update(len(group))
+            if fut.cancelled():
+                for c in group:
+                    summary.failed.append((c.describe(), f"not attempted: {broken.get(first.norm, 'cancelled')}"))
+                continue
+            outcome = fut.result()
+            if not outcome.ok:
+                msg = outcome.error
+                if outcome.status != "error":
+                    what = "hung" if outcome.status in ("timeout", "stalled") else "crashed"
+                    msg = f"{first.norm} {what} in {where}: {outcome.error}"
+                    if first.norm not in broken:
+                        broken[first.norm] = msg
+                        for other, g in futures.items():
+                            if g[0].norm == first.norm and not other.done():
+                                other.cancel()
+                for c in group:
+                    summary.failed.append((c.describe(), msg))
+                say(f"failed {where}: {msg}")
+                continue
+            value = outcome.value
+            if value.get("busy"):
+                say(f"{value['node']}: {value['busy']}")
+            if value["node"] + value["ceiling"] not in ceilings:
+                ceilings.add(value["node"] + value["ceiling"])
+                say(f"ceiling on {value['node']}: {value['ceiling']}")
+            summary.already_done += value["already"]
+            records, refused = value["records"], value["refused"]
+            refused_ids = {c.describe() for c, _ in refused}
+            if records:
+                for rec in records:
+                    if on_record is not None:
+                        on_record(rec)
+                paths = write_records(records, out)
+                summary.written += len(records)
+                summary.files.update(str(p) for p in paths)
+                measured[value["hardware_id"]] += [c.describe() for c in group if c.describe() not in refused_ids]
+            for c, reason in refused:
+                summary.skipped.append((c.describe(), reason))
+                skips[value["hardware_id"]].append(
+                    {"case": c.describe(), "norm": c.norm, "backend": c.backend, "shape": c.shape.label,
+                     "dtype": c.dtype, "pass": c.pass_, "reason": reason, "timestamp": utc_now()})
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    finally:
+        if bar is not None:
+            bar.close()
+        for hw in set(skips) | set(measured):
+            _skip_log(out, hw, skips.get(hw, []), measured.get(hw, []))
+    return summary
+
+
 def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings: TimerSettings | None = None,
               progress: bool = True, command=None, log=None, executor=None, time_limit: float | None = None,
               on_record=None, deadline: float | None = None, group_log: list | None = None) -> SweepSummary:
@@ -685,10 +829,15 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     ``deadline`` (a ``time.monotonic()`` value): no group starts after it; the sweep stops with ``out_of_time``
     set, everything measured so far written. ``group_log`` (a list) receives each group's wall time and case count
     (the campaign's cost model is calibrated from it).
+    A remote executor (Ray) runs the groups at once on its nodes instead (``_run_sweep_remote``).
     """
     import time
 
     from normbench.executor import InProcessExecutor, Task
+
+    if cases and getattr(executor, "remote", False):
+        return _run_sweep_remote(cases, out, force, settings, progress, command,
+                                 log or (lambda msg: print(msg, file=sys.stderr)), executor, time_limit, on_record)
     from normbench.results.provenance import utc_now
     from normbench.results.store import existing_ids, write_records
 

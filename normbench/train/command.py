@@ -68,6 +68,9 @@ def _common(p) -> None:
     p.add_argument("--force", action="store_true",
                    help="train norms that have not passed `normbench check` too (records flagged 'forced', never "
                         "ranked); without it such norms are refused")
+    p.add_argument("--sync-bn", action="store_true",
+                   help="under torchrun: BatchNorm statistics over the global batch of every rank (recorded; "
+                        "another cell). Without it each rank normalises its own share (docs/scale-out.md)")
     from normbench.executor import add_arguments
 
     add_arguments(p, stall=True)
@@ -138,7 +141,8 @@ def _runs_for(args, norm, task, model, variant, placement, seeds, split="test", 
                 recipe_overrides=overrides, threads=args.threads,
                 checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
                 resume=not args.no_resume, keep_checkpoint=getattr(args, "keep_checkpoint", False),
-                progress=not args.no_progress, split=split, lr_search=lr_search)
+                progress=not args.no_progress, split=split, lr_search=lr_search,
+                sync_bn=getattr(args, "sync_bn", False))
             for s in seeds]
 
 
@@ -147,6 +151,24 @@ def _train_task(run, command: str):
     from normbench.train.loop import train
 
     return train(run, command=command)
+
+
+def _node_train_task(run, command: str, skip: frozenset):
+    """One training run on whichever node a remote executor (Ray) chose; its record id is computed there, with that
+    node's hardware, and a run whose id is in ``skip`` is not trained again."""
+    from normbench.train.loop import record_id_for, train
+
+    rid = record_id_for(run)
+    if rid in skip:
+        return {"skipped": rid}
+    return {"record": train(run, command=command)}
+
+
+def _run_resources(run) -> dict:
+    """What a training run holds on a Ray cluster: a GPU (and a core to feed it), or its CPU threads."""
+    if str(run.device).startswith("cuda"):
+        return {"num_gpus": 1, "num_cpus": 1}
+    return {"num_cpus": max(1, int(run.threads or 1))}
 
 
 # Errors a run can raise that mean "this run failed" (reported, the rest go on); anything else is a bug and is raised.
@@ -167,11 +189,8 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
     """
     from dataclasses import replace
 
-    from normbench._stdout import document_stream
-    from normbench.check import ensure_checked, refusal, stamp
-    from normbench.executor import Task, make_executor, stall_limit, time_limit
-    from normbench.results import write_records
-    from normbench.tasks import DatasetUnavailable
+    from normbench.check import ensure_checked, refusal
+    from normbench.executor import Task, from_args, make_executor, stall_limit, time_limit
     from normbench.train.loop import command_line, distributed_env, record_id_for
 
     records, failures = [], []
@@ -187,13 +206,17 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
     from normbench.cli import report_plugin_problems
 
     report_plugin_problems()
-    with make_executor(executor_name, preload=("normbench.train.loop", "normbench.check")) as ex:
+    preload = ("normbench.train.loop", "normbench.check")
+    with from_args(args, executor_name, preload=preload) if args is not None else \
+            make_executor(executor_name, preload=preload) as ex:
         verdicts = ensure_checked([r.spec().name for r in runs], ex, check_limit)
         for name, v in verdicts.items():
             if not v.passed and not force:
                 msg = refusal(v, "train")
                 broken[name] = msg
                 print(f"normbench: {msg}", file=sys.stderr)
+        remote = getattr(ex, "remote", False)
+        submitted = []
         for i, run in enumerate(runs, 1):
             name = run.spec().name
             label = f"[{i}/{len(runs)}] {name} {run.recipe().name}" + \
@@ -201,7 +224,7 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
             if name in broken:
                 failures.append((label, broken[name]))
                 continue
-            if skip is not None:
+            if skip is not None and not remote:
                 rid = record_id_for(run)
                 if rid in skip:
                     print(f"{label}: already in {out} ({rid}), skipped", file=sys.stderr)
@@ -209,37 +232,73 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
                         records.append(skip[rid])
                     continue
             # The worker finds the norm by name in its own registry (a NormSpec may hold a lambda).
-            task = Task(_train_task, (replace(run, norm=name), command), label=label, stall_timeout=limit)
-            outcome = ex.submit(task).result()
-            if not outcome.ok:
-                if outcome.exc_type == "DatasetUnavailable":
-                    raise DatasetUnavailable(outcome.message or outcome.error)
-                if outcome.status == "error" and outcome.exc_type not in _RUN_ERRORS:
-                    print(outcome.traceback, file=sys.stderr)
-                if outcome.status in ("timeout", "stalled", "crashed"):
-                    # The same norm would hang or crash again in its next seeds: say so once, move on.
-                    broken[name] = f"{name} {'hung' if outcome.status != 'crashed' else 'crashed'} in {label}"
-                failures.append((label, outcome.error))
-                print(f"{label}: FAILED: {outcome.error}", file=sys.stderr)
-                continue
-            rec = outcome.value
-            if rec is None:
-                continue
-            stamp(rec, verdicts[name], run.backend, forced=force)
-            if rank0:
-                paths = write_records([rec], out)
-                m = rec["metrics"]
-                state = (f"diverged at step {m['diverged_step']}" if m["diverged"]
-                         else f"{m['metric']} {m['final']:.4g}")
-                if run.split == "val":
-                    state = f"(tuning, lr {run.recipe().lr:g}, validation) {state}"
-                print(f"{label}: {state} in {m['wall_time_s']:.1f}s -> {paths[0]}", file=sys.stderr)
-            records.append(rec)
-            if isinstance(skip, dict):
-                skip[rec["id"]] = rec
-            if as_json:
-                print(json.dumps(rec), file=document_stream())
+            if remote:  # every run at once; each node computes its ids with its own hardware
+                # No progress bars from the nodes: Ray would interleave them all on this terminal.
+                task = Task(_node_train_task, (replace(run, norm=name, progress=False), command,
+                                               frozenset(skip or ())),
+                            label=label, stall_timeout=limit, resources=_run_resources(run))
+            else:
+                task = Task(_train_task, (replace(run, norm=name), command), label=label, stall_timeout=limit)
+            submitted.append((run, name, label, ex.submit(task)))
+            if not remote:
+                _finish(*submitted.pop(), out, verdicts, force, rank0, as_json, broken, records, failures,
+                        skip, include_skipped)
+        if remote:
+            import concurrent.futures as cf
+
+            by_future = {fut: (run, name, label) for run, name, label, fut in submitted}
+            for fut in cf.as_completed(by_future):
+                run, name, label = by_future[fut]
+                _finish(run, name, label, fut, out, verdicts, force, rank0, as_json, broken, records, failures,
+                        skip, include_skipped)
     return records, failures
+
+
+def _finish(run, name, label, fut, out, verdicts, force, rank0, as_json, broken, records, failures, skip=None,
+            include_skipped=False) -> None:
+    """Report one run's outcome and write its record (this process is the only writer of ``out``)."""
+    from normbench._stdout import document_stream
+    from normbench.check import stamp
+    from normbench.results import write_records
+    from normbench.tasks import DatasetUnavailable
+
+    outcome = fut.result()
+    if outcome.ok and isinstance(outcome.value, dict) and "skipped" in outcome.value:
+        rid = outcome.value["skipped"]
+        print(f"{label}: already in {out} ({rid}), skipped", file=sys.stderr)
+        if include_skipped and isinstance(skip, dict):
+            records.append(skip[rid])
+        return
+    if outcome.ok and isinstance(outcome.value, dict) and "record" in outcome.value:
+        outcome.value = outcome.value["record"]
+    if not outcome.ok:
+        if outcome.exc_type == "DatasetUnavailable":
+            raise DatasetUnavailable(outcome.message or outcome.error)
+        if outcome.status == "error" and outcome.exc_type not in _RUN_ERRORS:
+            print(outcome.traceback, file=sys.stderr)
+        if outcome.status in ("timeout", "stalled", "crashed"):
+            # The same norm would hang or crash again in its next seeds: say so once, move on.
+            broken[name] = f"{name} {'hung' if outcome.status != 'crashed' else 'crashed'} in {label}"
+        failures.append((label, outcome.error))
+        print(f"{label}: FAILED: {outcome.error}", file=sys.stderr)
+        return
+    rec = outcome.value
+    if rec is None:
+        return
+    stamp(rec, verdicts[name], run.backend, forced=force)
+    if rank0:
+        paths = write_records([rec], out)
+        m = rec["metrics"]
+        state = (f"diverged at step {m['diverged_step']}" if m["diverged"]
+                 else f"{m['metric']} {m['final']:.4g}")
+        if run.split == "val":
+            state = f"(tuning, lr {run.recipe().lr:g}, validation) {state}"
+        print(f"{label}: {state} in {m['wall_time_s']:.1f}s -> {paths[0]}", file=sys.stderr)
+    records.append(rec)
+    if isinstance(skip, dict):
+        skip[rec["id"]] = rec
+    if as_json:
+        print(json.dumps(rec), file=document_stream())
 
 
 def cmd_train(args) -> int:

@@ -1,8 +1,11 @@
 """Deterministic, stateless batching: the batch of step ``s`` depends only on (seed, s, rank), so resume is exact.
 
 Sample order comes from ``torch.utils.data.DistributedSampler`` (one permutation per epoch seeded by
-seed + epoch, sharded across ranks; with one process it is a plain shuffled order). Augmentation draws from a
-generator seeded by (seed, step, rank). Text is cut into non-overlapping blocks of ``seq_len + 1`` tokens.
+seed + epoch, sharded across ranks; with one process it is a plain shuffled order): rank r of N takes the global
+batch's examples r, r + N, r + 2N, ..., so the global batch of a step is the same set for every world size.
+Augmentation draws from a generator seeded by (seed, step) — the same on every rank — for the whole global batch,
+and each rank keeps its examples' draws: an example is cropped and flipped the same way whatever the world size.
+Text is cut into non-overlapping blocks of ``seq_len + 1`` tokens.
 """
 
 from __future__ import annotations
@@ -94,9 +97,13 @@ class Batcher:
             x = F.pad(x, [r.crop_padding] * 4)
         room = x.shape[-1] - size
         out = torch.empty(x.shape[0], x.shape[1], size, size, dtype=x.dtype)
-        oy = torch.randint(0, room + 1, (x.shape[0],), generator=g)
-        ox = torch.randint(0, room + 1, (x.shape[0],), generator=g)
-        flip = torch.rand(x.shape[0], generator=g) < 0.5
+        # Draws for the whole global batch, of which this rank takes its examples' share (global position
+        # rank + world·i, as DistributedSampler interleaves): every example gets the same crop and flip whatever
+        # the world size, so N ranks see exactly the batches one process would.
+        n, mine = x.shape[0] * self.world, slice(self.rank, None, self.world)
+        oy = torch.randint(0, room + 1, (n,), generator=g)[mine]
+        ox = torch.randint(0, room + 1, (n,), generator=g)[mine]
+        flip = (torch.rand(n, generator=g) < 0.5)[mine]
         for i in range(x.shape[0]):
             crop = x[i, :, oy[i]:oy[i] + size, ox[i]:ox[i] + size]
             out[i] = crop.flip(-1) if (flip[i] and "flip" in r.augmentation) else crop
@@ -108,7 +115,7 @@ class Batcher:
             blk = self.train_blocks[idx].long()
             return blk[:, :-1].to(self.device), blk[:, 1:].to(self.device)
         x = self._standardise(self.data.train["x"][idx])
-        x = self._augment(x, step_generator(self.seed, step, self.rank))
+        x = self._augment(x, step_generator(self.seed, step))
         return x.contiguous().to(self.device), self.data.train["y"][idx].to(self.device)
 
     def eval_batches(self, limit: int | None, batch: int = 256):

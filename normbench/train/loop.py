@@ -67,6 +67,8 @@ class Run:
     split: str = "test"
     #: For a run at a tuned learning rate: the search that chose it (recorded in the config).
     lr_search: dict | None = None
+    #: Under torchrun: BatchNorm statistics over the global batch of every rank (normbench.train.distributed).
+    sync_bn: bool = False
 
     def spec(self):
         return resolve(self.norm)
@@ -313,6 +315,8 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
     if run.backend != "eager":
         # Only when not eager, so records made before backends were selectable keep their ids (and are skipped).
         config["backend"] = run.backend
+    if run.sync_bn:  # likewise only when set
+        config["sync_bn"] = True
     return config
 
 
@@ -379,6 +383,10 @@ def train(run: Run, command: str | None = None) -> dict | None:
     record_id = normbench.results.record_id("accuracy", spec.name, config, prov["hardware_id"], impl_hash)
 
     model = built.module.to(device)
+    if run.sync_bn:
+        from normbench.train.distributed import sync_batchnorm
+
+        sync_batchnorm(model)
     core = model
     if distributed_env():
         from torch.nn.parallel import DistributedDataParallel as DDP
