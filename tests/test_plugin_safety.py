@@ -182,12 +182,13 @@ def test_check_reports_hang_and_crash_by_name_and_goes_on(hostile, cache_dir):
 
 
 def _records(out: Path) -> list[dict]:
+    from normbench.results import read_record_file, record_files
+
     recs = []
-    for path in sorted(out.glob("kernel/*/*.json")):
-        if path.name.startswith("_"):
-            continue
-        data = json.loads(path.read_text())
-        recs.extend(data if isinstance(data, list) else data.get("records", [data]))
+    for path in record_files(out / "kernel") if (out / "kernel").exists() else []:
+        data, problem = read_record_file(path)  # compact .json.gz or plain .json
+        assert problem is None, problem
+        recs.extend(data)
     return recs
 
 
@@ -229,9 +230,12 @@ def test_train_watchdog_stops_a_stalled_run_and_the_next_norm_trains(hostile, ca
                 "--out", str(out)], hostile, cache_dir)
     assert res.returncode == 1, res.stderr
     assert "hang_norm" in res.stderr and f"no progress for {STALL_LIMIT}s" in res.stderr
+    from normbench.results import read_record_file, record_files
+
     recs = []
-    for path in out.glob("accuracy/*/*/*.json"):
-        data = json.loads(path.read_text())
-        recs.extend(data if isinstance(data, list) else data.get("records", [data]))
+    for path in record_files(out / "accuracy") if (out / "accuracy").exists() else []:
+        data, problem = read_record_file(path)
+        assert problem is None, problem
+        recs.extend(data)
     assert [r["norm"]["name"] for r in recs] == ["fine_norm"]
     assert recs[0]["check"]["status"] == "passed" and not recs[0].get("flags")

@@ -197,8 +197,10 @@ def test_train_command_runs_wikitext_from_data_dir(hub, tmp_path, capsys):
                  "--steps", "1", "--batch-size", "1", "--seeds", "1", "--out", str(out), "--no-progress",
                  "--checkpoint-dir", str(tmp_path / "ck")])
     assert code == 0, capsys.readouterr().err
-    [path] = list(out.rglob("*.json"))
-    [rec] = json.loads(path.read_text())
+    from normbench.results import read_record_file, record_files
+
+    [path] = record_files(out)
+    [rec], _ = read_record_file(path)
     assert rec["config"]["model_config"]["seq_len"] == 256 and rec["config"]["recipe"]["name"] == "wikitext-2/gpt"
     assert math.isfinite(rec["metrics"]["final"])
 

@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from normbench import results
 from normbench.results import existing_ids, validate_record, write_records
 from normbench.stats import aggregate
 from normbench.train.loop import Run, lr_factor, record_id_for, train
@@ -145,9 +146,9 @@ def test_cli_quick_default_writes_a_valid_offline_record(tmp_path, capsys):
     code = main(["train", "--norm", "layernorm", "--quick", "--out", str(out), "--no-progress",
                  "--checkpoint-dir", str(tmp_path / "ck")])
     assert code == 0
-    files = list(out.rglob("*.json"))
+    files = results.record_files(out)
     assert len(files) == 1
-    recs = json.loads(files[0].read_text())
+    recs, _ = results.read_record_file(files[0])
     assert len(recs) == 1 and validate_record(recs[0]) == []
     cfg = recs[0]["config"]
     assert cfg["task"] == "synth-lm" and cfg["task_offline"] and cfg["quick"] and cfg["model"] == "gpt"
