@@ -203,7 +203,8 @@ def test_bench_refuses_unchecked_norms_and_force_flags_them(hostile, cache_dir, 
     assert "refusing to benchmark nan_out" in res.stderr and "refusing to benchmark hang_norm" in res.stderr
     recs = _records(out)
     assert {r["norm"]["name"] for r in recs} == {"fine_norm"}
-    assert all(r["check"]["status"] == "passed" and not r.get("flags") for r in recs)
+    # 'noisy' depends on the machine running the tests (a busy one flags every record), not on the check gate
+    assert all(r["check"]["status"] == "passed" and not set(r.get("flags") or ()) - {"noisy"} for r in recs)
     assert recs[0]["provenance"]["plugins"]["nb_fine"] == "0.1"
 
     # --force: measured anyway and flagged; a hang and a crash are reported by name and the sweep goes on
@@ -217,9 +218,11 @@ def test_bench_refuses_unchecked_norms_and_force_flags_them(hostile, cache_dir, 
     assert "hang_norm" not in names and "crash_norm" not in names
     assert "noisy_norm" in names and "fine_norm" in names  # the one before is kept, the one after is measured
     nan = [r for r in recs if r["norm"]["name"] == "nan_out"]
-    assert nan and all("forced" in r["flags"] and r["check"]["status"] == "failed" for r in nan)
+    assert nan and all("forced" in r["flags"] and "non_finite" in r["flags"] and r["check"]["status"] == "failed"
+                       for r in nan)
     noisy = [r for r in recs if r["norm"]["name"] == "noisy_norm"]
-    assert noisy and all(r["check"]["status"] == "passed" and not r.get("flags") for r in noisy)
+    assert noisy and all(r["check"]["status"] == "passed" and not set(r.get("flags") or ()) - {"noisy"}
+                         for r in noisy)
 
 
 @pytest.mark.slow
