@@ -187,17 +187,17 @@ def test_ngpt_placement_by_hand():
     assert m.lm_head.weight.data_ptr() != m.wte.weight.data_ptr()
     assert all(layer.bias is None for b in m.blocks for layer in (b.attn.q, b.attn.proj, b.mlp.fc, b.mlp.out))
     hd = C // H
-    base = 1 / math.sqrt(C)
+    base = 1 / math.sqrt(1024)  # the official config's base_scale
 
-    def eff(sp, init):
-        return sp.param * (init / base)
+    def eff(sp, init, scale=base):
+        return sp.param * (init / scale)
 
     h = _unit(embed(m, idx))
     for b in m.blocks:
         s_qk = eff(b.s_qk, 1.0)
         y = attention(b.attn, h, qk=lambda q, k: (_unit(q) * s_qk, _unit(k) * s_qk), scale=math.sqrt(hd))
         h = _unit(h + eff(b.alpha_a, 0.05).abs() * (_unit(y) - h))
-        y = mlp(b.mlp, h, pre_scale=eff(b.s_u, 1.0) * math.sqrt(C))
+        y = mlp(b.mlp, h, pre_scale=eff(b.s_u, 1.0, 1.0) * math.sqrt(C))
         h = _unit(h + eff(b.alpha_m, 0.05).abs() * (_unit(y) - h))
     want = (h @ m.lm_head.weight.T) * eff(m.s_z, 1.0)
     torch.testing.assert_close(m(idx), want)

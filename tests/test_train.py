@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 import socket
 
 import pytest
 
-from normbench import results
-from normbench.results import existing_ids, validate_record, write_records
+from normbench.results import existing_ids, iter_records, validate_record, write_records
+from normbench.results.store import record_files
 from normbench.stats import aggregate
 from normbench.train.loop import Run, lr_factor, record_id_for, train
 from normbench.train.recipes import get_recipe
@@ -146,9 +145,9 @@ def test_cli_quick_default_writes_a_valid_offline_record(tmp_path, capsys):
     code = main(["train", "--norm", "layernorm", "--quick", "--out", str(out), "--no-progress",
                  "--checkpoint-dir", str(tmp_path / "ck")])
     assert code == 0
-    files = results.record_files(out)
+    files = record_files(out)
     assert len(files) == 1
-    recs, _ = results.read_record_file(files[0])
+    recs = [r for _, r in iter_records(out)]
     assert len(recs) == 1 and validate_record(recs[0]) == []
     cfg = recs[0]["config"]
     assert cfg["task"] == "synth-lm" and cfg["task_offline"] and cfg["quick"] and cfg["model"] == "gpt"

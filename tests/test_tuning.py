@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import normbench.models as models_pkg
 from normbench.models import build_model, model_hash
 from normbench.results import iter_records
+from normbench.results.store import record_files
 from normbench.tasks import get_task
 from normbench.train.command import choose_lr
 from normbench.train.loop import Run, make_optimizer, run_config
@@ -128,19 +129,24 @@ def test_sweep_tune_end_to_end_and_resumable(tmp_path, capsys):
     recs = [r for _, r in iter_records(out, kind="accuracy")]
     tuning = [r for r in recs if "tuning" in r["flags"]]
     final = [r for r in recs if "tuning" not in r["flags"]]
-    grid = get_recipe("synth-lm", "gpt").lr_candidates()
+    base = get_recipe("synth-lm", "gpt").lr_candidates()
+    grid = final[0]["config"]["lr_search"]["grid"]
+    # The recipe's grid, plus at most one step beyond each edge when the best rate sat on that edge.
+    assert grid[grid.index(base[0]):grid.index(base[0]) + len(base)] == base and len(grid) <= len(base) + 2
     assert len(tuning) == len(grid) * 2 and len(final) == 2
     assert all(r["config"]["split"] == "val" for r in tuning) and all(r["config"]["split"] == "test" for r in final)
     assert sorted({r["config"]["recipe"]["lr"] for r in tuning}) == grid
     chosen, _ = choose_lr(grid, tuning)
+    assert chosen not in (grid[0], grid[-1]) or len(grid) > len(base)
     assert {r["config"]["lr_search"]["chosen"] for r in final} == {chosen}
     assert {r["config"]["recipe"]["lr"] for r in final} == {chosen}
-    n_files = sorted(p.stat().st_mtime_ns for p in out.rglob("*.json"))
+    n_files = sorted(p.stat().st_mtime_ns for p in record_files(out))
+    assert n_files
     capsys.readouterr()
     assert main(argv) == 0  # resumed: everything is already there
     err = capsys.readouterr().err
     assert err.count("skipped") == len(tuning) + len(final)
-    assert sorted(p.stat().st_mtime_ns for p in out.rglob("*.json")) == n_files
+    assert sorted(p.stat().st_mtime_ns for p in record_files(out)) == n_files
 
 
 def test_validation_split_uses_the_loaders_split_else_a_fixed_carve():
@@ -162,3 +168,18 @@ def test_validation_split_uses_the_loaders_split_else_a_fixed_carve():
     tokens = TaskData(task=get_task("synth-lm"), train={"tokens": torch.arange(1000)}, eval={"tokens": torch.arange(5)})
     t = validation_split(tokens, 0.1)
     assert torch.equal(t.eval["tokens"], torch.arange(900, 1000)) and torch.equal(t.train["tokens"], torch.arange(900))
+
+
+def test_default_cells_warm_up_and_clip_the_stress_variant_does_neither():
+    from normbench.train.recipes import RECIPES
+
+    for name, r in RECIPES.items():
+        if r.variant == "deep_stress":
+            assert r.warmup_steps == 0 and not r.grad_clip and not r.agc, name
+        else:
+            assert r.warmup_steps > 0 and (r.grad_clip or r.agc), name
+    assert {"synth-lm/gpt/deep", "synth-lm/gpt/deep_stress"} <= set(RECIPES)
+    # nGPT's own recipe (no warm-up, no weight decay) applies to its placement only.
+    ngpt = get_recipe("synth-lm", "gpt").adapted("ngpt", "ngpt")
+    assert ngpt.warmup_steps == 0 and ngpt.weight_decay == 0 and ngpt.adapted_for == ("placement:ngpt",)
+    assert get_recipe("synth-lm", "gpt").adapted("ngpt", "pre_ln").adapted_for == ()

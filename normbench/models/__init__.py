@@ -145,6 +145,9 @@ _MODEL_SOURCES = {
 }
 
 
+_SOURCES: dict[str, bytes] = {}
+
+
 def model_hash(model: str) -> str:
     """sha256 (16 hex) of the source of ``model``'s code (and timm's version for timm models).
 
@@ -158,7 +161,11 @@ def model_hash(model: str) -> str:
     here = Path(__file__).parent
     h = hashlib.sha256()
     for name in ("__init__.py", "norms.py", *_MODEL_SOURCES[model]):
-        h.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
+        if name not in _SOURCES:
+            # Read once per process, when the model is first used (its module is loaded by then): a file edited
+            # while a sweep runs must not lend its hash to the code already loaded.
+            _SOURCES[name] = (here / name).read_bytes()
+        h.update(name.encode() + b"\0" + _SOURCES[name] + b"\0")
     if "timm_models.py" in _MODEL_SOURCES[model]:
         try:
             from importlib.metadata import version

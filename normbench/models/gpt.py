@@ -40,6 +40,9 @@ import torch.nn.functional as F
 from torch import nn
 
 PLACEMENTS = ("pre_ln", "post_ln", "peri_ln", "mix_ln", "deepnorm", "hybridnorm", "layernorm_scaling", "ngpt")
+#: nGPT's ``base_scale``: the official config's constant 1/sqrt(1024) (the stored value of alpha, s_qk and s_z,
+#: whose effective value is stored * init / base_scale, so their Adam steps are 32x larger), kept at every width.
+NGPT_BASE_SCALE = 1.0 / math.sqrt(1024.0)
 #: Placements whose last operation is a norm, so they need no final norm before the head.
 _ENDS_NORMALISED = ("post_ln", "deepnorm", "ngpt")
 
@@ -182,7 +185,7 @@ class Block(nn.Module):
 
     def _init_ngpt(self, cfg: GPTConfig, make) -> None:
         c, hd = cfg.n_embd, cfg.n_embd // cfg.n_head
-        base = 1.0 / math.sqrt(c)  # nGPT's base_scale (1/sqrt(1024) at its width 1024)
+        base = NGPT_BASE_SCALE
         self.attn = CausalSelfAttention(cfg, bias=False)
         self.mlp = MLP(cfg, bias=False)
         # Norm(.) of nGPT: the norm under test (x/|x| for the `ngpt` spec); one module per use.
@@ -192,7 +195,7 @@ class Block(nn.Module):
         self.alpha_a = _ScaledParam((c,), 0.05, base)
         self.alpha_m = _ScaledParam((c,), 0.05, base)
         self.s_qk = _ScaledParam((hd,), 1.0, base)
-        self.s_u = _ScaledParam((cfg.mlp_ratio * c,), 1.0, base)
+        self.s_u = _ScaledParam((cfg.mlp_ratio * c,), 1.0, 1.0)  # suv_init_scaling = 1 in the official code
         self.sqrt_d = math.sqrt(c)
 
     def _ngpt(self, h: torch.Tensor) -> torch.Tensor:
@@ -257,7 +260,7 @@ class GPT(nn.Module):
         self.norm_f = nn.Identity() if modes[-1] in _ENDS_NORMALISED else norm(cfg.n_embd, **kwargs)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.placement == "ngpt":
-            self.s_z = _ScaledParam((cfg.vocab_size,), 1.0, 1.0 / math.sqrt(cfg.n_embd))
+            self.s_z = _ScaledParam((cfg.vocab_size,), 1.0, NGPT_BASE_SCALE)
         else:
             self.s_z = None
             self.lm_head.weight = self.wte.weight

@@ -181,9 +181,12 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
     # torchrun: each rank is already the process that runs the work, and the ranks must stay in step.
     executor_name = "inprocess" if distributed else getattr(args, "executor", None)
     limit = stall_limit(getattr(args, "stall_limit", None))
-    check_limit = time_limit(getattr(args, "time_limit", None))
+    check_limit = time_limit(getattr(args, "time_limit", None), check=True)
     command = command_line()
     broken: dict[str, str] = {}
+    from normbench.cli import report_plugin_problems
+
+    report_plugin_problems()
     with make_executor(executor_name, preload=("normbench.train.loop", "normbench.check")) as ex:
         verdicts = ensure_checked([r.spec().name for r in runs], ex, check_limit)
         for name, v in verdicts.items():
@@ -360,18 +363,35 @@ def choose_lr(grid: list[float], records: list[dict]) -> tuple[float, dict]:
 
 
 def _tune_and_run(args, norm, task, model, variant, placement, store: dict) -> tuple[list, list]:
-    """One norm in one cell: the learning-rate search on the validation split, then the final seeds."""
+    """One norm in one cell: the learning-rate search on the validation split, then the final seeds.
+
+    The search runs the recipe's grid; when the best rate sits on an edge of it (and, at the top edge, did not
+    diverge), it adds the next rate beyond that edge, at most ``recipe.lr_extend`` times per side.
+    """
     probe = _runs_for(args, norm, task, model, variant, placement, [0])[0]
     recipe = probe.recipe()
     grid = recipe.lr_candidates()
-    tuning = []
-    for lr in grid:
-        tuning.extend(_runs_for(args, norm, task, model, variant, placement, range(recipe.tune_seeds),
-                                split="val", lr=lr))
-    t_recs, failures = _execute(tuning, args.out, skip=store, as_json=args.json, args=args, include_skipped=True)
-    if failures:
-        return t_recs, failures
-    chosen, scores = choose_lr(grid, t_recs)
+    step = grid[1] / grid[0] if len(grid) > 1 else 3.0
+    t_recs, extended = [], {"up": 0, "down": 0}
+    while True:
+        tuning = []
+        for lr in grid:
+            tuning.extend(_runs_for(args, norm, task, model, variant, placement, range(recipe.tune_seeds),
+                                    split="val", lr=lr))
+        t_recs, failures = _execute(tuning, args.out, skip=store, as_json=args.json, args=args,
+                                    include_skipped=True)
+        if failures:
+            return t_recs, failures
+        chosen, scores = choose_lr(grid, t_recs)
+        # The best rate on an edge of the grid: look one grid step beyond it (the same rule for every norm).
+        if chosen == grid[-1] and extended["up"] < recipe.lr_extend and not scores[f"{chosen:g}"]["diverged"]:
+            grid.append(float(f"{grid[-1] * step:.4g}"))
+            extended["up"] += 1
+        elif chosen == grid[0] and len(grid) > 1 and extended["down"] < recipe.lr_extend:
+            grid.insert(0, float(f"{grid[0] / step:.4g}"))
+            extended["down"] += 1
+        else:
+            break
     where = f"{norm} {recipe.name}" + (f" {placement}" if placement else "")
     parts = []
     for k, v in scores.items():
@@ -379,7 +399,8 @@ def _tune_and_run(args, norm, task, model, variant, placement, store: dict) -> t
         parts.append(f"{k}: {score}" + (f" ({v['diverged']} diverged)" if v["diverged"] else ""))
     print(f"tuned {where}: lr {chosen:g} chosen ({'; '.join(parts)})", file=sys.stderr)
     search = {"grid": grid, "chosen": chosen, "seeds_per_rate": recipe.tune_seeds, "split": "val",
-              "rule": "fewest diverged, then best mean validation metric (log perplexity)"}
+              "rule": "fewest diverged, then best mean validation metric (log perplexity); a best rate on an edge "
+                      "of the grid extends it one step that way (at most lr_extend times)"}
     n = args.seeds if args.seeds is not None else recipe.final_seeds
     finals = _runs_for(args, norm, task, model, variant, placement, range(n), lr=chosen, lr_search=search)
     f_recs, f_fail = _execute(finals, args.out, skip=store, as_json=args.json, args=args, include_skipped=True)

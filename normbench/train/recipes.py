@@ -52,6 +52,8 @@ class Recipe:
     placement_overrides: dict = field(default_factory=dict)
     #: Learning-rate search: multipliers of ``lr`` tried, each with ``tune_seeds`` seeds, on the validation split.
     lr_grid: tuple[float, ...] = (1 / 3, 1.0, 3.0)
+    #: When the best rate is at an edge of the grid, the search goes up to this many grid steps further that way.
+    lr_extend: int = 1
     tune_seeds: int = 2
     #: Seeds run at the chosen learning rate, scored on the test split.
     final_seeds: int = 5
@@ -166,7 +168,7 @@ def _add(r: Recipe) -> None:
 
 
 _add(_SHAPES_RESNET)
-_add(replace(_SHAPES_RESNET, variant="bs2", batch_size=2, lr=0.02, steps=1200, eval_every=200, warmup_steps=0,
+_add(replace(_SHAPES_RESNET, variant="bs2", batch_size=2, lr=0.02, steps=1200, eval_every=200, warmup_steps=60,
              target=0.3, notes="micro-batch cell: batch size 2 (2400 images seen); lr 0.02, chosen so that GroupNorm "
                                "learns within the budget"))
 for _m in ("fixup_resnet", "skipinit_resnet"):
@@ -203,7 +205,7 @@ for _m in ("fixup_resnet", "skipinit_resnet"):
 _add(replace(_CIFAR_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
 _add(replace(_CIFAR_RESNET, model="nf_resnet", task="cifar100", grad_clip=None, agc=0.02, target=0.65))
 _add(replace(_CIFAR_RESNET, variant="bs2", batch_size=2, lr=0.1 * 2 / 128, steps=60_000, eval_every=10_000,
-             warmup_steps=0, quick_steps=200, notes="micro-batch cell: batch size 2, lr scaled linearly"))
+             warmup_steps=3000, quick_steps=200, notes="micro-batch cell: batch size 2, lr scaled linearly"))
 
 _IMAGENETTE_RESNET = Recipe(
     task="imagenette", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-4, warmup_steps=296,
