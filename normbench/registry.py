@@ -178,7 +178,10 @@ def _eager_modules(spec: "NormSpec") -> set[str]:
                 names.add(base.__module__)
     # one level of same-package helpers (e.g. normbench.norms._base used by normbench.norms.features)
     for name in list(names):
-        mod = sys.modules.get(name)
+        try:  # import, not sys.modules: the hash must not depend on what happens to be imported (or purged) now
+            mod = importlib.import_module(name)
+        except Exception:
+            mod = None
         for obj in vars(mod).values() if mod is not None else ():
             owner = getattr(obj, "__module__", None) if (inspect.isfunction(obj) or inspect.isclass(obj)) else None
             if isinstance(owner, str) and owner != name and _top(owner) == _top(name):
