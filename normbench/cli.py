@@ -15,6 +15,8 @@ COMMAND_MODULES = (
     "normbench.site.command",      # site build
     "normbench.claims",            # claims
     "normbench.gendocs",           # docs
+    "normbench.results.command",   # migrate, compare
+    "normbench.campaign",          # campaign (GPU machines)
 )
 
 

@@ -6,6 +6,7 @@ import contextlib
 import difflib
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -24,8 +25,8 @@ ENTRY_POINT_GROUP = "normbench.norms"
 DISABLE_PLUGINS_ENV = "NORMBENCH_DISABLE_PLUGINS"
 
 LAYOUTS = ("tokens", "images")
-KINDS = ("activation", "weight", "attention", "residual")
-FAMILIES = ("features", "batch", "groups", "pointwise", "weight", "attention", "baseline")
+KINDS = ("activation", "weight", "attention", "residual", "softmax")
+FAMILIES = ("features", "batch", "groups", "pointwise", "weight", "attention", "baseline", "softmax")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
@@ -95,12 +96,20 @@ class _Compiled(nn.Module):
 
     def __init__(self, module: nn.Module, **compile_kwargs):
         super().__init__()
+        from normbench.kernels.compile_watch import CompileWatch
+
         # Stored outside _modules so state_dict keys stay those of the eager module.
         object.__setattr__(self, "inner", module)
         adopt_state(self, module)
-        object.__setattr__(self, "_compiled", torch.compile(module, **compile_kwargs))
+        # Inductor behind a counting shim, so a silent fallback to eager shows (normbench.kernels.compile_watch).
+        watch = compile_kwargs.pop("backend", None) or CompileWatch()
+        object.__setattr__(self, "watch", watch)
+        object.__setattr__(self, "_compiled", torch.compile(module, backend=watch, **compile_kwargs))
 
     def forward(self, *args, **kwargs):
+        watch = self.watch
+        if hasattr(watch, "forward_calls"):
+            watch.forward_calls += 1
         return self._compiled(*args, **kwargs)
 
     def train(self, mode: bool = True):
@@ -220,6 +229,8 @@ class NormSpec:
     (images) mapping C to C features; pass ``layer=`` to wrap an existing one.
     For ``kind == "attention"`` the module maps ``(q, k)`` to ``(q', k')`` over ``[..., head_dim]``.
     For ``kind == "residual"`` the module maps ``(x, residual)`` to ``(norm(x + residual), x + residual)``.
+    For ``kind == "softmax"`` the module maps scores ``[..., C]`` to a distribution over C (no parameters); such
+    norms are benchmarked on their own shape set and never trained as a model's layer norm.
     """
 
     name: str
@@ -324,7 +335,12 @@ class NormSpec:
             h.update(f"module {name} {_file_digest(path) if path else 'no-source'}\n".encode())
         if backend != "eager":
             h.update(f"backend {backend}\n".encode())
-            for path in _backend_files(self._backend(backend)):
+            files = _backend_files(self._backend(backend))
+            if backend == "compile":  # the wrapper's compile settings and fallback watch live beside the kernels
+                watch = importlib.util.find_spec("normbench.kernels.compile_watch")
+                if watch is not None and watch.origin:
+                    files.append(watch.origin)
+            for path in files:
                 h.update(f"file {os.path.basename(path)} {_file_digest(path)}\n".encode())
         for line in _library_versions():
             h.update(f"{line}\n".encode())

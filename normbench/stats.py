@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats as _st
 
 #: Metrics aggregated on a log scale (geometric mean, interval on log values).
-LOG_METRICS = ("perplexity", "ppl", "steps_to_target", "time_s")
+LOG_METRICS = ("perplexity", "ppl", "steps_to_target")
 CONFIDENCE = 0.95
 
 
@@ -311,11 +311,55 @@ def rank_key(divergence_rate: float | None, centre: float | None, higher_is_bett
     return (0, divergence_rate, -centre if higher_is_better else centre)
 
 
+#: Each cell's reference (what its norms are tested against): LayerNorm in token cells (Pre-LN in placement cells),
+#: BatchNorm in image cells. Models with one fixed norm (Fixup, SkipInit, NF-ResNet) have none.
+REFERENCES = {"gpt": ("layernorm", "pre_ln"), "vit": ("layernorm", None), "resnet": ("batchnorm", None)}
+
+
+def reference_of(model: str | None) -> tuple[str, str | None] | None:
+    """(norm, placement) of the reference cell in ``model``'s tables, or None."""
+    return REFERENCES.get(model or "")
+
+
+def versus(values: Sequence[float], reference: Sequence[float], *, log: bool) -> Difference | None:
+    """A cell's finished values against its reference cell's (Welch, with Mann–Whitney beside), or None when either
+    has fewer than two. Descriptive: only the claims' pre-registered comparisons are corrected for multiplicity."""
+    a, b = _finite(values), _finite(reference)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    return difference(a, b, log=log)
+
+
+def versus_text(d: Difference | None, metric: str | None) -> str:
+    """``ratio 1.021 [0.998, 1.045], p 0.07 (MWU 0.10)`` (log scale) or ``+0.031 [...]`` (linear); '' for None."""
+    if d is None:
+        return ""
+    if d.log:
+        r, lo, hi = d.ratio
+        eff = f"×{r:.3f} [{lo:.3f}, {hi:.3f}]"
+    else:
+        eff = f"{d.effect:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
+    return f"{eff}, p {_pfmt(d.p)} (MWU {_pfmt(d.mwu_p)})"
+
+
+def _pfmt(p: float) -> str:
+    return "0" if p == 0 else (f"{p:.1e}" if p < 0.001 else f"{p:.3f}")
+
+
+def table_key(rec: dict) -> tuple:
+    """The table a record's cell belongs to: task, model, variant, budget, and the model options besides the norm."""
+    cfg = rec["config"]
+    return (cfg.get("task"), cfg.get("model"), cfg.get("variant") or "default", cfg.get("quick") is True,
+            bool(cfg.get("qk_norm")), cfg.get("base_norm") or None, cfg.get("backend") or "eager")
+
+
 def aggregate(records: Iterable[dict], confidence: float = CONFIDENCE) -> list[dict]:
     """Group accuracy records into cells (hardware, norm, config but seed) and summarise each, ranked.
 
-    One dict per cell: norm, task, model, placement, recipe name, seeds, counts by status, and the summary of
-    ``final`` (log scale for perplexity) and of ``steps_to_target`` (log scale, over the runs that reached it).
+    One dict per cell: norm, task, model, placement, recipe name, seeds, counts by status, the summary of
+    ``final`` (log scale for perplexity) and of ``steps_to_target`` (log scale, over the runs that reached it), and
+    ``vs_reference``: the cell against its table's reference cell (:data:`REFERENCES`; Welch and Mann–Whitney,
+    uncorrected), or None. A cell of tuning runs only has ``n`` 0 and ``tuning_final``.
     """
     cells: dict[str, list[dict]] = {}
     for rec in records:
@@ -324,6 +368,7 @@ def aggregate(records: Iterable[dict], confidence: float = CONFIDENCE) -> list[d
     for recs in cells.values():
         cfg, met = recs[0]["config"], recs[0]["metrics"]
         cs = cell_stats(recs)
+        hw = recs[0]["provenance"].get("hardware_id")
         counted = [r for r in recs if record_status(r) in ("ok", "diverged")]
         stt = [r["metrics"].get("steps_to_target") for r in counted if record_status(r) == "ok"]
         out.append({
@@ -345,7 +390,30 @@ def aggregate(records: Iterable[dict], confidence: float = CONFIDENCE) -> list[d
             "divergence_rate": cs.divergence_rate,
             "flagged": cs.n_flagged,
             "tuning": cs.n_tuning,
+            "lr": (cfg.get("recipe") or {}).get("lr"),
+            "tuned": isinstance(cfg.get("lr_search"), dict),
+            # The learning-rate search's own result (validation split): shown, never ranked or compared.
+            "tuning_final": summarize([r["metrics"].get("final") for r in recs if record_status(r) == "tuning"],
+                                      log=is_log_metric(cs.metric), confidence=confidence).to_dict(),
+            "values": cs.values,
+            "_ref_key": table_key(recs[0]) + (hw,),
         })
+    # Each cell against its reference cell in the same table on the same hardware (recipes may differ per norm:
+    # the learning rate is tuned per norm, and some norms' papers prescribe their own settings).
+    by_key: dict[tuple, dict] = {}
+    for c in sorted(out, key=lambda c: (c["tuned"], c["n"])):
+        by_key[(c["_ref_key"], c["norm"], c["placement"])] = c  # a tuned cell, then the one with most runs, wins
+    for c in out:
+        ref = reference_of(c["model"])
+        rc = by_key.get((c["_ref_key"], *ref)) if ref else None
+        if rc is None or rc is c:
+            c["vs_reference"] = None
+            continue
+        d = versus(c["values"], rc["values"], log=is_log_metric(c["metric"]))
+        c["vs_reference"] = dict(d.to_dict(), reference=f"{ref[0]}" + (f" ({ref[1]})" if ref[1] else ""),
+                                 text=versus_text(d, c["metric"])) if d else None
+    for c in out:
+        del c["_ref_key"]
     out.sort(key=lambda c: (c["task"] or "", c["recipe"] or "",
                             rank_key(c["divergence_rate"], c["final"]["mean"], c["higher_is_better"]), c["norm"]))
     return out

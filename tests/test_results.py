@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import os
 
@@ -134,11 +135,11 @@ def test_record_id_is_stable_and_depends_on_config_and_hardware():
 def test_write_merges_replaces_by_id_and_never_drops(tmp_path):
     a, b = kernel_record(), kernel_record(dtype="bfloat16")
     [path] = results.write_records([a], tmp_path)
-    assert path == tmp_path / "kernel" / "cpu-test-2c" / "layernorm.json"
+    assert path == tmp_path / "kernel" / "cpu-test-2c" / "layernorm.json.gz"
     results.write_records([b], tmp_path)
     newer = kernel_record(time_s=2e-3)
     results.write_records([newer], tmp_path)
-    stored = json.loads(path.read_text())
+    stored = json.loads(gzip.decompress(path.read_bytes()))["records"]
     assert [r["id"] for r in stored] == [a["id"], b["id"]]
     assert stored[0]["metrics"]["time_median_s"] == 2e-3
     assert results.existing_ids(tmp_path) == {a["id"], b["id"]}
@@ -162,7 +163,7 @@ def test_missing_id_is_filled_in(tmp_path):
 
 def test_interrupted_write_keeps_the_old_file(tmp_path, monkeypatch):
     [path] = results.write_records([kernel_record()], tmp_path)
-    before = path.read_text()
+    before = path.read_bytes()
 
     def boom(*args, **kwargs):
         raise KeyboardInterrupt
@@ -171,19 +172,21 @@ def test_interrupted_write_keeps_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         results.write_records([kernel_record(dtype="float16")], tmp_path)
     monkeypatch.undo()
-    assert path.read_text() == before
-    assert sorted(p.name for p in path.parent.iterdir()) == ["layernorm.json"]  # no temp file left behind
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["layernorm.json.gz"]  # no temp file left behind
     assert results.load_report(tmp_path) == []
 
 
-def test_corrupt_file_is_moved_aside_not_lost(tmp_path):
-    path = tmp_path / "kernel" / "cpu-test-2c" / "layernorm.json"
+@pytest.mark.parametrize("name, content", [("layernorm.json", b'[{"half": '),
+                                           ("layernorm.json.gz", b"\x1f\x8b\x08 truncated gzip")])
+def test_corrupt_file_is_moved_aside_not_lost(tmp_path, name, content):
+    path = tmp_path / "kernel" / "cpu-test-2c" / name
     path.parent.mkdir(parents=True)
-    path.write_text('[{"half": ')
+    path.write_bytes(content)
     with pytest.warns(UserWarning, match="moved it aside"):
         results.write_records([kernel_record()], tmp_path)
-    assert (path.parent / "layernorm.json.corrupt-0").read_text() == '[{"half": '
-    assert len(json.loads(path.read_text())) == 1
+    assert (path.parent / f"{name}.corrupt-0").read_bytes() == content
+    assert len(list(results.iter_records(tmp_path))) == 1
 
 
 def test_reading_reports_invalid_records_and_files(tmp_path):
@@ -221,7 +224,7 @@ def test_load_returns_flat_dataframes(tmp_path):
     a = results.load(tmp_path, kind="accuracy")
     assert sorted(a["seed"]) == [0, 1]
     assert {"task", "metric", "final", "curve", "recipe"} <= set(a.columns)
-    assert a["record_path"].str.endswith("accuracy/synthetic/cpu-test-2c/layernorm.json").all()
+    assert a["record_path"].str.endswith("accuracy/synthetic/cpu-test-2c/layernorm.json.gz").all()
     with pytest.raises(FileNotFoundError, match="normbench bench"):
         results.load(tmp_path / "missing")
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 import test_site_support as sup
 
@@ -307,5 +307,32 @@ def test_claims_page_lists_every_claim_with_its_verdict_and_missing_runs(demo_si
     for c in CLAIMS:
         assert esc(c.claim) in html
     assert html.count("<tr id=") == len(CLAIMS)
-    assert "cannot decide yet" in html and "normbench sweep --tasks synth-lm" in html
+    assert "cannot decide yet" in html and "normbench sweep --tune --tasks synth-lm" in html
     assert 'href="https://arxiv.org/abs/1910.07467"' in html
+
+
+def test_accuracy_rows_are_tested_against_the_tables_reference(tmp_path):
+    ln = [5.0, 5.1, 4.9, 5.05, 4.95]
+    dyt = [6.0, 6.3, 5.8, 6.1, 6.2]
+    recs = [sup.accuracy("layernorm", s, v, metric="perplexity", higher=False, task="synth-lm", model="gpt",
+                         placement="pre_ln", offline=True) for s, v in enumerate(ln)]
+    recs += [sup.accuracy("dyt", s, v, metric="perplexity", higher=False, task="synth-lm", model="gpt",
+                          placement="pre_ln", offline=True) for s, v in enumerate(dyt)]
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "acc.json").write_text(json.dumps(recs))
+    build_site(tmp_path / "results", tmp_path / "site")
+    acc = (tmp_path / "site" / "accuracy.html").read_text()
+    from scipy import stats as st
+
+    ratio = st.gmean(dyt) / st.gmean(ln)
+    p = st.ttest_ind(np.log(dyt), np.log(ln), equal_var=False).pvalue
+    assert f"×{ratio:.3f}" in acc and f"p {p:.1e}" in acc and ">reference<" in acc
+    norm_page = (tmp_path / "site" / "norms" / "dyt.html").read_text()
+    assert f"×{ratio:.3f}" in norm_page  # the norm's own page tests against the same reference
+
+
+def test_mean_curve_of_perplexity_is_geometric_and_skips_tuning_runs():
+    runs = [{"status": "ok", "curve": [[10, 3.0, 4.0]]}, {"status": "ok", "curve": [[10, 1.0, 9.0]]},
+            {"status": "tuning", "curve": [[10, 1.0, 100.0]]}]
+    assert agg.mean_curve(runs, 2, log=True) == [(10.0, pytest.approx(6.0))]   # sqrt(4 * 9)
+    assert agg.mean_curve(runs, 1) == [(10.0, pytest.approx(2.0))]

@@ -137,9 +137,9 @@ def _acc(norm, seed, final, **kw):
 
 
 def test_divergence_ranks_first_and_failed_runs_are_never_dropped():
-    recs = [_acc("dyt", s, 0.99 if s < 3 else None, diverged=s >= 3) for s in range(5)]       # best metric, 2/5 diverged
-    recs += [_acc("layernorm", s, 0.80 + 0.01 * s) for s in range(5)]                          # 0/5 diverged
-    recs += [_acc("rmsnorm", s, None, diverged=True) for s in range(5)]                        # all diverged
+    recs = [_acc("dyt", s, 0.99 if s < 3 else None, diverged=s >= 3) for s in range(5)]  # best metric, 2/5 diverged
+    recs += [_acc("layernorm", s, 0.80 + 0.01 * s) for s in range(5)]                     # 0/5 diverged
+    recs += [_acc("rmsnorm", s, None, diverged=True) for s in range(5)]                   # all diverged
     cells = {c["norm"]: c for c in S.aggregate(recs)}
     order = [c["norm"] for c in S.aggregate(recs)]
     assert order == ["layernorm", "dyt", "rmsnorm"]
@@ -169,3 +169,19 @@ def test_perplexity_cells_rank_lower_first_on_the_geometric_mean():
     assert [c["norm"] for c in cells] == ["rmsnorm", "layernorm"]
     assert cells[0]["final"]["mean"] == pytest.approx(st.gmean([3.0, 4.0, 8.5]))
     assert cells[0]["final"]["scale"] == "log"
+
+
+def test_each_cell_is_tested_against_its_tables_reference_even_when_recipes_differ():
+    bn = [0.50, 0.52, 0.55, 0.49, 0.51]
+    gn = [0.60, 0.58, 0.63, 0.61, 0.59]
+    recs = [_acc("batchnorm", s, v, model="resnet") for s, v in enumerate(bn)]
+    recs += [_acc("groupnorm", s, v, model="resnet") for s, v in enumerate(gn)]
+    for r in recs[5:]:  # a per-norm learning rate (tuned) must not hide the reference
+        r["config"]["recipe"] = dict(r["config"]["recipe"], lr=0.3)
+    cells = {c["norm"]: c for c in S.aggregate(recs)}
+    assert cells["batchnorm"]["vs_reference"] is None  # the reference itself
+    vs = cells["groupnorm"]["vs_reference"]
+    ref = st.ttest_ind(gn, bn, equal_var=False)
+    assert vs["reference"] == "batchnorm" and vs["welch_p"] == pytest.approx(ref.pvalue)
+    assert vs["effect"] == pytest.approx(np.mean(gn) - np.mean(bn))
+    assert vs["mann_whitney_p"] == pytest.approx(st.mannwhitneyu(gn, bn).pvalue)

@@ -1,4 +1,4 @@
-"""Tasks: the registry, the offline generators, the byte tokenizer, and the real loaders run on local fixtures."""
+"""Tasks: the registry, the offline generators, the byte tokenizer, and how splits and quick subsets are drawn."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from normbench.tasks import DatasetUnavailable, all_tasks, default_task, get_task, list_tasks
+from normbench.tasks import all_tasks, default_task, get_task, list_tasks
 from normbench.tasks import synthetic as S
-from normbench.tasks.text import ByteTokenizer
-
-datasets = pytest.importorskip("datasets")
-PIL = pytest.importorskip("PIL.Image")
-
+from normbench.tasks.splits import carve_validation, quick_subset, stratified_pick
+from normbench.tasks.text import ByteTokenizer, articles
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -67,11 +64,19 @@ def test_synthetic_lm_contains_verbatim_repeats():
     assert impossible.any(), "no repeated spans were generated"
 
 
-def test_offline_tasks_load_and_are_labelled_offline():
+def test_offline_tasks_load_with_their_own_validation_split():
     lm = get_task("synth-lm").load()
     assert lm.task.offline and lm.train["tokens"].dim() == 1 and len(lm.train["tokens"]) % S.LM_DOC == 0
+    assert len(lm.val["tokens"]) == len(lm.test["tokens"]) == S.LM_EVAL_DOCS * S.LM_DOC
+    assert not torch.equal(lm.val["tokens"], lm.test["tokens"])
+    assert lm.info["data"]["tokens"] == {"train": S.LM_TRAIN_DOCS * S.LM_DOC, "val": S.LM_EVAL_DOCS * S.LM_DOC,
+                                         "test": S.LM_EVAL_DOCS * S.LM_DOC}
     shapes = get_task("synth-shapes").load()
     assert shapes.train["x"].shape[1:] == (3, 16, 16) and len(shapes.eval["y"]) == S.SHAPES_EVAL
+    assert shapes.test is shapes.eval and len(shapes.val["y"]) == S.SHAPES_EVAL
+    # The validation images are new draws, not copies of the test or training images.
+    assert not torch.equal(shapes.val["x"], shapes.test["x"])
+    assert shapes.info["data"]["classes"] == {"train": 10, "val": 10, "test": 10}
 
 
 def test_byte_tokenizer_round_trips_unicode():
@@ -83,132 +88,51 @@ def test_byte_tokenizer_round_trips_unicode():
     assert len(tok.encode("")) == 0
 
 
-# -- fixtures in the real schemas ----------------------------------------------------------------------------------
+# -- how splits and subsets are drawn -----------------------------------------------------------------------------
 
-def _images(n, size, seed, gray_every=0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        w, h = (size, size) if isinstance(size, int) else size
-        arr = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-        img = PIL.fromarray(arr)
-        if gray_every and i % gray_every == 0:
-            img = img.convert("L")  # Tiny-ImageNet has some greyscale images
-        out.append(img)
-    return out
-
-
-def _image_dataset(n, size, image_col, label_cols, num_classes, seed):
-    feats = {image_col: datasets.Image()}
-    data = {image_col: _images(n, size, seed, gray_every=5)}
-    for col, k in label_cols.items():
-        feats[col] = datasets.ClassLabel(num_classes=k)
-        data[col] = [i % k for i in range(n)]
-    return datasets.Dataset.from_dict(data, features=datasets.Features(feats))
+def test_stratified_pick_keeps_each_class_share_where_first_n_would_not():
+    # Sorted by label, as some hub mirrors are: the first 30 examples hold one class.
+    labels = np.repeat(np.arange(6), [50, 50, 50, 50, 50, 250])
+    idx = stratified_pick(labels, 60, seed=3)
+    assert len(idx) == 60 and len(set(idx.tolist())) == 60 and np.all(np.diff(idx) > 0)
+    counts = np.bincount(labels[idx], minlength=6)
+    # Each class gets its share of 60 (50/500 -> 6, 250/500 -> 30), independent of where it sits.
+    assert counts.tolist() == [6, 6, 6, 6, 6, 30]
+    assert len(np.unique(labels[:60])) == 2
+    assert np.array_equal(idx, stratified_pick(labels, 60, seed=3))
+    assert not np.array_equal(idx, stratified_pick(labels, 60, seed=4))
 
 
-def test_cifar10_from_save_to_disk(tmp_path):
-    dd = datasets.DatasetDict({
-        "train": _image_dataset(12, 32, "img", {"label": 10}, 10, 0),
-        "test": _image_dataset(6, 32, "img", {"label": 10}, 10, 1),
-    })
-    dd.save_to_disk(str(tmp_path / "cifar10"))
-    data = get_task("cifar10").load(data_dir=str(tmp_path))
-    assert data.train["x"].shape == (12, 3, 32, 32) and data.train["x"].dtype == torch.uint8
-    assert data.eval["y"].tolist() == [i % 10 for i in range(6)]
-    # The first image's pixels survive the round trip (it is greyscale, so all channels are equal).
-    first = np.array(dd["train"][0]["img"].convert("RGB")).transpose(2, 0, 1).copy()
-    assert torch.equal(data.train["x"][0], torch.from_numpy(first))
+def test_stratified_pick_rounds_by_largest_remainder():
+    labels = np.array([0] * 7 + [1] * 2 + [2] * 1)
+    # Exact shares of 5: 3.5, 1.0, 0.5 -> floors 3, 1, 0; the one left goes to class 0 or 2 (remainder 0.5 each).
+    counts = [np.bincount(labels[stratified_pick(labels, 5, seed=s)], minlength=3).tolist() for s in range(20)]
+    assert all(sum(c) == 5 and c[1] == 1 and c[0] in (3, 4) and c[0] + c[2] == 4 for c in counts)
+    assert {tuple(c) for c in counts} == {(4, 1, 0), (3, 1, 1)}  # ties are broken by the seed, both ways
 
 
-def test_cifar100_from_hub_parquet_layout_uses_fine_labels(tmp_path):
-    root = tmp_path / "uoft-cs" / "cifar100" / "cifar100"
-    root.mkdir(parents=True)
-    cols = {"fine_label": 100, "coarse_label": 20}
-    _image_dataset(10, 32, "img", cols, 100, 0).to_parquet(str(root / "train-00000-of-00001.parquet"))
-    _image_dataset(4, 32, "img", cols, 100, 1).to_parquet(str(root / "test-00000-of-00001.parquet"))
-    data = get_task("cifar100").load(data_dir=str(tmp_path))
-    assert data.train["y"].tolist() == list(range(10))
-    assert data.eval["x"].shape == (4, 3, 32, 32)
+def test_validation_is_carved_from_train_disjoint_stratified_and_fixed():
+    labels = np.random.default_rng(0).integers(0, 10, 1000)
+    train, val = carve_validation(labels)
+    assert len(val) == 100 and len(train) == 900
+    assert set(train.tolist()).isdisjoint(val.tolist()) and set(train.tolist()) | set(val.tolist()) == set(range(1000))
+    share = np.bincount(labels[val], minlength=10) / np.bincount(labels, minlength=10)
+    assert np.all(np.abs(share - 0.1) < 0.02)
+    again = carve_validation(labels)
+    assert np.array_equal(train, again[0]) and np.array_equal(val, again[1])
 
 
-def test_imagenette_resizes_and_crops_any_size(tmp_path):
-    train = datasets.Dataset.from_dict(
-        {"image": _images(3, (213, 160), 0) + _images(2, (160, 240), 1), "label": [0, 1, 2, 3, 9]},
-        features=datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)}))
-    val = datasets.Dataset.from_dict(
-        {"image": _images(2, (160, 160), 2), "label": [4, 5]},
-        features=datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)}))
-    datasets.DatasetDict({"train": train, "validation": val}).save_to_disk(str(tmp_path / "imagenette"))
-    data = get_task("imagenette").load(data_dir=str(tmp_path))
-    assert data.train["x"].shape == (5, 3, 144, 144) and data.stored_size == 144
-    assert data.eval["y"].tolist() == [4, 5]
+def test_quick_subset_keeps_all_when_there_are_fewer():
+    assert quick_subset(np.arange(5), 10, seed=0).tolist() == [0, 1, 2, 3, 4]
+    assert len(quick_subset(np.repeat(np.arange(4), 10), 8, seed=0)) == 8
 
 
-def test_tiny_imagenet_parquet_with_valid_split_and_greyscale(tmp_path):
-    root = tmp_path / "tiny-imagenet" / "data"
-    root.mkdir(parents=True)
-    _image_dataset(8, 64, "image", {"label": 200}, 200, 0).to_parquet(str(root / "train-00000-of-00001-abc.parquet"))
-    _image_dataset(4, 64, "image", {"label": 200}, 200, 1).to_parquet(str(root / "valid-00000-of-00001-def.parquet"))
-    data = get_task("tiny-imagenet").load(data_dir=str(tmp_path))
-    assert data.train["x"].shape == (8, 3, 64, 64) and len(data.eval["y"]) == 4
-
-
-def test_wikitext_parquet_becomes_bytes(tmp_path):
-    root = tmp_path / "Salesforce" / "wikitext" / "wikitext-2-raw-v1"
-    root.mkdir(parents=True)
-    lines = ["", " = Robert Boulter = \n", "", " Robert Boulter is an English actor . \n"]
-    datasets.Dataset.from_dict({"text": lines * 50}).to_parquet(str(root / "train-00000-of-00001.parquet"))
-    datasets.Dataset.from_dict({"text": lines * 5}).to_parquet(str(root / "validation-00000-of-00001.parquet"))
-    datasets.Dataset.from_dict({"text": ["x"]}).to_parquet(str(root / "test-00000-of-00001.parquet"))
-    data = get_task("wikitext-2").load(data_dir=str(tmp_path))
-    assert ByteTokenizer().decode(data.train["tokens"]) == "".join(lines * 50)
-    assert ByteTokenizer().decode(data.eval["tokens"]) == "".join(lines * 5)
-
-
-def test_missing_dataset_says_which_why_and_how(tmp_path):
-    with pytest.raises(DatasetUnavailable) as err:
-        get_task("cifar10").load(data_dir=str(tmp_path))
-    msg = str(err.value)
-    for needle in ("cifar10", "uoft-cs/cifar10", "--data-dir", "HF_DATASETS_OFFLINE", "save_to_disk"):
-        assert needle in msg
-
-
-def test_missing_dataset_in_offline_mode_fails_fast_with_help(monkeypatch):
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(DatasetUnavailable) as err:
-        get_task("wikitext-2").load()
-    msg = str(err.value)
-    assert "wikitext-2" in msg and "offline mode" in msg and "datasets cache" in msg
-
-
-def test_wrong_schema_is_named(tmp_path):
-    ds = datasets.Dataset.from_dict({"image": _images(2, 32, 0), "label": [0, 1]})
-    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(tmp_path / "cifar10"))
-    with pytest.raises(DatasetUnavailable, match="'img'"):
-        get_task("cifar10").load(data_dir=str(tmp_path))
-
-
-def test_partial_parquet_layout_names_the_missing_split(tmp_path):
-    root = tmp_path / "cifar10"
-    root.mkdir()
-    _image_dataset(4, 32, "img", {"label": 10}, 10, 0).to_parquet(str(root / "train-00000-of-00001.parquet"))
-    with pytest.raises(DatasetUnavailable, match="eval"):
-        get_task("cifar10").load(data_dir=str(tmp_path))
-
-
-def test_a_real_task_trains_on_its_fixture(tmp_path):
-    from normbench.train.loop import Run, train
-
-    dd = datasets.DatasetDict({
-        "train": _image_dataset(16, 32, "img", {"label": 10}, 10, 0),
-        "test": _image_dataset(8, 32, "img", {"label": 10}, 10, 1),
-    })
-    dd.save_to_disk(str(tmp_path / "cifar10"))
-    rec = train(Run(task="cifar10", model="resnet", norm="groupnorm", data_dir=str(tmp_path), progress=False,
-                    checkpoint_dir=str(tmp_path / "ck"),
-                    recipe_overrides={"steps": 2, "batch_size": 4, "eval_every": 2, "warmup_steps": 0,
-                                      "model_options": {"layers": (1, 1, 1)}}))
-    assert rec["config"]["task_offline"] is False and rec["metrics"]["steps"] == 2
-    assert 0.0 <= rec["metrics"]["final"] <= 1.0
+def test_wikitext_articles_start_at_top_level_headings_only():
+    lines = ["", " = Valkyria Chronicles III = \n", "", " Senjō no Valkyria 3 . \n", "", " = = Gameplay = = \n",
+             "", " It is a game . \n", "", " = Tower Building = \n", "", " A tower . \n"]
+    docs = articles(lines)
+    assert len(docs) == 2 and "".join(docs) == "".join(lines)
+    assert docs[0].startswith(" = Valkyria") and " = = Gameplay = = " in docs[0]
+    assert docs[1].startswith(" = Tower Building = ")
+    # Text without headings falls back to fixed blocks of lines, so a split can still be carved.
+    assert len(articles([f" line {i} \n" for i in range(450)], fallback_lines=200)) == 3

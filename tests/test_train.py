@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
 import socket
 
 import pytest
 
-from normbench.results import existing_ids, validate_record, write_records
+from normbench.results import existing_ids, iter_records, validate_record, write_records
+from normbench.results.store import record_files
+from normbench.stats import aggregate
 from normbench.train.loop import Run, lr_factor, record_id_for, train
 from normbench.train.recipes import get_recipe
-from normbench.stats import aggregate
 
 LM_TINY = {"steps": 6, "eval_every": 3, "batch_size": 4, "eval_limit": 8, "warmup_steps": 2,
            "model_options": {"n_layer": 2, "n_embd": 16, "n_head": 2}}
@@ -69,13 +69,15 @@ def test_record_is_valid_offline_labelled_and_stored(tmp_path):
     assert record_id_for(run) == rec["id"]
 
 
-@pytest.mark.parametrize("task,model,overrides", [
-    ("synth-lm", "gpt", LM_TINY),
-    ("synth-shapes", "resnet", {**SHAPES_TINY, "grad_clip": None}),
+@pytest.mark.parametrize("task,model,norm,overrides", [
+    ("synth-lm", "gpt", "layernorm", LM_TINY),
+    ("synth-shapes", "resnet", "none", {**SHAPES_TINY, "grad_clip": None}),
 ])
-def test_divergence_is_recorded_with_its_step(tmp_path, task, model, overrides):
-    rec = train(_run(tmp_path, task=task, model=model, recipe_overrides={**overrides, "lr": 1e6}))
+def test_divergence_is_recorded_with_its_step(tmp_path, task, model, norm, overrides):
+    rec = train(_run(tmp_path, task=task, model=model, norm=norm, recipe_overrides={**overrides, "lr": 1e6}))
     met = rec["metrics"]
+    # A diverged run is a record, flagged (never ranked), with the step in the reason.
+    assert "diverged" in rec["flags"] and str(met["diverged_step"]) in rec["flag_reasons"]["diverged"]
     assert met["diverged"] is True and isinstance(met["diverged_step"], int) and 1 <= met["diverged_step"] <= 6
     assert met["final"] is None and met["steps"] < met["diverged_step"] + 1
     assert met["curve"][-1][0] == met["diverged_step"]
@@ -143,9 +145,9 @@ def test_cli_quick_default_writes_a_valid_offline_record(tmp_path, capsys):
     code = main(["train", "--norm", "layernorm", "--quick", "--out", str(out), "--no-progress",
                  "--checkpoint-dir", str(tmp_path / "ck")])
     assert code == 0
-    files = list(out.rglob("*.json"))
+    files = record_files(out)
     assert len(files) == 1
-    recs = json.loads(files[0].read_text())
+    recs = [r for _, r in iter_records(out)]
     assert len(recs) == 1 and validate_record(recs[0]) == []
     cfg = recs[0]["config"]
     assert cfg["task"] == "synth-lm" and cfg["task_offline"] and cfg["quick"] and cfg["model"] == "gpt"
@@ -176,3 +178,34 @@ def test_cli_errors_are_clear(capsys):
     assert "layouts" in capsys.readouterr().err
     assert main(["train", "--norm", "no_such_norm"]) == 2
     assert main(["train", "--norm", "layernorm", "--task", "synth-lm", "--model", "resnet"]) == 2
+
+
+@pytest.mark.parametrize("name", [n for n in __import__("normbench.train.recipes", fromlist=["x"]).recipe_names()
+                                  if "/gpt" in n])
+def test_gpt_recipes_build_the_model_at_their_sequence_length(name):
+    # The batches are recipe.seq_len tokens long; the model must accept them (wikitext recipes used to stop with
+    # "sequence length 256 exceeds the model's seq_len 64").
+    import torch
+
+    from normbench.models import build_model
+    from normbench.tasks import get_task
+    from normbench.train.loop import model_options
+    from normbench.train.recipes import RECIPES
+
+    recipe = RECIPES[name]
+    opts = {**model_options("gpt", recipe), "n_layer": 1, "n_head": 2, "n_embd": 16}  # small, same context
+    built = build_model("gpt", get_task(recipe.task), "layernorm", **opts)
+    assert built.config["seq_len"] == recipe.seq_len
+    out = built.module(torch.zeros(1, recipe.seq_len, dtype=torch.long))
+    assert out.shape == (1, recipe.seq_len, get_task(recipe.task).vocab_size)
+
+
+def test_model_options_refuse_a_context_that_differs_from_the_batches():
+    from dataclasses import replace
+
+    from normbench.train.loop import model_options
+    from normbench.train.recipes import RECIPES
+
+    r = RECIPES["wikitext-2/gpt"]
+    with pytest.raises(ValueError, match="seq_len 128 differs from the recipe's seq_len 256"):
+        model_options("gpt", replace(r, model_options={**r.model_options, "seq_len": 128}))

@@ -64,6 +64,10 @@ def _cases(quick: bool):
                          DW_PART="fp32", DB_PART="fp32", DSW_PART="fp32", M=64, C=1 << 16, HW=1, n_tiles=64,
                          MODE=mode, IMAGES=False, HAS_W=mode != 3, HAS_B=mode == 0, SCALAR_W=mode == 3, HAS_DS=False,
                          HAS_COEF=True, COMPUTE_DW=True, BLOCK_R=1, BLOCK_C=bc), warps_for(bc, 8, 4)))
+        out.append((f"row wide bwd fused {row_modes[mode]} [1x{bc}]", R._row_bwd_wide_kernel,
+                    dict(X="x", W="fp32", DY="x", DS="x", DX="x", AUX="fp32", RSTD="fp32", DW_PART="fp32",
+                         DB_PART="fp32", DSW_PART="fp32", M=64, C=1 << 16, MODE=mode, HAS_W=mode != 3,
+                         HAS_B=mode == 0, SCALAR_W=mode == 3, HAS_DS=mode == 1, COMPUTE_DW=True, BLOCK_C=bc), 8))
 
     for kind, name in ((0, "dyt"), (1, "derf")):
         for images, ncols in ((False, 4096), (True, 3136)):
@@ -108,6 +112,30 @@ def _cases(quick: bool):
     out.append((f"groupnorm bwd dx [{br}x{bh}]", GN._gn_bwd_dx_kernel,
                 dict(X="x", W="fp32", DY="x", DX="x", MEAN="fp32", RSTD="fp32", C1="fp32", C2="fp32", NC=1 << 13,
                      HW=3136, C=256, CPG=8, HAS_W=True, BLOCK_R=br, BLOCK_HW=bh), warps_for(br * bh, 8, 4)))
+    out += _softmax_cases(quick)
+    return out
+
+
+def _softmax_cases(quick: bool):
+    """The softmax kernels at the launcher's block sizes and warps: on-chip rows and the looped algorithms."""
+    from normbench.kernels import _softmax as S
+    from normbench.kernels._common import warps_for
+
+    out = []
+    for log in ((False,) if quick else (False, True)):
+        name = "log_softmax" if log else "softmax"
+        for C in ((4096, S.MAX_FUSED_C) if quick else (1024, 4096, 8192, S.MAX_FUSED_C)):
+            out.append((f"softmax fwd on-chip {name} C={C}", S._fused_fwd_kernel,
+                        dict(X="x", Y="x", C=C, LOG=log, BLOCK_C=C), warps_for(C, 8, 1, 16)))
+        for algo, code in S.ALGORITHMS.items():
+            out.append((f"softmax fwd looped {algo} {name} [{S.BLOCK}]", S._looped_fwd_kernel,
+                        dict(X="x", Y="x", C=256000, ALGO=code, LOG=log, BLOCK_C=S.BLOCK),
+                        warps_for(S.BLOCK, 8, 1, 16)))
+        for C in ((S.MAX_FUSED_C_BWD,) if quick else (1024, 4096, S.MAX_FUSED_C_BWD)):
+            out.append((f"softmax bwd on-chip {name} C={C}", S._fused_bwd_kernel,
+                        dict(Yp="x", DY="x", DX="x", C=C, LOG=log, BLOCK_C=C), warps_for(C, 8, 1, 16)))
+        out.append((f"softmax bwd looped {name} [{S.BLOCK}]", S._looped_bwd_kernel,
+                    dict(Yp="x", DY="x", DX="x", C=256000, LOG=log, BLOCK_C=S.BLOCK), warps_for(S.BLOCK, 8, 1, 16)))
     return out
 
 

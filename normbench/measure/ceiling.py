@@ -9,6 +9,7 @@ A copy reads and writes every byte, so ceiling GB/s = 2 · size / median time.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -47,9 +48,11 @@ class Ceiling:
     gbps: float
     method: str
     device: str
+    #: Relative IQR (q75 - q25) / median of the repeated copy timings: how steady the memory system was.
+    spread: float | None = None
 
     def to_dict(self) -> dict:
-        return {"gbps": self.gbps, "method": self.method, "device": self.device}
+        return {"gbps": self.gbps, "method": self.method, "device": self.device, "spread": self.spread}
 
 
 def _llc_bytes() -> int:
@@ -86,21 +89,42 @@ def measure_cpu(nbytes: int | None = None, reps: int = 5) -> Ceiling:
         t0 = time.perf_counter()
         dst.copy_(src)
         samples.append(time.perf_counter() - t0)
-    med = summarize(samples)["median"]
+    st = summarize(samples)
+    med = st["median"]
     size = n * 4
     method = (f"torch copy_ of {size / 2**20:.0f} MiB on CPU, {torch.get_num_threads()} threads, "
               f"median of {reps}; GB/s = 2·size/time")
-    return Ceiling(2 * size / med / 1e9, method, "cpu")
+    return Ceiling(2 * size / med / 1e9, method, "cpu", st["iqr"] / med)
+
+
+#: Seconds of copies before the ceiling is timed: GPU clocks ramp up over hundreds of milliseconds from idle.
+CUDA_WARMUP_S = 1.0
+
+
+def warmup_copies(copy, sync, seconds: float, clock=time.perf_counter, min_calls: int = 3) -> int:
+    """Run ``copy`` until at least ``seconds`` of wall time (synchronised) and ``min_calls`` calls; returns calls."""
+    calls = 0
+    t0 = clock()
+    while True:
+        for _ in range(min_calls):
+            copy()
+        calls += min_calls
+        sync()
+        if clock() - t0 >= seconds:
+            return calls
 
 
 def measure_cuda(device="cuda", nbytes: int = 2**30, reps: int = 20) -> Ceiling:
     device = torch.device(device)
+    with torch.cuda.device(device):
+        return _measure_cuda(device, nbytes, reps)
+
+
+def _measure_cuda(device, nbytes: int, reps: int) -> Ceiling:
     n = nbytes // 4
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize(device)
+    warmup_copies(functools.partial(dst.copy_, src), functools.partial(torch.cuda.synchronize, device), CUDA_WARMUP_S)
     events = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -109,11 +133,13 @@ def measure_cuda(device="cuda", nbytes: int = 2**30, reps: int = 20) -> Ceiling:
         end.record()
         events.append((start, end))
     torch.cuda.synchronize(device)
-    med = summarize([s.elapsed_time(e) / 1e3 for s, e in events])["median"]
+    st = summarize([s.elapsed_time(e) / 1e3 for s, e in events])
+    med = st["median"]
     del src, dst
     torch.cuda.empty_cache()
-    method = f"device-to-device copy_ of {nbytes / 2**20:.0f} MiB, CUDA events, median of {reps}; GB/s = 2·size/time"
-    return Ceiling(2 * nbytes / med / 1e9, method, str(device))
+    method = (f"device-to-device copy_ of {nbytes / 2**20:.0f} MiB, CUDA events, median of {reps} after "
+              f"{CUDA_WARMUP_S:g} s of warm-up copies; GB/s = 2·size/time")
+    return Ceiling(2 * nbytes / med / 1e9, method, str(device), st["iqr"] / med)
 
 
 _CACHE: dict[str, Ceiling] = {}

@@ -34,8 +34,8 @@ def register(subparsers) -> None:
     p.add_argument("--pass", dest="passes", nargs="+", action=_ExtendSplit, metavar="P",
                    help="fwd, bwd, fwd+bwd (default: all three; --quick: fwd fwd+bwd)")
     p.add_argument("--layout", nargs="+", action=_ExtendSplit, metavar="L", help="tokens and/or images")
-    p.add_argument("--shape-class", choices=("quick", "llm", "vision", "all"), default=None,
-                   help="shape grid (default: llm + vision; --quick: quick)")
+    p.add_argument("--shape-class", choices=("quick", "llm", "vision", "softmax", "all"), default=None,
+                   help="shape grid (default: llm + vision; --quick: quick; softmax: the softmax norms' own set)")
     p.add_argument("--shape", nargs="+", action=_ExtendSplit, metavar="LABEL",
                    help="only these shape labels (see docs/measurement.md)")
     p.add_argument("--quick", action="store_true",
@@ -44,6 +44,14 @@ def register(subparsers) -> None:
     p.add_argument("--timing", nargs="+", action=_ExtendSplit, metavar="T",
                    help="cold (L2 flushed, CUDA only; the default there) and/or hot (the CPU's only timing)")
     p.add_argument("--graphs", action="store_true", help="replay fwd and fwd+bwd as CUDA graphs (launch overhead)")
+    p.add_argument("--flush", choices=("zero", "rw"), default="zero",
+                   help="cold timing's L2 flush: zero_() of a buffer > L2 (default, as Triton's do_bench) or rw "
+                        "(write then read it back, leaving clean lines); recorded as config.l2_flush")
+    p.add_argument("--keep-ahead", action="store_true",
+                   help="CUDA: queue a spin kernel before each batch of repetitions so small kernels are not timed "
+                        "at the host's launch rate; recorded as config.keep_ahead")
+    p.add_argument("--mode", nargs="+", action=_ExtendSplit, metavar="M",
+                   help="train and/or eval for norms with running statistics (default: both; others: train)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's current setting)")
     p.add_argument("--out", default="results", help="results directory (default: results)")
     p.add_argument("--redo", action="store_true", help="re-measure cases already in --out (replaces them)")
@@ -90,7 +98,8 @@ def _cmd_bench(args) -> int:
         shapes = [by_label(s) for s in args.shape]
     cases = plan(norms=args.norm, backends=args.backend, dtypes=args.dtype, passes=args.passes,
                  layouts=args.layout, shapes=shapes, quick=args.quick, shape_class=args.shape_class,
-                 device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs)
+                 device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs,
+                 modes=args.mode, flush=args.flush, keep_ahead=args.keep_ahead)
     if args.list:
         for c in cases:
             print(c.describe())
@@ -100,7 +109,8 @@ def _cmd_bench(args) -> int:
         print("nothing to measure: no norm supports the selected layouts/shapes", file=sys.stderr)
         return 0
     settings = TimerSettings.quick() if args.quick else TimerSettings()
-    _quiet_compile_warnings()
+    # Dynamo's warnings stay on: a recompile-limit or graph-break warning is what a fallback looks like
+    # (the records say so too: metrics.compile and the fell_back flag).
     from normbench.check import ensure_checked, refusal, stamp
     from normbench.cli import report_plugin_problems
     from normbench.executor import make_executor, time_limit
@@ -139,18 +149,6 @@ def _cmd_bench(args) -> int:
         print("interrupted; the records written so far are kept (re-run to resume)", file=sys.stderr)
         return 130
     return 1 if s.failed or refused else 0
-
-
-def _quiet_compile_warnings() -> None:
-    """Dynamo's graph-break warnings (norms calling .item(), say) would bury the sweep's own output."""
-    import logging
-
-    try:
-        import torch._logging
-
-        torch._logging.set_logs(dynamo=logging.ERROR)
-    except (ImportError, AttributeError, TypeError):
-        pass
 
 
 def _cmd_validate(args) -> int:

@@ -13,17 +13,19 @@ from typing import Callable, Iterable
 
 import torch
 
-from normbench.measure import baselines
+from normbench.measure import baselines, softmax_baselines
 from normbench.measure import bytes_model as bm
 from normbench.measure.shapes import Shape, input_shape, shapes_for
 from normbench.measure.stats import summarize
-from normbench.measure.timers import TimerSettings, cpu_time, cuda_time
+from normbench.measure.timers import FLUSHES, TimerSettings, cpu_time, cuda_time
 from normbench.results.schema import FAR_ABOVE_CEILING, make_record
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PASSES = ("fwd", "bwd", "fwd+bwd")
 QUICK_DTYPES = ("float32", "bfloat16")
 QUICK_PASSES = ("fwd", "fwd+bwd")
+#: train: batch statistics, running state updated; eval: running statistics (a different, cheaper kernel).
+MODES = ("train", "eval")
 
 
 class Unsupported(Exception):
@@ -44,18 +46,29 @@ class Case:
     threads: int = 1
     graphs: bool = False
     harness: str = "cli"
+    mode: str = "train"
+    flush: str = "zero"
+    keep_ahead: bool = False
 
     @property
     def group(self) -> tuple:
-        return (self.norm, self.backend, self.shape.label, self.dtype, self.device, self.graphs, self.harness)
+        return (self.norm, self.backend, self.shape.label, self.dtype, self.device, self.graphs, self.harness,
+                self.mode)
 
     def describe(self) -> str:
-        return f"{self.norm}/{self.backend}/{self.shape.label}/{self.dtype}/{self.pass_}/{self.timing}"
+        mode = "" if self.mode == "train" else f"/{self.mode}"
+        return f"{self.norm}/{self.backend}/{self.shape.label}/{self.dtype}/{self.pass_}/{self.timing}{mode}"
+
+    def settings(self, base: TimerSettings) -> TimerSettings:
+        """``base`` with this case's flush kind and keep-ahead choice."""
+        from dataclasses import replace
+
+        return replace(base, flush=self.flush, keep_ahead=self.keep_ahead)
 
     def config(self, spec) -> dict:
         """The record config (without ``bytes_model``, which needs the built module)."""
         dims = list(input_shape(self.shape, spec.kind))
-        return {
+        cfg = {
             "backend": self.backend,
             "layout": self.shape.layout,
             "shape": dims,
@@ -71,11 +84,23 @@ class Case:
             "harness": self.harness,
             "kwargs": {k: v for k, v in dict(spec.default_kwargs).items()},
         }
+        # Keys that only some records have are added only there, so other records keep their ids.
+        if self.backend not in spec.backends and (self.backend, spec.name) in baselines.REGISTRY:
+            b = baselines.get(self.backend, spec.name)
+            cfg["baseline_version"] = f"{b.dist} {b.version() or 'not installed'}"  # a new release is re-measured
+        if spec.running_state:
+            cfg["mode"] = self.mode          # train and eval run different kernels
+        if self.timing == "cold":
+            cfg["l2_flush"] = self.flush     # how L2 was flushed between repetitions
+        if self.device.startswith("cuda") and self.keep_ahead:
+            cfg["keep_ahead"] = True         # a spin kernel kept the GPU ahead of the host
+        return cfg
 
 
 def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
     """The implementation hash of ``spec`` run by ``backend`` (``NormSpec.impl_hash``); for an external baseline
-    (Liger, Apex) the eager norm's hash combined with the adapter's source and the library's version."""
+    (Liger, quack, TE, FlashInfer, Apex, native) the eager norm's hash combined with the adapter's source and the
+    library's version."""
     key = (spec.name, spec.package, spec.package_version, backend)
     if cache is not None and key in cache:
         return cache[key]
@@ -87,9 +112,10 @@ def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
 
         from normbench.registry import _file_digest
 
-        pkg = {"liger": "liger-kernel", "apex": "apex"}.get(backend, backend)
+        b = baselines.REGISTRY.get((backend, spec.name))
+        pkg = b.dist if b is not None else backend
         try:
-            version = metadata.version(pkg)
+            version = b.version() if b is not None else metadata.version(pkg)
         except metadata.PackageNotFoundError:
             version = None
         text = f"{spec.impl_hash('eager')} {backend} {_file_digest(baselines.__file__)} {pkg}={version}"
@@ -104,7 +130,7 @@ def default_device() -> str:
 
 
 def backends_for(spec) -> tuple[str, ...]:
-    """The spec's backends plus the external baselines (liger, apex) that implement this norm."""
+    """The spec's backends plus the external baselines (native, liger, quack, te, flashinfer, apex) for this norm."""
     return tuple(spec.backends) + baselines.backends_for(spec.name)
 
 
@@ -121,13 +147,16 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
          dtypes: Iterable[str] | None = None, passes: Iterable[str] | None = None,
          layouts: Iterable[str] | None = None, shapes: Iterable[Shape] | None = None, quick: bool = False,
          shape_class: str | None = None, device: str | None = None, timings: Iterable[str] | None = None,
-         threads: int | None = None, graphs: bool = False, harness: str = "cli") -> list[Case]:
+         threads: int | None = None, graphs: bool = False, harness: str = "cli",
+         modes: Iterable[str] | None = None, flush: str = "zero", keep_ahead: bool = False) -> list[Case]:
     """Every case of a sweep, grouped by norm; availability is checked when a case runs, not here.
 
     ``quick`` (the defaults below when an argument is ``None``): the quick shapes, float32 and bfloat16,
     fwd and fwd+bwd, every backend, except that ``compile`` runs float32 on one layout per norm (tokens
     when the norm has it). Otherwise the llm and vision shape classes, every dtype the device supports and
-    all three passes. Unknown names raise ``ValueError``/``KeyError`` naming what exists.
+    all three passes. Norms with running statistics are timed in both ``modes`` (train and eval) unless
+    ``modes`` is given; other norms in train mode only. Unknown names raise ``ValueError``/``KeyError`` naming what
+    exists.
     """
     from normbench.registry import REGISTRY
 
@@ -154,10 +183,20 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
             raise ValueError(f"unknown timing {t!r}; use cold or hot")
         if t == "cold" and not is_cuda:
             raise ValueError("cold timing (L2 flushed between repetitions) needs CUDA; CPU timing is hot")
+    modes = tuple(modes) if modes else None
+    for m in modes or ():
+        if m not in MODES:
+            raise ValueError(f"unknown mode {m!r}; use {', '.join(MODES)}")
+    if flush not in FLUSHES:
+        raise ValueError(f"unknown L2 flush {flush!r}; use {', '.join(FLUSHES)}")
+    default_shapes = shapes is None and shape_class is None and not quick
     shapes = list(shapes) if shapes is not None else shapes_for(shape_class, quick)
     if layouts:
         layouts = tuple(layouts)
         shapes = [s for s in shapes if s.layout in layouts]
+    if not norms:  # softmax norms have their own shape set and stay out of the other sweeps (docs/softmax.md)
+        want_softmax = any(s.shape_class == "softmax" for s in shapes)
+        specs = [s for s in specs if (s.kind == "softmax") == want_softmax]
     threads = threads or torch.get_num_threads()
     # torch.compile costs seconds of compilation per (norm, layout, dtype) on a CPU; the quick sweep therefore
     # compiles float32 on one layout per norm (tokens when it has it) unless dtypes or layouts were chosen.
@@ -169,21 +208,28 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
         known_backends.update(spec_backends)
         wanted = [b for b in (backends or spec_backends) if b in spec_backends]
         first_layout = "tokens" if "tokens" in spec.layouts else spec.layouts[0]
-        for shape in shapes:
-            if shape.layout not in spec.layouts:
+        spec_modes = (modes or MODES) if spec.running_state else ("train",)
+        spec_shapes = shapes
+        if spec.kind == "softmax" and default_shapes:
+            spec_shapes = [s for s in shapes_for("softmax") if not layouts or s.layout in layouts]
+        for shape in spec_shapes:
+            if shape.layout not in spec.layouts or (shape.shape_class == "softmax") != (spec.kind == "softmax"):
                 continue
             for backend in wanted:
                 if trim_compile and backend == "compile" and shape.layout != first_layout:
                     continue
-                if backend in baselines.BASELINES and shape.layout != "tokens":
-                    continue  # Liger's and Apex's norms normalise the last dimension only
+                if (backend in baselines.backends_for(spec.name)
+                        and shape.layout not in baselines.layouts(backend, spec.name)):
+                    continue  # e.g. Liger's RMSNorm normalises the last dimension only
                 for dtype in dtypes:
                     if trim_compile and backend == "compile" and dtype != "float32":
                         continue
-                    for timing in timings:
-                        for p in passes:
-                            cases.append(Case(spec.name, backend, shape, dtype, p, device, timing, threads,
-                                              graphs and is_cuda, harness))
+                    for mode in spec_modes:
+                        for timing in timings:
+                            for p in passes:
+                                cases.append(Case(spec.name, backend, shape, dtype, p, device, timing, threads,
+                                                  graphs and is_cuda, harness, mode, flush,
+                                                  keep_ahead and is_cuda))
     if backends:
         unknown = [b for b in backends if b not in known_backends]
         if unknown:
@@ -219,13 +265,15 @@ def _num_groups(module: torch.nn.Module, c: int) -> int:
 class Prepared:
     """A built module, its inputs and output gradients for one group of cases."""
 
-    def __init__(self, spec, backend: str, shape: Shape, dtype: str, device: str, seed: int = 0):
+    def __init__(self, spec, backend: str, shape: Shape, dtype: str, device: str, seed: int = 0,
+                 mode: str = "train"):
         self.spec, self.backend, self.shape, self.dtype_name, self.device = spec, backend, shape, dtype, device
+        self.mode = mode
         self.dtype = DTYPES[dtype]
         if shape.layout not in spec.layouts:
             raise Unsupported(f"{spec.name} does not support the {shape.layout} layout")
         if backend in backends_for(spec) and backend not in spec.backends:
-            reason = baselines.unavailable(backend, spec.name, shape.layout, device)
+            reason = baselines.unavailable(backend, spec.name, shape.layout, device, dtype)
         elif backend in spec.backends:
             reason = spec.backend_unavailable(backend)
         else:
@@ -236,11 +284,18 @@ class Prepared:
         c = self.dims[-1] if shape.layout == "tokens" else self.dims[1]
         self.num_features = c
         torch.manual_seed(seed)
+        if backend == "compile":
+            # A fresh Dynamo cache per group: a sweep's widths and dtypes must not share one recompile limit.
+            from normbench.kernels.compile_watch import fresh_compile_state
+
+            fresh_compile_state()
+        self.baseline = None
         if backend in spec.backends:
             module = spec.create(c, layout=shape.layout, backend=backend)
         else:
             module = baselines.build(backend, spec.name, spec.create(c, layout=shape.layout))
-        self.module = module.to(device=device, dtype=self.dtype).train()
+            self.baseline = baselines.get(backend, spec.name)
+        self.module = module.to(device=device, dtype=self.dtype).train(mode == "train")
         self.inputs = _inputs_for(spec.kind, self.dims, self.dtype, device)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
         self.targets = self.inputs + self.params
@@ -264,16 +319,37 @@ class Prepared:
         o, g = self._grad_pairs(outs)
         return torch.autograd.grad(o, self.targets, g, allow_unused=True)
 
+    @property
+    def watch(self):
+        """The compile backend's :class:`~normbench.kernels.compile_watch.CompileWatch`, else ``None``."""
+        return getattr(self.module, "watch", None) if self.backend == "compile" else None
+
     def retained_backward(self) -> Callable[[], object]:
         """A backward over one forward's graph, kept alive (``retain_graph``) so it can be called repeatedly.
 
-        For harnesses that cannot run untimed code before every repetition (ASV's timer).
+        For harnesses that cannot run untimed code before every repetition (ASV's timer). The core itself never
+        retains a graph: it rebuilds it untimed before each repetition (see :meth:`pass_fns`). A compiled
+        backward whose saved buffers AOTAutograd donated refuses ``retain_graph``; :func:`prepare_retained`
+        turns donation off before the module is first compiled, so this path is safe on CUDA too.
         """
         o, g = self._grad_pairs(self.forward())
         return lambda: torch.autograd.grad(o, self.targets, g, retain_graph=True, allow_unused=True)
 
     def pass_fns(self, pass_: str) -> tuple[Callable[[], object], Callable[[], object] | None]:
         """(timed callable, untimed callable run before each repetition or ``None``)."""
+        if self.baseline is not None and self.baseline.forward_only and pass_ != "fwd":
+            raise Unsupported(f"{self.backend}'s {self.spec.name} is forward-only (no autograd)")
+        if self.baseline is not None and self.baseline.inplace_inputs:
+            # The kernel overwrites its inputs: restore them untimed before each call, so every repetition
+            # normalises the same data.
+            originals = [x.detach().clone() for x in self.inputs]
+
+            def restore():
+                with torch.no_grad():
+                    for x, o in zip(self.inputs, originals, strict=True):
+                        x.copy_(o)
+
+            return self.forward, restore
         if pass_ == "fwd":
             return self.forward, None
         if pass_ == "fwd+bwd":
@@ -303,9 +379,14 @@ class Prepared:
             stat_rows = 0
         param_bytes = sum(p.numel() * p.element_size() for p in self.module.parameters())
         running = sum(b.numel() for b in self.module.buffers() if b.is_floating_point())
+        extra = {}
+        if self.mode == "eval" and spec.running_state:
+            extra["eval_mode"] = 1
+            if formula == "channelwise":
+                stat_rows = 0  # eval normalises with the running statistics: no batch statistics to save
         return bm.make_model(formula, n_elements=n, inputs=k, elem_bytes=self.inputs[0].element_size(),
                              param_bytes=param_bytes, stat_rows=stat_rows,
-                             stats_per_row=bm.stats_per_row(formula, spec.name), running_values=running)
+                             stats_per_row=bm.stats_per_row(formula, spec.name), running_values=running, **extra)
 
     def flops(self, pass_: str) -> int | None:
         """Multiply-adds x2 of the Linear/Conv2d a weight-kind norm wraps (its real cost); ``None`` otherwise."""
@@ -323,17 +404,28 @@ class Prepared:
         spec = self.spec
         ref = spec.create(self.num_features, layout=self.shape.layout)
         ref.load_state_dict(self.state)
-        ref = ref.to(device=self.device, dtype=torch.float64).train()
+        ref = ref.to(device=self.device, dtype=torch.float64).train(self.mode == "train")
         xs = [x.detach().to(torch.float64).requires_grad_(True) for x in self.inputs]
         ref_params = [p for p in ref.parameters() if p.requires_grad]
         ref_outs = _tensors(ref(*xs))
+        if self.baseline is not None and self.baseline.inplace_inputs:
+            # The kernel writes into its inputs: give it copies, so the inputs stay what the reference saw.
+            saved = self.inputs
+            self.inputs = [x.detach().clone() for x in saved]
+            try:
+                outs = self.forward()
+            finally:
+                self.inputs = saved
+            return {"y": compare(outs, ref_outs), "dx": None, "dw": None}
         outs = self.forward()
         err = {"y": compare(outs, ref_outs), "dx": None, "dw": None}
         try:
             o, g = self._grad_pairs(outs)
         except Unsupported:
             return err
-        grads = torch.autograd.grad(o, self.targets, g, allow_unused=True)
+        # The tested backward gets its own copy of the upstream gradient: an in-place backward (Liger's default)
+        # would otherwise overwrite the one the float64 reference is about to use.
+        grads = torch.autograd.grad(o, self.targets, [t.clone() for t in g], allow_unused=True)
         pairs = [(a, b) for a, b in zip(ref_outs, outs) if b.requires_grad]
         ref_grads = torch.autograd.grad([a for a, _ in pairs], xs + ref_params,
                                         [gg.to(torch.float64) for gg in g], allow_unused=True)
@@ -356,6 +448,8 @@ class Context:
     settings: TimerSettings = field(default_factory=TimerSettings)
     datasheet_peak_gbps: float | None = None
     impl_hashes: dict = field(default_factory=dict)
+    #: Relative IQR of the repeated ceiling measurements (see ``normbench.measure.noise``); None if not measured.
+    ceiling_spread: float | None = None
 
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
@@ -365,11 +459,12 @@ def make_context(device: str, settings: TimerSettings | None = None, command=Non
     prov = provenance(command=command, device=device)
     ceil = ceiling.measure(device)
     return Context(ceil.gbps, ceil.method, prov, settings or TimerSettings(),
-                   ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")))
+                   ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")), ceiling_spread=ceil.spread)
 
 
 def time_pass(prep: Prepared, case: Case, settings: TimerSettings) -> tuple[list[float], bool]:
     fn, pre = prep.pass_fns(case.pass_)
+    settings = case.settings(settings)
     if case.device.startswith("cuda"):
         return cuda_time(fn, settings, case.device, cold=case.timing == "cold", pre=pre,
                          graphs=case.graphs and case.pass_ != "bwd")
@@ -389,8 +484,20 @@ class FarAboveCeiling(Exception):
     """A measured bandwidth so far above the ceiling that it can only be a broken measurement."""
 
 
+def nonfinite_parts(err: dict) -> list[str]:
+    """The parts (y, dx, dw) of an error report whose tested values were NaN or infinite."""
+    return [part for part, stats in (err or {}).items() if isinstance(stats, dict) and stats.get("nonfinite")]
+
+
 def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float], used_graph: bool,
-                 err: dict, peak: int | None, saved: int | None) -> dict:
+                 err: dict, peak: int | None, saved: int | None, load: dict | None = None,
+                 compile_report=None) -> dict:
+    """The record of one timed case. Flags (schema v2): ``suspect`` above the copy ceiling, ``non_finite`` when the
+    output or a gradient this pass computes is NaN/inf (the record is then invalid: kept, shown failed, never
+    ranked), ``noisy`` when the machine was busy (``normbench.measure.noise``), ``fell_back`` when torch.compile
+    did not stay compiled."""
+    from normbench.measure import noise
+
     spec = prep.spec
     model = prep.bytes_model()
     config = case.config(spec)
@@ -400,14 +507,26 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     gbps = nbytes / st["median"] / 1e9
     pct = 100.0 * gbps / ctx.ceiling_gbps if model["memory_bound"] else None
     flags: dict[str, str] = {}
-    suspect, reason = False, None
     if pct is not None and gbps > ctx.ceiling_gbps:
         if gbps > FAR_ABOVE_CEILING * ctx.ceiling_gbps:
             raise FarAboveCeiling(f"{gbps:.3g} GB/s is more than {FAR_ABOVE_CEILING:g}x the measured ceiling "
                                   f"{ctx.ceiling_gbps:.3g} GB/s: a broken timing, not recorded")
-        suspect = True
-        reason = (f"{gbps:.3g} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.3g} GB/s: the data was "
-                  "likely cache-resident" + (" (hot timing)" if case.timing == "hot" else ""))
+        flags["suspect"] = (f"{gbps:.3g} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.3g} GB/s: the "
+                            "data was likely cache-resident" + (" (hot timing)" if case.timing == "hot" else ""))
+    rec_err = {"y": err.get("y"), "dx": err.get("dx") if case.pass_ != "fwd" else None,
+               "dw": err.get("dw") if case.pass_ != "fwd" else None}
+    bad = nonfinite_parts(rec_err)
+    if bad:
+        names = {"y": "the output", "dx": "the input gradient", "dw": "the parameter gradient"}
+        flags["non_finite"] = (" and ".join(names.get(p, p) for p in bad) + " contain NaN or inf: the timing is of "
+                               "a broken computation, not a result")
+    if load is None:
+        load = noise.machine_load(noise.own_load(case.device, case.threads))
+    noise_info = {**load, "ceiling_spread": ctx.ceiling_spread,
+                  "rel_iqr": st["iqr"] / st["median"] if st["median"] > 0 else None}
+    why = noise.reasons(noise_info)
+    if why:
+        flags["noisy"] = "; ".join(why)
     metrics = {
         "time_median_s": st["median"],
         "time_iqr_s": st["iqr"],
@@ -423,15 +542,17 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         "datasheet_peak_gbps": ctx.datasheet_peak_gbps,
         "pct_of_datasheet": (100.0 * gbps / ctx.datasheet_peak_gbps
                              if ctx.datasheet_peak_gbps and model["memory_bound"] else None),
-        "suspect": suspect,
-        "suspect_reason": reason,
         "peak_mem_bytes": peak,
         "saved_bytes": saved,
-        "err": {"y": err.get("y"), "dx": err.get("dx") if case.pass_ != "fwd" else None,
-                "dw": err.get("dw") if case.pass_ != "fwd" else None},
+        "err": rec_err,
         "err_reference": "eager module in float64 on the same inputs",
         "graph_used": used_graph,
+        "noise": noise_info,
     }
+    if spec.kind == "softmax":  # reads of each row beside the GB/s (None: an implementation normbench does not own)
+        from normbench.softmax import row_passes
+
+        metrics["row_passes"] = row_passes(prep.module, case.pass_)
     flops = prep.flops(case.pass_)
     if flops is not None:
         metrics["flops"] = flops
@@ -440,8 +561,12 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     from normbench.results.provenance import utc_now
 
     prov["timestamp"] = utc_now()
-    if suspect:
-        flags["suspect"] = reason
+    if prep.baseline is not None:
+        prov["baseline"] = prep.baseline.provenance()
+    if compile_report is not None:
+        metrics["compile"] = compile_report.to_dict()
+        if not compile_report.stayed_compiled:
+            flags["fell_back"] = compile_report.reason()
     return make_record("kernel", spec.to_dict(), config, metrics, prov,
                        impl_hash=impl_hash(spec, case.backend, ctx.impl_hashes), flags=flags, flag_reasons=flags)
 
@@ -459,15 +584,29 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
     assert all(c.group == first.group for c in cases), "measure_group needs cases of one group"
     spec = REGISTRY.get(first.norm)
     torch.set_num_threads(first.threads)
-    prep = Prepared(spec, first.backend, first.shape, first.dtype, first.device)
+    prep = Prepared(spec, first.backend, first.shape, first.dtype, first.device, mode=first.mode)
     err = prep.errors()  # also compiles (torch.compile) and warms up the module
     saved = saved_bytes(prep.forward, prep.params) if any(c.pass_ != "fwd" for c in cases) else None
     records = []
+    from normbench.measure import noise
+
     for case in cases:
-        samples, used_graph = time_pass(prep, case, ctx.settings)
+        watch = prep.watch
+        if watch is not None:
+            watch.mark()  # the report covers exactly the timed repetitions (and their warm-up)
+        try:
+            samples, used_graph = time_pass(prep, case, ctx.settings)
+        except Unsupported as exc:  # e.g. bwd of a forward-only baseline; the group's other passes still run
+            if refused is None:
+                raise
+            refused.append((case, str(exc)))
+            continue
+        report = watch.report() if watch is not None else None
+        # the load average right after timing: it covers the minute the samples were taken in
+        load = noise.machine_load(noise.own_load(case.device, case.threads))
         peak = peak_memory(prep, case.pass_)
         try:
-            records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved))
+            records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved, load, report))
         except FarAboveCeiling as exc:
             if refused is None:
                 raise
@@ -494,6 +633,7 @@ class SweepSummary:
     failed: list = field(default_factory=list)    # (case description, error)
     files: set = field(default_factory=set)
     interrupted: bool = False
+    out_of_time: bool = False
 
 
 def _skip_log(out, hardware_id: str, entries: list[dict], measured: list[str] = ()) -> None:
@@ -534,7 +674,7 @@ def _group_task(cases: list[Case], ctx: Context) -> dict:
 
 def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings: TimerSettings | None = None,
               progress: bool = True, command=None, log=None, executor=None, time_limit: float | None = None,
-              on_record=None) -> SweepSummary:
+              on_record=None, deadline: float | None = None, group_log: list | None = None) -> SweepSummary:
     """Measure ``cases`` group by group, writing each group's records to ``out`` as soon as they exist.
 
     Cases whose record id is already in ``out`` are skipped unless ``force``. Unsupported cases are recorded
@@ -542,7 +682,12 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     Each group runs through ``executor`` (default: in this process) with the wall-clock ``time_limit``; a group
     that hangs or kills its process fails, and the rest of that norm's groups are not attempted.
     ``on_record(record)`` may amend each record before it is written (the check verdict, say).
+    ``deadline`` (a ``time.monotonic()`` value): no group starts after it; the sweep stops with ``out_of_time``
+    set, everything measured so far written. ``group_log`` (a list) receives each group's wall time and case count
+    (the campaign's cost model is calibrated from it).
     """
+    import time
+
     from normbench.executor import InProcessExecutor, Task
     from normbench.results.provenance import utc_now
     from normbench.results.store import existing_ids, write_records
@@ -565,9 +710,15 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
         groups.setdefault(case.group, []).append(case)
     if not groups:
         return summary
+    from normbench.measure import noise
+
+    busy = noise.busy_warning(device, cases[0].threads)
+    if busy:
+        log(busy)
     ctx = make_context(device, settings, command)
     ctx.impl_hashes = hashes
-    log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})")
+    spread = f", spread {100 * ctx.ceiling_spread:.1f}%" if ctx.ceiling_spread is not None else ""
+    log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method}{spread})")
     skips, measured = [], []
     executor = executor or InProcessExecutor()
     broken: dict[str, str] = {}  # norm -> why its remaining groups are not attempted
@@ -579,6 +730,10 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     try:
         for group in groups.values():
             first = group[0]
+            if deadline is not None and time.monotonic() > deadline:
+                summary.out_of_time = True
+                break
+            t_group = time.monotonic()
             if bar is not None:
                 bar.set_description(f"{first.norm}/{first.backend}/{first.shape.layout}/{first.dtype}")
             refused: list = []
@@ -614,6 +769,9 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
                 summary.skipped.append((c.describe(), reason))
                 skips.append({"case": c.describe(), "norm": c.norm, "backend": c.backend, "shape": c.shape.label,
                               "dtype": c.dtype, "pass": c.pass_, "reason": reason, "timestamp": utc_now()})
+            if group_log is not None:
+                group_log.append({"group": where, "backend": first.backend, "cases": len(group),
+                                  "wall_s": round(time.monotonic() - t_group, 3)})
             if bar is not None:
                 bar.update(len(group))
     except KeyboardInterrupt:

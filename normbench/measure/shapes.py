@@ -15,7 +15,7 @@ class Shape:
     label: str
     layout: str
     dims: tuple[int, ...]
-    shape_class: str  # "llm", "vision" or "quick"
+    shape_class: str  # "llm", "vision", "quick" or "softmax"
     source: str = ""
 
     @property
@@ -74,22 +74,54 @@ def quick_shapes() -> list[Shape]:
     ]
 
 
+#: Attention-score widths (sequence lengths) and LLM vocabulary sizes: GPT-2 50257, Llama 2 32000, Llama 3 128256,
+#: Qwen2 151936, Gemma 256000.
+ATTN_SEQ = (1024, 2048, 4096, 8192)
+VOCAB = (32000, 50257, 128256, 151936, 256000)
+VOCAB_TOKENS = (512, 4096)
+#: Rows of the paper-sized shape (one 4 Mi-element row per 16 MiB in float32: beyond any core's private cache).
+PAPER_ROW = 1 << 22
+
+
+def softmax_shapes() -> list[Shape]:
+    """Softmax/log-softmax inputs: attention scores, vocabulary logits, and rows longer than any private cache.
+
+    * ``attn-{S}``: scores of 16 heads over a sequence of S (dims ``(16, S, S)``, rows of width S).
+    * ``vocab-{T}x{V}``: logits of T tokens over a vocabulary of V (dims ``(1, T, V)``): T = 4096 (a training
+      micro-batch) and T = 512 (an evaluation or decode batch; small enough for a CPU).
+    * ``paper-32x4M``: 32 rows of 4 Mi entries (dims ``(1, 32, 4194304)``), the out-of-cache vectors of
+      Dukhan & Ablavatski's CPU measurements.
+    """
+    out = [Shape(f"attn-{s}", "tokens", (16, s, s), "softmax", f"attention scores: 16 heads x {s} queries x {s} keys")
+           for s in ATTN_SEQ]
+    out += [Shape(f"vocab-{t}x{v}", "tokens", (1, t, v), "softmax", f"logits of {t} tokens over a vocabulary of {v}")
+            for t in VOCAB_TOKENS for v in VOCAB]
+    out.append(Shape("paper-32x4M", "tokens", (1, 32, PAPER_ROW), "softmax",
+                     "32 rows of 4 Mi entries: out-of-cache rows as in the two-pass softmax paper"))
+    return out
+
+
 def shapes_for(shape_class: str | None = None, quick: bool = False) -> list[Shape]:
-    """The shape grid: ``quick``, one class (``llm`` or ``vision``), or (default) both real-model classes."""
+    """The shape grid: ``quick``, one class (``llm``, ``vision``, ``softmax``), or (default) both real-model classes.
+
+    The ``softmax`` class is only for the softmax norms (``kind == "softmax"``); it is never part of the default.
+    """
     if quick or shape_class == "quick":
         return quick_shapes()
+    if shape_class == "softmax":
+        return softmax_shapes()
     if shape_class in (None, "all"):
         return llm_shapes() + vision_shapes()
     if shape_class == "llm":
         return llm_shapes()
     if shape_class == "vision":
         return vision_shapes()
-    raise ValueError(f"unknown shape class {shape_class!r}; use quick, llm, vision or all")
+    raise ValueError(f"unknown shape class {shape_class!r}; use quick, llm, vision, softmax or all")
 
 
 def by_label(label: str) -> Shape:
     """The shape called ``label`` in any class."""
-    for s in quick_shapes() + llm_shapes() + vision_shapes():
+    for s in quick_shapes() + llm_shapes() + vision_shapes() + softmax_shapes():
         if s.label == label:
             return s
     raise KeyError(f"unknown shape {label!r}")

@@ -9,6 +9,9 @@ Grid selection (environment variables, read when the suite is imported):
   - ``quick``: every registered norm; eager and compile; both quick shapes; float32 and bfloat16; fwd and fwd+bwd.
   - ``full``: every registered norm; every backend (including triton, liger, apex); the llm and vision shapes;
     every dtype of the device; fwd, bwd and fwd+bwd.
+  - ``softmax``: softmax and log-softmax; every backend (the algorithms, plus external softmax baselines); the
+    softmax shapes (attention and vocabulary widths); every dtype of the device; fwd, bwd and fwd+bwd. The softmax
+    norms are in no other grid.
 * ``NORMBENCH_ASV_NORMS`` / ``NORMBENCH_PYTEST_NORMS``: comma-separated norms replacing the grid's norm list.
 
 Combinations a norm cannot run (layout it lacks, backend unavailable here) are skipped with the reason, and so is
@@ -38,7 +41,7 @@ from normbench.measure.core import (
 from normbench.measure.shapes import by_label, quick_shapes, shapes_for
 
 SMALL_NORMS = ("layernorm", "rmsnorm", "dyt")
-GRIDS = ("small", "quick", "full")
+GRIDS = ("small", "quick", "full", "softmax")
 PARAM_NAMES = ["norm", "backend", "shape", "dtype", "pass"]
 
 __all__ = ["GRIDS", "PARAM_NAMES", "Unsupported", "grid", "case_for", "prepare", "sidecar_root"]
@@ -47,7 +50,14 @@ __all__ = ["GRIDS", "PARAM_NAMES", "Unsupported", "grid", "case_for", "prepare",
 def _plugin_norms() -> list[str]:
     from normbench.registry import REGISTRY
 
-    return [n for n in REGISTRY.names() if REGISTRY.get(n).package != "normbench"]
+    return [n for n in REGISTRY.names() if REGISTRY.get(n).package != "normbench" and REGISTRY.get(n).kind != "softmax"]
+
+
+def _layer_norms() -> list[str]:
+    """Every registered norm but the softmax ones, which have their own grid."""
+    from normbench.registry import REGISTRY
+
+    return [n for n in REGISTRY.names() if REGISTRY.get(n).kind != "softmax"]
 
 
 def grid(kind: str | None = None, norms: str | None = None, env_prefix: str = "NORMBENCH_ASV") -> list[list[str]]:
@@ -63,18 +73,19 @@ def grid(kind: str | None = None, norms: str | None = None, env_prefix: str = "N
         names = [n for n in SMALL_NORMS if n in REGISTRY.specs] + _plugin_norms()
         backends, shapes, dtypes, passes = ["eager"], [quick_shapes()[0].label], ["float32"], ["fwd+bwd"]
     elif kind == "quick":
-        names = REGISTRY.names()
+        names = _layer_norms()
         backends = ["eager", "compile"]
         shapes = [s.label for s in quick_shapes()]
         dtypes, passes = list(QUICK_DTYPES), list(QUICK_PASSES)
     else:
-        names = REGISTRY.names()
+        soft = kind == "softmax"
+        names = [n for n in REGISTRY.names() if (REGISTRY.get(n).kind == "softmax") == soft]
         backends = []
         for n in names:
             for b in backends_for(REGISTRY.get(n)):
                 if b not in backends:
                     backends.append(b)
-        shapes = [s.label for s in shapes_for("all")]
+        shapes = [s.label for s in shapes_for("softmax" if soft else "all")]
         dtypes, passes = list(device_dtypes(device)), list(PASSES)
     if norms:
         names = [REGISTRY.get(n.strip()).name for n in norms.split(",") if n.strip()]
@@ -126,10 +137,12 @@ def stamp(record: dict) -> dict:
     return _stamp(record, status, record["config"]["backend"], forced=forced())
 
 
-def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harness: str) -> Case:
+def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harness: str, timer: str = "host") -> Case:
     """The core's case for one parameter combination; raises :class:`Unsupported` (with the reason) if it cannot run.
 
     A norm that has not passed ``normbench check`` is unsupported here (see the module docstring).
+    ``timer``: ``"host"`` when the harness times it (pytest-benchmark, ASV's ``time_``), ``"events"`` when the core
+    does (CUDA events, L2 flushed: ``cold``); it decides the record's ``timing`` label.
     """
     import torch
 
@@ -142,8 +155,12 @@ def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harnes
         raise Unsupported(f"{norm} does not support the {s.layout} layout")
     if backend not in backends_for(spec):
         raise Unsupported(f"{norm} has no backend {backend}")
+    from normbench.measure.timers import timing_label
+
     device = default_device()
-    timing = "cold" if device.startswith("cuda") else "hot"
+    # The suites' own timers use a host clock around a synchronised call and flush nothing: on CUDA that is
+    # "host" timing (launch and synchronisation included), never "cold".
+    timing = timing_label(device, timer, cold=timer == "events")
     return Case(norm, backend, s, dtype, pass_, device, timing, torch.get_num_threads(), False, harness)
 
 
@@ -151,12 +168,16 @@ def prepare(case: Case, retain_graph: bool = False):
     """(prepared module, timed callable, untimed pre-callable, synchronize) for a case, warmed up.
 
     ``retain_graph``: for ``bwd``, time backward over one retained graph instead of rebuilding the graph
-    untimed before each call (for timers that cannot run untimed code between calls, like ASV's).
+    untimed before each call (for timers that cannot run untimed code between calls, like ASV's). For the
+    compile backend this turns off AOTAutograd's buffer donation before the module is compiled (see
+    :func:`allow_retained_compiled_backward`).
     """
     import torch
 
     from normbench.registry import REGISTRY
 
+    if retain_graph and case.pass_ == "bwd" and case.backend == "compile":
+        allow_retained_compiled_backward()
     prep = Prepared(REGISTRY.get(case.norm), case.backend, case.shape, case.dtype, case.device)
     if retain_graph and case.pass_ == "bwd":
         fn, pre = prep.retained_backward(), None
@@ -174,6 +195,25 @@ def prepare(case: Case, retain_graph: bool = False):
         fn()
     sync()
     return prep, fn, pre, sync
+
+
+def allow_retained_compiled_backward() -> bool:
+    """Let a compiled backward be called again on a retained graph; returns whether a setting was changed.
+
+    AOTAutograd may *donate* the buffers a compiled backward saved (reuse them for its outputs), and then refuses
+    ``retain_graph=True`` ("compiled with non-empty donated buffers"): on CUDA the partitioner donates where the CPU
+    build here did not. Donation is decided when the module is first compiled, so this must run before. It saves
+    memory, not traffic: the kernels read and write the same bytes. The core never needs it (it rebuilds the graph
+    untimed before each repetition); only ASV's ``bwd`` timing, which cannot, does. Verify on a GPU.
+    """
+    try:
+        import torch._functorch.config as fconfig
+    except ImportError:  # pragma: no cover - very old torch
+        return False
+    if getattr(fconfig, "donated_buffer", False):
+        fconfig.donated_buffer = False
+        return True
+    return False
 
 
 #: Set by the ASV suite to ``<repo>/.asv/normbench`` (ASV runs benchmarks in temporary directories and gives an
@@ -224,7 +264,8 @@ def benchmark_extra_info(prep, case: Case, ctx, samples: list[float]) -> dict:
                                 None, saved_bytes(prep.forward, prep.params)))
     m = record["metrics"]
     extra = {k: m[k] for k in ("bytes_moved", "gbps", "ceiling_gbps", "pct_of_ceiling", "datasheet_peak_gbps",
-                               "suspect", "saved_bytes")}
+                               "saved_bytes")}
+    extra["flags"] = record["flags"]
     extra["bytes_model"] = record["config"]["bytes_model"]
     extra["norm"], extra["backend"], extra["dtype"], extra["pass"] = case.norm, case.backend, case.dtype, case.pass_
     extra["shape"] = record["config"]["shape"]

@@ -1,6 +1,8 @@
 """Timers: CUDA events with warm-up, L2 flush (cold) and optional CUDA graphs; ``perf_counter`` on CPU.
 
 Both return the per-repetition samples; :func:`normbench.measure.stats.summarize` turns them into median and IQR.
+The CUDA paths (flush kinds, keep-ahead, graphs) are unit-tested on the CPU only as far as their pure logic goes;
+their effect on the figures must be verified on a GPU (docs/measurement.md, "Verify on a GPU").
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ class TimerSettings:
     max_reps: int = 1000
     min_time: float = 0.5
     max_time: float = 30.0
+    #: cold timing's L2 flush: "zero" (``zero_()`` of a buffer, as Triton's ``do_bench``) or "rw" (write, then
+    #: read back, a buffer larger than L2, so the lines left behind are clean: see :class:`L2Flusher`).
+    flush: str = "zero"
+    #: CUDA only: before each batch of repetitions, queue a spin kernel long enough for the host to enqueue the
+    #: whole batch, so small kernels are timed back to back on the GPU rather than at the host's launch rate.
+    keep_ahead: bool = False
 
     @classmethod
     def quick(cls) -> "TimerSettings":
@@ -58,16 +66,45 @@ def cpu_time(fn: Callable[[], object], settings: TimerSettings, pre: Callable[[]
     return samples
 
 
-class L2Flusher:
-    """Evicts the GPU's L2 cache by writing a buffer of twice its size, at least 256 MiB (cold timing)."""
+FLUSHES = ("zero", "rw")
 
-    def __init__(self, device: torch.device):
+
+def flush_bytes(l2_bytes: int) -> int:
+    """Size of the flush buffer: twice the L2 size, at least 256 MiB."""
+    return max(2 * int(l2_bytes or 0), 256 * 2**20)
+
+
+class L2Flusher:
+    """Evicts the GPU's L2 cache before a cold repetition.
+
+    ``"zero"`` writes a buffer of :func:`flush_bytes` (what Triton's ``do_bench`` does). It leaves L2 full of dirty
+    lines, which the measured kernel's own traffic must write back to HBM first, so it may *add* time to the
+    measurement. ``"rw"`` writes the buffer and then reads it back (a sum), leaving L2 holding clean lines that are
+    evicted for free. Which one changes the figures is a GPU measurement (docs/measurement.md).
+    """
+
+    def __init__(self, device: torch.device, kind: str = "zero"):
+        if kind not in FLUSHES:
+            raise ValueError(f"unknown L2 flush {kind!r}; use {', '.join(FLUSHES)}")
         props = torch.cuda.get_device_properties(device)
-        size = max(2 * int(getattr(props, "L2_cache_size", 0) or 0), 256 * 2**20)
-        self.buf = torch.empty(size // 4, dtype=torch.float32, device=device)
+        self.kind = kind
+        self.buf = torch.empty(flush_bytes(getattr(props, "L2_cache_size", 0)) // 4, dtype=torch.float32,
+                               device=device)
+        self._sink = torch.empty((), dtype=torch.float32, device=device)
 
     def __call__(self) -> None:
         self.buf.zero_()
+        if self.kind == "rw":
+            torch.sum(self.buf, out=self._sink)
+
+
+def spin_cycles(batch: int, launch_s: float = 20e-6, clock_hz: float = 1.5e9) -> int:
+    """Cycles for ``torch.cuda._sleep`` to cover the host enqueueing ``batch`` repetitions (keep-ahead).
+
+    About 20 µs of host time per repetition (event records, the call, a flush) at a conservative clock; the
+    spin only has to outlast the enqueueing, and time spent spinning is outside every event pair.
+    """
+    return int(batch * launch_s * clock_hz)
 
 
 def _capture_graph(fn: Callable[[], object], device) -> Callable[[], object]:
@@ -90,11 +127,18 @@ def cuda_time(fn: Callable[[], object], settings: TimerSettings, device, *, cold
               pre: Callable[[], object] | None = None, graphs: bool = False) -> tuple[list[float], bool]:
     """Seconds per call of ``fn`` from CUDA events; returns (samples, whether a CUDA graph was used).
 
-    ``cold`` flushes L2 before each repetition (outside the events); ``pre`` runs untimed before the flush.
-    ``graphs`` replays ``fn`` as a CUDA graph (not with ``pre``); if capture fails it falls back to plain calls.
+    ``cold`` flushes L2 (``settings.flush``) before each repetition (outside the events); ``pre`` runs untimed
+    before the flush. ``graphs`` replays ``fn`` as a CUDA graph (not with ``pre``); if capture fails it falls back
+    to plain calls. Events, streams and the flush buffer live on ``device`` (made current for the whole timing),
+    not on whatever device happens to be current.
     """
     device = torch.device(device)
-    flush = L2Flusher(device) if cold else None
+    with torch.cuda.device(device):
+        return _cuda_time(fn, settings, device, cold, pre, graphs)
+
+
+def _cuda_time(fn, settings, device, cold, pre, graphs):
+    flush = L2Flusher(device, settings.flush) if cold else None
     used_graph = False
     call = fn
     if graphs and pre is None:
@@ -113,6 +157,8 @@ def cuda_time(fn: Callable[[], object], settings: TimerSettings, device, *, cold
     total = 0.0
     while len(samples) < settings.max_reps:
         batch = min(settings.max_reps - len(samples), max(settings.min_reps, 10))
+        if settings.keep_ahead:
+            torch.cuda._sleep(spin_cycles(batch))
         events = []
         for _ in range(batch):
             if pre is not None:
@@ -132,3 +178,17 @@ def cuda_time(fn: Callable[[], object], settings: TimerSettings, device, *, cold
         if settings.done(len(samples), total):
             break
     return samples, used_graph
+
+
+def timing_label(device: str, harness_timer: str, cold: bool) -> str:
+    """What a record's ``config.timing`` says, from how it was actually timed.
+
+    ``cold``: CUDA events with L2 flushed between repetitions; ``hot``: CUDA events without a flush, or
+    ``perf_counter`` on a CPU (where nothing is flushed); ``host``: a host clock around a synchronised GPU call
+    (pytest-benchmark's and ASV's timers), which includes launch and synchronisation overhead and no flush.
+    """
+    if not str(device).startswith("cuda"):
+        return "hot"
+    if harness_timer == "events":
+        return "cold" if cold else "hot"
+    return "host"

@@ -29,7 +29,7 @@ MODEL_LAYOUT = {
     "nf_resnet": "images",
 }
 NORM_FREE = ("fixup_resnet", "skipinit_resnet", "nf_resnet")
-__all__ = ["MODEL_LAYOUT", "NORM_FREE", "BuiltModel", "build_model", "supports"]
+__all__ = ["MODEL_LAYOUT", "NORM_FREE", "BuiltModel", "build_model", "model_hash", "supports"]
 
 
 @dataclass
@@ -98,7 +98,8 @@ def build_model(model: str, task, norm, placement: str | None = None, qk_norm: b
         for k, v in overrides.items():
             if not hasattr(cfg, k):
                 raise ValueError(f"unknown gpt option {k!r}; known: {', '.join(cfg.to_dict())}")
-            setattr(cfg, k, type(getattr(cfg, k))(v))
+            default = getattr(cfg, k)
+            setattr(cfg, k, v if (default is None or v is None) else type(default)(v))
         qk_factory = _qk_factory(qk_spec, cfg.seq_len) if use_qk else None
         module = GPT(cfg, norm_factory(act, layout, backend), qk_factory)
         info.update(cfg.to_dict())
@@ -131,3 +132,45 @@ def build_model(model: str, task, norm, placement: str | None = None, qk_norm: b
             info["wrapped_layers"] = wrap_weights(module.blocks, spec, "tokens", nn.Linear)
     info["base_norm"] = act.name if act is not spec else None
     return BuiltModel(module, info)
+
+
+#: Source files whose code defines each model (besides this module and norms.py, shared by all).
+_MODEL_SOURCES = {
+    "gpt": ("gpt.py",),
+    "vit": ("timm_models.py",),
+    "resnet": ("timm_models.py",),
+    "fixup_resnet": ("nf.py", "timm_models.py"),
+    "skipinit_resnet": ("nf.py", "timm_models.py"),
+    "nf_resnet": ("nf.py", "timm_models.py"),
+}
+
+
+_SOURCES: dict[str, bytes] = {}
+
+
+def model_hash(model: str) -> str:
+    """sha256 (16 hex) of the source of ``model``'s code (and timm's version for timm models).
+
+    Part of an accuracy record's id: a record made with other model code is another cell, not a duplicate.
+    """
+    import hashlib
+    from pathlib import Path
+
+    if model not in _MODEL_SOURCES:
+        raise ValueError(f"unknown model {model!r}; models: {', '.join(MODEL_LAYOUT)}")
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for name in ("__init__.py", "norms.py", *_MODEL_SOURCES[model]):
+        if name not in _SOURCES:
+            # Read once per process, when the model is first used (its module is loaded by then): a file edited
+            # while a sweep runs must not lend its hash to the code already loaded.
+            _SOURCES[name] = (here / name).read_bytes()
+        h.update(name.encode() + b"\0" + _SOURCES[name] + b"\0")
+    if "timm_models.py" in _MODEL_SOURCES[model]:
+        try:
+            from importlib.metadata import version
+
+            h.update(f"timm=={version('timm')}".encode())
+        except Exception:  # noqa: BLE001 - timm absent: the model cannot be built anyway
+            h.update(b"timm==absent")
+    return h.hexdigest()[:16]

@@ -27,7 +27,9 @@ RELU_GAMMA = math.sqrt(2.0 / (1.0 - 1.0 / math.pi))
 
 
 class _Stem(nn.Module):
-    def __init__(self, out_ch: int, stem: str, conv):
+    """The stem conv (+ pool); Fixup's has a scalar bias and a ReLU after the conv, as in its official code."""
+
+    def __init__(self, out_ch: int, stem: str, conv, fixup: bool = False):
         super().__init__()
         if stem == "imagenet":
             self.conv = conv(3, out_ch, 7, 2, 3)
@@ -35,9 +37,25 @@ class _Stem(nn.Module):
         else:
             self.conv = conv(3, out_ch, 3, 1, 1)
             self.pool = nn.MaxPool2d(3, 2, 1) if stem == "small_pool" else nn.Identity()
+        self.bias = nn.Parameter(torch.zeros(())) if fixup else None
 
     def forward(self, x):
-        return self.pool(self.conv(x))
+        x = self.conv(x)
+        if self.bias is not None:
+            x = F.relu(x + self.bias)
+        return self.pool(x)
+
+
+class _PadShortcut(nn.Module):
+    """Fixup's CIFAR shortcut (official code): stride-s subsampling, then zero channels appended (no weights)."""
+
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.stride, self.extra = stride, cout - cin
+
+    def forward(self, x):
+        x = x[:, :, ::self.stride, ::self.stride]
+        return F.pad(x, (0, 0, 0, 0, 0, self.extra))
 
 
 class SkipInitBlock(nn.Module):
@@ -61,7 +79,12 @@ class FixupBlock(nn.Module):
         self.scale = nn.Parameter(torch.ones(()))
         self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.shortcut = nn.Conv2d(cin, cout, 1, stride, bias=False) if (stride != 1 or cin != cout) else None
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            # The official CIFAR code pads channels with zeros; where the widths do not double, a 1x1 conv (as in
+            # its ImageNet code).
+            self.shortcut = (_PadShortcut(cin, cout, stride) if cout >= cin
+                             else nn.Conv2d(cin, cout, 1, stride, bias=False))
 
     def forward(self, x):
         out = F.relu(self.conv1(x + self.bias1a) + self.bias1b)
@@ -109,7 +132,7 @@ class NormFreeResNet(nn.Module):
         else:
             def conv(cin, cout, k, s, pad):
                 return nn.Conv2d(cin, cout, k, s, pad, bias=variant != "fixup")
-        self.stem = _Stem(channels[0], p.stem, conv)
+        self.stem = _Stem(channels[0], p.stem, conv, fixup=variant == "fixup")
         blocks = []
         cin, expected_var = channels[0], 1.0
         n_branches = sum(layers)
@@ -131,6 +154,8 @@ class NormFreeResNet(nn.Module):
                 cin = cout
         self.blocks = nn.Sequential(*blocks)
         self.fc = nn.Linear(cin, num_classes)
+        # Fixup: a scalar bias before the classifier.
+        self.bias_fc = nn.Parameter(torch.zeros(())) if variant == "fixup" else None
         self.config = {"arch": f"{variant}-resnet", "layers": list(layers), "channels": list(channels),
                        "stem": p.stem, **({"alpha": alpha, "wrapped_layers": self.wrapped} if variant == "nf" else {})}
         self._init(n_branches)
@@ -139,7 +164,7 @@ class NormFreeResNet(nn.Module):
     def _init(self, n_branches: int):
         if self.variant == "fixup":
             for m in self.modules():
-                if isinstance(m, nn.Conv2d):
+                if isinstance(m, nn.Conv2d) and m is not self.stem.conv:  # the official code keeps torch's stem init
                     nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
             for b in self.blocks:
                 b.conv1.weight.mul_(n_branches ** -0.5)  # L^(-1/(2m-2)) with m = 2
@@ -161,4 +186,12 @@ class NormFreeResNet(nn.Module):
             x = F.relu(x)
         elif self.variant == "nf":
             x = F.relu(x) * RELU_GAMMA
-        return self.fc(x.mean((2, 3)))
+        x = x.mean((2, 3))
+        return self.fc(x + self.bias_fc if self.bias_fc is not None else x)
+
+    def lr_scales(self) -> dict:
+        """Per-parameter learning-rate multipliers: Fixup's official code trains its scalar biases and multipliers
+        at a tenth of the base rate."""
+        if self.variant != "fixup":
+            return {}
+        return {id(p): 0.1 for name, p in self.named_parameters() if "bias" in name or name.endswith("scale")}

@@ -25,7 +25,7 @@ from torch import nn
 import normbench
 from normbench.registry import NormSpec
 
-NormFactory = Callable[..., nn.Module]  # (num_features, depth=None) -> module
+NormFactory = Callable[..., nn.Module]  # (num_features, depth=None, **norm_kwargs) -> module
 
 
 def resolve(norm) -> NormSpec:
@@ -56,7 +56,10 @@ def activation_spec(spec: NormSpec, base_norm: str | NormSpec | None = None,
 
 
 def norm_factory(spec: NormSpec, layout: str, backend: str = "eager") -> NormFactory:
-    """``factory(C, depth=None) -> nn.Module`` building ``spec`` over C channels in ``layout`` with ``backend``."""
+    """``factory(C, depth=None, **kw) -> nn.Module`` building ``spec`` over C channels in ``layout`` with ``backend``.
+
+    ``kw`` go to the norm's constructor (e.g. ``alpha_init`` for DyT/Derf in the LLM recipe).
+    """
     if layout not in spec.layouts:
         raise ValueError(
             f"norm {spec.name!r} supports layouts {list(spec.layouts)}, but this model needs {layout!r}; "
@@ -65,8 +68,9 @@ def norm_factory(spec: NormSpec, layout: str, backend: str = "eager") -> NormFac
         raise ValueError(f"norm {spec.name!r} is a {spec.kind} norm; use activation_spec() first")
     wants_depth = "depth" in dict(spec.default_kwargs)
 
-    def factory(num_features: int, depth: int | None = None) -> nn.Module:
+    def factory(num_features: int, depth: int | None = None, **norm_kwargs) -> nn.Module:
         kwargs = {"depth": int(depth)} if (wants_depth and depth is not None) else {}
+        kwargs.update(norm_kwargs)
         module = spec.create(int(num_features), layout=layout, backend=backend, **kwargs)
         return ResidualAsNorm(module) if spec.kind == "residual" else module
 

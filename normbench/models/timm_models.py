@@ -71,9 +71,13 @@ def build_resnet(image_size: int, num_classes: int, norm, **overrides) -> tuple[
     p = preset_for(RESNET_PRESETS, image_size)
     layers = tuple(overrides.pop("layers", p.layers))
     channels = tuple(overrides.pop("channels", p.channels))
+    # timm's default zero-initialises the last norm's gain in every block; that switches off the branches of norms
+    # with a gain but not of the identity, so norm comparisons leave it off (a recipe option).
+    zero_init_last = bool(overrides.pop("zero_init_last", False))
     if overrides:
-        raise ValueError(f"unknown resnet options {sorted(overrides)}; known: layers, channels")
-    kwargs = dict(num_classes=num_classes, channels=channels, norm_layer=timm_norm_layer(norm))
+        raise ValueError(f"unknown resnet options {sorted(overrides)}; known: layers, channels, zero_init_last")
+    kwargs = dict(num_classes=num_classes, channels=channels, norm_layer=timm_norm_layer(norm),
+                  zero_init_last=zero_init_last)
     if p.stem != "imagenet":
         # timm's deep stem makes the stem width channels[0]; it is then replaced by one 3x3 stride-1 conv,
         # the usual stem for small images.
@@ -89,7 +93,7 @@ def build_resnet(image_size: int, num_classes: int, norm, **overrides) -> tuple[
             model.maxpool = nn.Identity()
     del timm
     return model, {"arch": "timm.ResNet(BasicBlock)", "layers": list(layers), "channels": list(channels),
-                   "stem": p.stem}
+                   "stem": p.stem, "zero_init_last": zero_init_last}
 
 
 def build_vit(image_size: int, num_classes: int, norm, **overrides) -> tuple[nn.Module, dict]:

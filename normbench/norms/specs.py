@@ -232,4 +232,31 @@ NGPT = NormSpec(
     notes="the residual update NGPTResidual and renormalize_ live in normbench.norms.attention",
 )
 
+SOFTMAX_PAPER = Paper("The Two-Pass Softmax Algorithm", "Dukhan, Ablavatski", 2020, _arxiv("2001.04438"))
+
+
+def _softmax_backends() -> tuple[Backend, ...]:
+    """One backend per algorithm: explicit formulations under torch.compile, and the Triton kernels."""
+    compiled = tuple(Backend(f"compile_{a}", build=f"normbench.softmax:build_compile_{a}",
+                             available="normbench.softmax:compile_unavailable") for a in ("three_pass", "two_pass"))
+    kernels = tuple(Backend(f"triton_{a}", build=f"normbench.kernels.softmax_backend:build_{a}",
+                            available="normbench.kernels.softmax_backend:unavailable")
+                    for a in ("three_pass", "online", "two_pass"))
+    return compiled + kernels
+
+
+_SOFTMAX_NOTES = ("backends are the algorithms (docs/softmax.md); a row of all −inf gives NaN, as torch.softmax "
+                  "in float64 does; benchmarked on the softmax shape set only, never trained as a layer norm")
+SOFTMAX = NormSpec(
+    name="softmax", title="Softmax", paper=SOFTMAX_PAPER, family="softmax", kind="softmax", layouts=("tokens",),
+    factory=_M + "softmax:Softmax", formula="y_i = exp(x_i − max x) / Σ_k exp(x_k − max x) over the last axis",
+    notes=_SOFTMAX_NOTES, extra_backends=_softmax_backends(),
+)
+LOG_SOFTMAX = NormSpec(
+    name="log_softmax", title="Log-softmax", paper=SOFTMAX_PAPER, family="softmax", kind="softmax",
+    layouts=("tokens",), factory=_M + "softmax:LogSoftmax",
+    formula="y_i = x_i − max x − log Σ_k exp(x_k − max x) over the last axis (cross-entropy's log-probabilities)",
+    notes=_SOFTMAX_NOTES, extra_backends=_softmax_backends(),
+)
+
 ALL: tuple[NormSpec, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, NormSpec))

@@ -27,7 +27,7 @@ CHECK_STATUSES = ("passed", "failed", "not_run")
 IMPL_HASH_RE = re.compile(r"^[0-9a-f]{16}$")
 KINDS = ("kernel", "accuracy")
 PASSES = ("fwd", "bwd", "fwd+bwd")
-TIMINGS = ("cold", "hot")
+TIMINGS = ("cold", "hot", "host")
 DEVICES = ("cpu", "cuda")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{6,128}$")
@@ -169,7 +169,8 @@ def migrate(record: dict) -> dict:
     """A schema v1 record as a v2 record (a new dict; v2 records are returned unchanged).
 
     The id is kept (an empty ``impl_hash`` hashes as v1 did); ``impl_hash`` is ``""`` (unknown, pre-v2), ``check`` is
-    null, ``provenance.node`` null (not recorded), and the flags are those its data implies (:func:`implied_flags`).
+    null, ``provenance.node`` null (not recorded), and the flags are those its data implies (:func:`implied_flags`);
+    a kernel record's ``metrics.suspect``/``suspect_reason`` move into the ``suspect`` flag.
     """
     if not isinstance(record, dict) or record.get("schema_version") != 1:
         return record
@@ -183,6 +184,9 @@ def migrate(record: dict) -> dict:
     if isinstance(rec.get("provenance"), dict):
         rec["provenance"] = {**rec["provenance"]}
         rec["provenance"].setdefault("node", None)
+    if rec.get("kind") == "kernel" and isinstance(rec.get("metrics"), dict):
+        # the v1 booleans now live in flags (suspect -> flag 'suspect' with its reason)
+        rec["metrics"] = {k: v for k, v in rec["metrics"].items() if k not in KERNEL_METRICS_V1}
     return rec
 
 

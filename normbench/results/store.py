@@ -1,24 +1,40 @@
 """Record files on disk: layout, atomic merge-writes, reading with validation, and pandas loaders.
 
-Layout (one JSON array of records per file; ``root`` is ``results/`` by default)::
+Layout (``root`` is ``results/`` by default)::
 
-    <root>/kernel/<hardware_id>/<norm>.json
-    <root>/accuracy/<task>/<hardware_id>/<norm>.json
+    <root>/kernel/<hardware_id>/<norm>.json.gz
+    <root>/accuracy/<task>/<hardware_id>/<norm>.json.gz
 
-A write merges into the file by record id (a newer record with the same id replaces the older one) and
-goes through a temporary file, ``fsync`` and ``os.replace``, so a killed run leaves either the old or the
-new file, never a half-written one.
+A record file is compact (``normbench.records`` format 1): gzip (deterministic: no name, mtime 0) of one JSON object
+holding each distinct provenance and norm metadata once, and the records with references to them::
+
+    {"format": "normbench.records", "format_version": 1,
+     "provenance": [{...provenance without timestamp...}, ...], "norms": [{...norm metadata...}, ...],
+     "records": [{...record without provenance and norm..., "_prov": 0, "_ts": "2025-...Z", "_norm": 0}, ...]}
+
+Reading expands every record back to the full record (``_prov`` -> ``provenance`` with its ``timestamp``
+``_ts``, ``_norm`` -> ``norm``), so loaders and validation see exactly what was written. Plain ``*.json`` files
+holding a JSON array of full records (schema v1's layout, or records written by hand) are read too; a write to a
+norm's file merges the plain file beside it into the compact one and then removes it (nothing is dropped: records
+that cannot be compacted are stored whole).
+
+A write merges into the file by record id (a newer record with the same id replaces the older one), holds an
+``flock`` on the directory (so concurrent writers merge instead of overwrite) and goes through a temporary file,
+``fsync`` and ``os.replace``, so a killed run leaves either the old or the new file, never a half-written one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import gzip
 import json
 import os
+import zlib
 import re
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -56,31 +72,126 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9_.-]+", "-", str(text).lower()).strip("-.") or "unknown"
 
 
+COMPACT_SUFFIX = ".json.gz"
+LEGACY_SUFFIX = ".json"
+FORMAT = "normbench.records"
+FORMAT_VERSION = 1
+
+
 def record_path(rec: dict, root: str | os.PathLike = "results") -> Path:
     """Where ``rec`` is stored under ``root`` (see the module docstring for the layout)."""
     root = Path(root)
     hw = _slug(rec["provenance"]["hardware_id"])
     norm = _slug(rec["norm"]["name"])
     if rec["kind"] == "kernel":
-        return root / "kernel" / hw / f"{norm}.json"
-    return root / "accuracy" / _slug(rec["config"]["task"]) / hw / f"{norm}.json"
+        return root / "kernel" / hw / f"{norm}{COMPACT_SUFFIX}"
+    return root / "accuracy" / _slug(rec["config"]["task"]) / hw / f"{norm}{COMPACT_SUFFIX}"
 
 
-def _read_file(path: Path) -> tuple[list | None, str | None]:
-    """(records, None) or (None, problem) for one record file."""
+def _legacy_path(path: Path) -> Path:
+    """The plain ``<norm>.json`` beside a compact ``<norm>.json.gz``."""
+    return path.with_name(path.name[: -len(COMPACT_SUFFIX)] + LEGACY_SUFFIX)
+
+
+def _canon(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def compact(records: list) -> dict:
+    """The compact file object for ``records`` (each provenance and norm once); see the module docstring."""
+    provs: dict[str, int] = {}
+    norms: dict[str, int] = {}
+    prov_list, norm_list, out = [], [], []
+    for rec in records:
+        if not (isinstance(rec, dict) and isinstance(rec.get("provenance"), dict) and isinstance(rec.get("norm"), dict)
+                and not ({"_prov", "_ts", "_norm"} & set(rec))):
+            out.append(rec)  # stored whole: never drop or reshape what cannot be compacted
+            continue
+        prov = dict(rec["provenance"])
+        has_ts = "timestamp" in prov
+        ts = prov.pop("timestamp", None)
+        pk, nk = _canon(prov), _canon(rec["norm"])
+        if pk not in provs:
+            provs[pk] = len(prov_list)
+            prov_list.append(prov)
+        if nk not in norms:
+            norms[nk] = len(norm_list)
+            norm_list.append(rec["norm"])
+        slim = {}
+        for k, v in rec.items():  # references take the place of the fields, so expanding restores the order
+            if k == "provenance":
+                slim["_prov"] = provs[pk]
+                if has_ts:
+                    slim["_ts"] = ts
+            elif k == "norm":
+                slim["_norm"] = norms[nk]
+            else:
+                slim[k] = v
+        out.append(slim)
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "provenance": prov_list, "norms": norm_list,
+            "records": out}
+
+
+def expand(data: dict) -> list:
+    """The full records of a compact file object (inverse of :func:`compact`); raises ``ValueError`` if malformed."""
+    if data.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"compact format version {data.get('format_version')!r} is not {FORMAT_VERSION}; "
+                         "upgrade normbench")
+    provs, norms, records = data.get("provenance"), data.get("norms"), data.get("records")
+    if not (isinstance(provs, list) and isinstance(norms, list) and isinstance(records, list)):
+        raise ValueError("a compact record file needs lists 'provenance', 'norms' and 'records'")
+    out = []
+    for rec in records:
+        if isinstance(rec, dict) and "_prov" in rec:
+            rec = dict(rec)
+            pi, ni = rec["_prov"], rec.get("_norm")
+            if not (isinstance(pi, int) and 0 <= pi < len(provs) and isinstance(ni, int) and 0 <= ni < len(norms)):
+                raise ValueError(f"record {rec.get('id')!r} refers to provenance {pi!r} / norm {ni!r}, "
+                                 "which the file does not have")
+            prov = copy.deepcopy(provs[pi])  # each record owns its copy: editing one must not edit the others
+            if "_ts" in rec:
+                prov = {"timestamp": rec.pop("_ts"), **prov}
+            rec = {("provenance" if k == "_prov" else "norm" if k == "_norm" else k):
+                   (prov if k == "_prov" else copy.deepcopy(norms[ni]) if k == "_norm" else v) for k, v in rec.items()}
+        out.append(rec)
+    return out
+
+
+def _decode(raw: bytes, path: Path) -> tuple[list | None, str | None]:
+    if path.name.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            return None, f"is not a readable gzip file ({exc}); a {COMPACT_SUFFIX} record file is gzip'd JSON"
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        return None, f"cannot be read: {exc}"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return None, f"is not valid JSON ({exc}); a record file is a JSON array of records"
+    except RecursionError:
+        return None, "is nested too deeply to be a record file"
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        try:
+            return expand(data), None
+        except ValueError as exc:
+            return None, f"is a malformed compact record file: {exc}"
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
         return None, f"must hold a JSON array of records, not {type(data).__name__}"
     return data, None
+
+
+def read_record_file(path: str | os.PathLike) -> tuple[list | None, str | None]:
+    """(records, None) or (None, problem) for one record file, compact (``.json.gz``) or plain (``.json``)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, f"cannot be read: {exc}"
+    return _decode(raw, path)
+
+
+_read_file = read_record_file
 
 
 @contextlib.contextmanager
@@ -118,14 +229,25 @@ def _umask() -> int:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` so that readers only ever see the old or the complete new content."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def dump_compact(records: list) -> bytes:
+    """The bytes of a compact record file for ``records`` (deterministic: same records, same bytes)."""
+    text = json.dumps(compact(records), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers only ever see the old or the complete new content."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        if hasattr(os, "fchmod"):  # mkstemp makes 0600 files; records are meant to be shared
+        if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -134,10 +256,6 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
-
-
-def _dumps(records: list) -> str:
-    return json.dumps(records, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def write_records(records: Iterable[dict], root: str | os.PathLike = "results") -> list[Path]:
@@ -168,35 +286,46 @@ def write_records(records: Iterable[dict], root: str | os.PathLike = "results") 
     for path, new in by_path.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(path.parent):
+            legacy = _legacy_path(path)
             existing: list = []
-            if path.exists():
-                existing, problem = _read_file(path)
-                if problem is not None:
-                    n = 0
-                    while (aside := path.with_name(f"{path.name}.corrupt-{n}")).exists():
-                        n += 1
-                    os.replace(path, aside)
-                    warnings.warn(f"{path} {problem}; moved it aside to {aside.name} and wrote a fresh file",
-                                  stacklevel=2)
-                    existing = []
+            for source in (legacy, path):  # the plain file first: the compact one is newer
+                if source.exists():
+                    old, problem = read_record_file(source)
+                    if problem is not None:
+                        n = 0
+                        while (aside := source.with_name(f"{source.name}.corrupt-{n}")).exists():
+                            n += 1
+                        os.replace(source, aside)
+                        warnings.warn(f"{source} {problem}; moved it aside to {aside.name} and wrote a fresh file",
+                                      stacklevel=2)
+                        continue
+                    existing.extend(old)
             new_by_id = {r["id"]: r for r in new}
-            merged, seen = [], set()
+            merged, seen, kept = [], set(), set()
             for old in existing:
                 rid = old.get("id") if isinstance(old, dict) else None
                 if rid in new_by_id:
                     if rid not in seen:
                         merged.append(new_by_id[rid])
                         seen.add(rid)
+                elif isinstance(rid, str) and rid in kept:
+                    continue  # the same record in the plain file and the compact one (a merge cut short)
                 else:
                     merged.append(old)  # kept as is, even if invalid: never drop what was there
+                    if isinstance(rid, str):
+                        kept.add(rid)
             merged.extend(r for rid, r in new_by_id.items() if rid not in seen)
-            atomic_write_text(path, _dumps(merged))
+            atomic_write_bytes(path, dump_compact(merged))
+            if legacy.exists():
+                # Only now: every record of the plain file is in the compact file just written.
+                os.unlink(legacy)
+                _fsync_dir(path.parent)
         written.append(path)
     return written
 
 
 def record_files(root: str | os.PathLike) -> list[Path]:
-    """The record files at ``root``: the file itself, or every ``*.json`` below a directory.
+    """The record files at ``root``: the file itself, or every ``*.json.gz`` and ``*.json`` below a directory.
 
     Names starting with ``.`` (temporary files) or ``_`` (side files such as ``_skipped.json``) are not records.
     """
@@ -208,7 +337,8 @@ def record_files(root: str | os.PathLike) -> list[Path]:
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
-        files.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".json") and f[0] not in "._")
+        files.extend(Path(dirpath) / f for f in sorted(filenames)
+                     if f.endswith((LEGACY_SUFFIX, COMPACT_SUFFIX)) and f[0] not in "._")
     return files
 
 
@@ -218,7 +348,15 @@ def _scan(root, kind=None) -> Iterator[tuple[Path, dict | None, Problem | None]]
         if problem is not None:
             yield path, None, Problem(str(path), None, problem)
             continue
+        merged_ids: set = set()
+        if path.name.endswith(LEGACY_SUFFIX) and not path.name.endswith(COMPACT_SUFFIX):
+            compact_twin = path.with_name(path.name[: -len(LEGACY_SUFFIX)] + COMPACT_SUFFIX)
+            if compact_twin.exists():  # a merge into the compact file was cut short before the plain one went
+                twin, _ = _read_file(compact_twin)
+                merged_ids = {r.get("id") for r in twin or () if isinstance(r, dict)}
         for i, rec in enumerate(records):
+            if merged_ids and isinstance(rec, dict) and rec.get("id") in merged_ids:
+                continue
             if kind is not None and isinstance(rec, dict) and rec.get("kind") != kind:
                 continue
             problems = validate_record(rec)
@@ -328,3 +466,68 @@ def load(root: str | os.PathLike = "results", kind: str = "kernel", errors: str 
     if not rows:
         return pd.DataFrame(columns=["id", "kind", "norm", "record_path"])
     return pd.DataFrame(rows)
+
+
+@dataclass
+class MigrationReport:
+    """What :func:`migrate_files` did: files rewritten, records upgraded to the current schema, records kept whole."""
+
+    files: list = field(default_factory=list)
+    upgraded: int = 0
+    records: int = 0
+    kept_invalid: list = field(default_factory=list)
+
+
+def migrate_files(root: str | os.PathLike = "results") -> MigrationReport:
+    """Rewrite every record file at ``root`` in the current schema and the compact format.
+
+    Each record of an older schema version is migrated (``schema.migrate``: same id, ``impl_hash`` "" for unknown,
+    flags derived from its data); a plain ``<norm>.json`` becomes ``<norm>.json.gz`` (merged with one already there)
+    and is removed only once the compact file holding all of its records is on disk. Records that are invalid stay as
+    they are, whole (``kept_invalid`` names them); unreadable files are left untouched. Nothing is dropped.
+    """
+    from normbench.results.schema import SCHEMA_VERSION, migrate
+
+    report = MigrationReport()
+    paths = record_files(root)
+    targets: dict[Path, list[Path]] = {}
+    for path in paths:
+        if path.name.endswith(COMPACT_SUFFIX):
+            targets.setdefault(path, []).append(path)
+        else:
+            target = path.with_name(path.name[: -len(LEGACY_SUFFIX)] + COMPACT_SUFFIX)
+            targets.setdefault(target, []).insert(0, path)
+    for target, sources in targets.items():
+        with _locked(target.parent):
+            merged, seen, unreadable = [], set(), False
+            for source in sources:
+                records, problem = read_record_file(source)
+                if problem is not None:
+                    report.kept_invalid.append(f"{source}: {problem} (file left as it is)")
+                    unreadable = True
+                    continue
+                for i, rec in enumerate(records):
+                    rid = rec.get("id") if isinstance(rec, dict) else None
+                    if isinstance(rid, str) and rid in seen:
+                        continue
+                    if isinstance(rid, str):
+                        seen.add(rid)
+                    problems = validate_record(rec)
+                    if problems:
+                        report.kept_invalid.append(f"{source}: {describe(rec, i)}: {problems[0]}")
+                    elif rec.get("schema_version") != SCHEMA_VERSION:
+                        rec = migrate(rec)
+                        report.upgraded += 1
+                    merged.append(rec)
+            if unreadable:
+                continue
+            data = dump_compact(merged)
+            if not (target.exists() and target.read_bytes() == data):
+                atomic_write_bytes(target, data)
+            for source in sources:
+                if source != target and source.exists():
+                    os.unlink(source)
+            _fsync_dir(target.parent)
+            report.files.append(target)
+            report.records += len(merged)
+    return report

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from dataclasses import dataclass, field
 
 from normbench import stats as S
+from normbench.results.schema import INVALID_FLAGS, implied_flags
 from normbench.site.markup import num
 from normbench.site.records import Entry
 
@@ -33,10 +33,24 @@ def _shape(shape) -> tuple:
     return ()
 
 
+def record_flags(rec: dict) -> dict[str, str]:
+    """{flag: reason} of a record: its v2 flags, or what a v1 record's data implies (never an empty reason)."""
+    flags = rec.get("flags")
+    if not isinstance(flags, list):
+        return implied_flags(rec)
+    reasons = rec.get("flag_reasons") if isinstance(rec.get("flag_reasons"), dict) else {}
+    return {str(f): _s(reasons.get(f)) or f"flagged {f}" for f in flags}
+
+
 def kernel_row(e: Entry) -> dict:
-    """The flat view of a kernel record that tables, plots and rankings use."""
+    """The flat view of a kernel record that tables, plots and rankings use.
+
+    ``flags`` maps each flag to its reason; a row with any flag is ``flagged`` and never ranked, one with an invalid
+    flag (non-finite output or gradient) is ``invalid``: shown as failed, its numbers not used anywhere.
+    """
     rec = e.rec
     cfg, met, prov = rec["config"], rec["metrics"], rec["provenance"]
+    flags = record_flags(rec)
     shape = _shape(cfg.get("shape"))
     elems = math.prod(shape) if shape else None
     return {
@@ -65,8 +79,11 @@ def kernel_row(e: Entry) -> dict:
         "ceiling": num(met.get("ceiling_gbps")),
         "pct": num(met.get("pct_of_ceiling")),
         "datasheet": num(met.get("datasheet_peak_gbps")),
-        "suspect": met.get("suspect") is True,
-        "suspect_reason": _s(met.get("suspect_reason")),
+        "flags": flags,
+        "flagged": bool(flags),
+        "invalid": any(f in INVALID_FLAGS for f in flags),
+        "suspect": "suspect" in flags,
+        "suspect_reason": flags.get("suspect", ""),
         "peak_mem": num(met.get("peak_mem_bytes")),
         "saved": num(met.get("saved_bytes")),
         "err_y": _err(met.get("err"), "y", "max_abs"),
@@ -85,38 +102,41 @@ def _same_measurement(r: dict) -> tuple:
 
 
 def add_speedups(rows: list[dict]) -> None:
-    """Set ``speedup`` = eager time / this time where the eager run of the same measurement exists."""
-    eager = {_same_measurement(r): r["time"] for r in rows if r["backend"] == "eager" and r["time"]}
+    """Set ``speedup`` = eager time / this time where an unflagged eager run of the same measurement exists
+    (an invalid row gets none: its time is of a broken computation)."""
+    eager = {_same_measurement(r): r["time"] for r in rows
+             if r["backend"] == "eager" and r["time"] and not r["flagged"]}
     for r in rows:
         base = eager.get(_same_measurement(r))
-        r["speedup"] = base / r["time"] if base and r["time"] else None
+        r["speedup"] = base / r["time"] if base and r["time"] and not r["invalid"] else None
 
 
 def rank_kernels(rows: list[dict]) -> list[dict]:
-    """Fastest first: lowest median time; trustworthy (non-suspect) before suspect; then id for a stable order."""
-    return sorted(rows, key=lambda r: (r["suspect"], r["time"] if r["time"] is not None else math.inf,
+    """Fastest first: lowest median time; unflagged before flagged before invalid; then id for a stable order."""
+    return sorted(rows, key=lambda r: (r["invalid"], r["flagged"], r["time"] if r["time"] is not None else math.inf,
                                        r["entry"].rid))
 
 
 def rank_by_bandwidth(rows: list[dict]) -> list[dict]:
     """Closest to the bandwidth ceiling first (percent of ceiling, then GB/s): the one ranking that is fair
-    across shapes and norms of a memory-bound op. Suspect rows go last, rows without numbers after them."""
-    return sorted(rows, key=lambda r: (r["suspect"], r["pct"] is None and r["gbps"] is None,
+    across shapes and norms of a memory-bound op. Flagged rows go after every unflagged one (invalid ones last),
+    rows without numbers after them."""
+    return sorted(rows, key=lambda r: (r["invalid"], r["flagged"], r["pct"] is None and r["gbps"] is None,
                                        -(r["pct"] if r["pct"] is not None else -1.0), -(r["gbps"] or 0.0),
                                        r["entry"].rid))
 
 
 def best_by_bandwidth(rows: list[dict], n: int = 5) -> list[dict]:
-    """The ``n`` rows closest to the bandwidth ceiling; suspect rows never lead."""
-    return [r for r in rank_by_bandwidth(rows) if not r["suspect"] and (r["pct"] is not None
+    """The ``n`` rows closest to the bandwidth ceiling; flagged rows are never ranked."""
+    return [r for r in rank_by_bandwidth(rows) if not r["flagged"] and (r["pct"] is not None
                                                                           or r["gbps"] is not None)][:n]
 
 
 def best_backend_per_norm(rows: list[dict]) -> list[dict]:
-    """For each norm, its best non-suspect row by percent of ceiling (GB/s where no ceiling), sorted best first."""
+    """For each norm, its best unflagged row by percent of ceiling (GB/s where no ceiling), sorted best first."""
     best: dict[str, dict] = {}
     for r in rows:
-        if r["suspect"] or (r["pct"] is None and r["gbps"] is None):
+        if r["flagged"] or (r["pct"] is None and r["gbps"] is None):
             continue
         cur = best.get(r["norm"])
         score = (r["pct"] if r["pct"] is not None else -1.0, r["gbps"] or 0.0)
@@ -211,6 +231,11 @@ class Cell:
         raise AttributeError(name)
 
     @property
+    def values(self) -> list[float]:
+        """Final metrics of the finished, unflagged runs (what the statistics use)."""
+        return [r["final"] for r in self.runs if r["status"] == "ok" and r["final"] is not None]
+
+    @property
     def n(self) -> int:
         """Runs that count: finished or diverged (flagged and tuning runs do not)."""
         return len(self._counted)
@@ -223,6 +248,11 @@ class Cell:
     @property
     def n_flagged(self) -> int:
         return sum(r["status"] == "flagged" for r in self.runs)
+
+    @property
+    def tuned(self) -> bool:
+        """Test runs at a learning rate chosen on the validation split (``config.lr_search``)."""
+        return any(isinstance(r["entry"].rec["config"].get("lr_search"), dict) for r in self.runs)
 
     @property
     def tuning(self) -> bool:
@@ -263,6 +293,18 @@ def accuracy_cells(rows: list[dict]) -> list[Cell]:
     return [Cell(runs) for runs in groups.values()]
 
 
+def reference_cell(c: Cell, cells: list[Cell]) -> Cell | None:
+    """The cell ``c`` is tested against (``normbench.stats.reference_of``): same table and hardware; a tuned one
+    before an untuned one, then the one with the most runs; None for the reference itself or where there is none."""
+    ref = S.reference_of(c.model)
+    if ref is None or c.tuning:
+        return None
+    match = [x for x in cells if not x.tuning and x.table_key == c.table_key and x.hardware == c.hardware
+             and x.options == c.options and (x.norm, x.placement) == ref]
+    best = max(match, key=lambda x: (x.tuned, x.n), default=None)
+    return None if best is None or best is c else best
+
+
 def rank_cells(cells: list[Cell]) -> list[Cell]:
     """Best first (``normbench.stats.rank_key``): lowest divergence rate, then the final metric in its own
     direction (geometric mean for perplexity); cells with no counted or no finished run go last. Tuning cells are
@@ -287,12 +329,15 @@ def pareto_front(points: list[tuple[float, float]], higher_is_better: bool = Tru
     return front
 
 
-def mean_curve(runs: list[dict], column: int) -> list[tuple[float, float]]:
-    """(step, mean over seeds) of curve ``column`` (1 = train loss, 2 = eval metric) at steps any seed logged."""
+def mean_curve(runs: list[dict], column: int, log: bool = False) -> list[tuple[float, float]]:
+    """(step, mean over seeds) of curve ``column`` (1 = train loss, 2 = eval metric) at steps any seed logged;
+    the geometric mean when ``log`` (perplexity), as everywhere else. Tuning and flagged runs are left out."""
     by_step: dict[int, list[float]] = {}
     for r in runs:
+        if r.get("status", "ok") not in ("ok", "diverged"):
+            continue
         for point in r["curve"]:
             v = point[column]
-            if v is not None:
+            if v is not None and (not log or v > 0):
                 by_step.setdefault(point[0], []).append(v)
-    return [(float(s), statistics.fmean(vs)) for s, vs in sorted(by_step.items())]
+    return [(float(s), S.summarize(vs, log=log).mean) for s, vs in sorted(by_step.items())]

@@ -96,6 +96,14 @@ def fmt_gbps(gbps) -> str:
     return f"{sig(g)} GB/s"
 
 
+def flag_badges(flags: dict) -> str:
+    """A badge per record flag (schema v2), its reason on hover; empty for an unflagged record."""
+    if not flags:
+        return ""
+    return "".join(f' <span class="flag flag-{esc(f)}" title="{esc(f)}: {esc(why)}">{esc(f)}</span>'
+                   for f, why in sorted(flags.items()))
+
+
 def fmt_pct(p) -> str:
     p = num(p)
     return "–" if p is None else f"{p:.1f} %"

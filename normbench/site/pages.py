@@ -15,6 +15,7 @@ from normbench.site import markdown
 from normbench.site.layout import Col, Row, SiteInfo, page, table
 from normbench.site.markup import (
     esc,
+    flag_badges,
     fmt_bytes,
     fmt_err,
     fmt_gbps,
@@ -132,23 +133,26 @@ class Site:
             e = r["entry"]
             iqr = f"IQR {fmt_time(r['iqr'])} over {int(r['reps'])} reps" if r["reps"] else ""
             gb = fmt_gbps(r["gbps"])
-            if r["suspect"]:
-                gb = f'<span class="warn" title="suspect: {esc(r["suspect_reason"])}">⚠</span> {gb}'
+            badges = flag_badges(r["flags"])
+            time_html = f'<span title="{esc(iqr)}">{fmt_time(r["time"])}</span>'
+            if r["invalid"]:
+                time_html = f'<span class="failed" title="{esc(iqr)}">failed</span>'
+                gb = '<span class="muted">–</span>'
             errt = (f"y max_rel {fmt_err(r['err_y_rel'])} · dx max_abs {fmt_err(r['err_dx'])} · "
                     f"dw max_abs {fmt_err(r['err_dw'])}")
             shape_html = (f'<span class="muted">{esc(r["layout"])}</span> '
                           f'<span class="shape">{esc(fmt_shape(r["shape"]))}</span>')
             cells = [
                 (self.norm_link(r["norm"], depth), r["norm"]),
-                (esc(r["backend"]), r["backend"]),
+                (esc(r["backend"]) + badges, r["backend"]),
                 (shape_html, float(r["elements"]) if r["elements"] else None),
                 (esc(r["dtype"]), r["dtype"]),
                 (esc(r["pass"]) + ("" if r["timing"] == "cold" or r["device"] == "cpu"
                                    else f' <span class="muted">{esc(r["timing"])}</span>'), r["pass"]),
                 (esc(r["shape_class"]), r["shape_class"]),
-                (f'<span title="{esc(iqr)}">{fmt_time(r["time"])}</span>', r["time"]),
-                (gb, r["gbps"]),
-                (fmt_pct(r["pct"]), r["pct"]),
+                (time_html, None if r["invalid"] else r["time"]),
+                (gb, None if r["invalid"] else r["gbps"]),
+                (fmt_pct(None if r["invalid"] else r["pct"]), None if r["invalid"] else r["pct"]),
                 (fmt_x(r["speedup"]), r["speedup"]),
                 (fmt_bytes(r["peak_mem"]), r["peak_mem"]),
                 (f'<span title="{esc(errt)}">{fmt_err(r["err_y"])}</span>', r["err_y"]),
@@ -161,7 +165,7 @@ class Site:
             out.append(Row(cells, filters={"dtype": r["dtype"], "pass": r["pass"], "shape_class": r["shape_class"],
                                            "backend": r["backend"], "timing": r["timing"], "layout": r["layout"],
                                            "hardware": r["hardware"], "harness": r["harness"]},
-                           cls="suspect" if r["suspect"] else ""))
+                           cls="invalid" if r["invalid"] else ("flagged" if r["flagged"] else "")))
         filters = [("dtype", "dtype"), ("pass", "pass"), ("shape_class", "shape class"), ("backend", "backend")]
         for key, label in (("timing", "timing"), ("layout", "layout"), ("hardware", "hardware"),
                            ("harness", "harness")):
@@ -175,7 +179,7 @@ class Site:
         (hardware, layout, dtype, pass, timing) with at least two hidden sizes."""
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            if r["num_features"] and r["gbps"] is not None:
+            if r["num_features"] and r["gbps"] is not None and not r["invalid"]:
                 groups.setdefault((r["hardware"], r["norm"], r["layout"], r["dtype"], r["pass"], r["timing"]),
                                   []).append(r)
         plots = []
@@ -197,7 +201,7 @@ class Site:
                         best[r["num_features"]] = r
                 pts = [Point(r["num_features"], r["gbps"], "../" * depth + r["entry"].href,
                              f"{norm} {backend} {fmt_shape(r['shape'])} {dtype} {pss}: {fmt_gbps(r['gbps'])}, "
-                             f"{fmt_time(r['time'])}" + (" (suspect)" if r["suspect"] else ""))
+                             f"{fmt_time(r['time'])}" + (f" (flagged {', '.join(r['flags'])})" if r["flagged"] else ""))
                        for r in best.values()]
                 series.append(Series(backend, pts))
             ceilings = sorted(r["ceiling"] for r in grp if r["ceiling"])
@@ -229,7 +233,8 @@ class Site:
         for hw, layout in sorted({(r["hardware"], r["layout"]) for r in rows}):
             if (hw, layout) in curves or len(plots) >= limit:
                 continue
-            grp = [r for r in rows if r["hardware"] == hw and r["layout"] == layout and r["gbps"] is not None]
+            grp = [r for r in rows if r["hardware"] == hw and r["layout"] == layout and r["gbps"] is not None
+                   and not r["invalid"]]
             if not grp:
                 continue
             biggest = max(grp, key=lambda r: (r["elements"] or 0))["shape"]
@@ -237,7 +242,7 @@ class Site:
                          key=lambda r: (r["backend"] != "eager", r["backend"], r["dtype"], r["pass"], r["timing"]))
             items = [(f"{r['backend']} · {r['dtype']} · {r['pass']}", r["gbps"], "../" * depth + r["entry"].href,
                       f"{fmt_time(r['time'])}, {fmt_gbps(r['gbps'])}, {fmt_pct(r['pct'])} of ceiling"
-                      + (f" (suspect: {r['suspect_reason']})" if r["suspect"] else ""), r["suspect"]) for r in grp]
+                      + "".join(f" ({f}: {why})" for f, why in r["flags"].items()), r["flagged"]) for r in grp]
             ceilings = sorted(r["ceiling"] for r in grp if r["ceiling"])
             ref = (ceilings[len(ceilings) // 2], "copy ceiling") if ceilings else None
             plots.append(bar_chart(items, xlabel="GB/s", ref=ref, value_fmt=fmt_gbps,
@@ -273,7 +278,7 @@ class Site:
             body.append(self._norm_matrix(hws))
             body.append("<h2>Closest to the bandwidth ceiling, per machine</h2>"
                         '<p class="muted">The five kernel results with the highest share of the copy bandwidth '
-                        "measured in the same run (suspect measurements excluded).</p>")
+                        "measured in the same run (flagged measurements excluded).</p>")
         for hw in hws:
             rows = agg.best_by_bandwidth([r for r in self.kernels if r["hardware"] == hw], 5)
             body.append(f'<h3>{self.hw_link(hw)} <span class="muted">{esc(self.hw_name(hw))}</span></h3>')
@@ -337,7 +342,10 @@ class Site:
         body = ['<p class="muted">One table per machine. Click a column header to sort; use the selects to filter. '
                 "Time is the median over repetitions; GB/s is the minimum bytes a norm must move divided by that "
                 "time; % ceiling compares it with the copy bandwidth measured in the same run. "
-                "⚠ marks a suspect measurement (above the ceiling).</p>"]
+                "A badge marks a flagged record, which is never ranked (hover for the reason): "
+                "<em>suspect</em> above the copy ceiling, <em>noisy</em> measured on a busy machine, <em>fell_back</em> "
+                "compiled code that ran eager, <em>unchecked</em>/<em>forced</em> not passing <code>normbench check</code>; "
+                "<em>non_finite</em> (output or gradient NaN/inf) is invalid and shown as failed.</p>"]
         hws = sorted({r["hardware"] for r in self.kernels})
         if not hws:
             body.append('<p class="notice">No kernel results yet: run <code>normbench bench --quick</code>.</p>')
@@ -392,6 +400,17 @@ class Site:
             out += '<span class="badge quick" title="smoke-test budget, not a converged result">quick budget</span>'
         return out
 
+    def _vs_ref(self, c) -> tuple[str, float | None]:
+        ref = agg.reference_cell(c, self.cells)
+        if ref is None:
+            is_ref = S.reference_of(c.model) == (c.norm, c.placement)
+            return ('<span class="muted">reference</span>' if is_ref else "", None)
+        d = S.versus(c.values, ref.values, log=S.is_log_metric(c.metric))
+        if d is None:
+            return ('<span class="muted">too few finished seeds</span>', None)
+        name = ref.norm + (f" ({ref.placement})" if ref.placement else "")
+        return (f'<span title="against {esc(name)}">{esc(S.versus_text(d, c.metric))}</span>', d.p)
+
     @staticmethod
     def _div(c) -> str:
         """Diverged / counted runs, marked when any diverged (a diverged run is a result, never dropped)."""
@@ -439,6 +458,9 @@ class Site:
                 Col("best", True, "best evaluation over training, mean over seeds"),
                 Col("time to target", True, "mean over the seeds that reached the target (k/n reached)"),
                 Col("diverged", True, "seeds whose loss became NaN/inf, of the counted seeds; ranks first"),
+                Col("vs reference", True, "against the table's reference (LayerNorm, Pre-LN in GPT tables; BatchNorm "
+                    "in ResNet tables): ratio of geometric means (perplexity) or difference (accuracy) with its 95 % "
+                    "Welch interval; Welch p, Mann–Whitney p; not corrected for multiple comparisons"),
                 Col("wall time", True, "training wall time, mean over seeds"),
                 Col("seeds", True), Col("records")]
         rows = []
@@ -461,6 +483,7 @@ class Site:
                 (fmt_metric(c.best.mean, c.metric), c.best.mean),
                 (tgt, c.ttt.mean),
                 (self._div(c), c.divergence_rate),
+                self._vs_ref(c),
                 (fmt_seconds_human(c.wall.mean), c.wall.mean),
                 (str(c.n), float(c.n)),
                 (recs, None),
@@ -514,7 +537,7 @@ class Site:
                                                                          if len({x.hardware for x in cells}) > 1
                                                                          else "")
             href = "../" * depth + c.runs[0]["entry"].href
-            ev = agg.mean_curve(c.runs, 2)
+            ev = agg.mean_curve(c.runs, 2, log=S.is_log_metric(c.metric))
             lo = agg.mean_curve(c.runs, 1)
             if ev:
                 eval_series.append(Series(name, [Point(s, v, href, f"{name} step {int(s)}: {fmt_metric(v, c.metric)}")
@@ -586,7 +609,8 @@ class Site:
                     fail = (f"; failed {r['failed_a']}/{r['failed_b']}" if r["type"] == "accuracy"
                             and (r["failed_a"] or r["failed_b"]) else "")
                     detail = (f"{esc(r.get('effect_text') or '–')} · n {r['n_a']}/{r['n_b']}{esc(fail)} · "
-                              f"test {esc(r['test'])} · Welch p {C._p(r.get('p_welch'))}, "
+                              f"test {esc(r['test'])} · {'Welch' if r['type'] == 'accuracy' else 't'} p "
+                              f"{C._p(r.get('p_welch'))}, "
                               f"{'Mann–Whitney' if r['type'] == 'accuracy' else 'Wilcoxon'} p "
                               f"{C._p(r.get('p_mann_whitney'))} · p(claim) {C._p(r['p_for_holm'])}, "
                               f"p(refute) {C._p(r['p_against_holm'])} · {esc(r.get('hardware') or '')}")
@@ -766,11 +790,17 @@ class Site:
         body.append("""<section id="reading"><h2>Reading the tables</h2><ul>
 <li><strong>time</strong>: median over timed repetitions (hover for the interquartile range and the count). CPU timings
 use <code>time.perf_counter</code> with a fixed thread count; GPU timings use CUDA events with the L2 cache flushed
-between repetitions (<em>cold</em>) unless labelled <em>hot</em>.</li>
+between repetitions (<em>cold</em>) unless labelled <em>hot</em> (events, no flush) or <em>host</em> (a host clock
+around a synchronised call, as pytest-benchmark and ASV time: launch overhead included, no flush).</li>
 <li><strong>GB/s</strong>: the minimum bytes the norm must move for that pass (its documented formula) divided by the
 median time.</li>
 <li><strong>% ceiling</strong>: GB/s as a share of the copy bandwidth measured on the same machine in the same run.
-A result above the ceiling means the data stayed in cache: it is flagged ⚠ suspect and never ranks first.</li>
+A result above the ceiling means the data stayed in cache: it is flagged <em>suspect</em> and never ranked.</li>
+<li><strong>flags</strong>: a badge next to the backend marks a record that is shown but never ranked (hover for the
+reason): <em>suspect</em> (above the copy ceiling), <em>noisy</em> (measured on a busy machine: background load or an
+unsteady copy ceiling), <em>fell_back</em> (compiled code that ran eager), <em>unchecked</em>/<em>forced</em> (not
+passing <code>normbench check</code>), <em>tuning</em>. A <em>non_finite</em> record (NaN or inf in the output or a
+gradient) is invalid: its row reads <em>failed</em> and its numbers are used nowhere.</li>
 <li><strong>vs eager</strong>: eager PyTorch's median time divided by this backend's, same norm, shape, dtype and pass.
 </li>
 <li><strong>err y</strong>: maximum absolute error of the output against a float64 reference (hover for dx and dw).</li>

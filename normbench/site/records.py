@@ -144,6 +144,27 @@ def _record_files(root: Path) -> list[Path]:
     return files
 
 
+def _read(path: Path) -> tuple[list | None, str | None]:
+    """The records of one file (compact ``.json.gz`` or plain ``.json``), or the problem reading it."""
+    try:
+        from normbench.results.store import read_record_file
+
+        return read_record_file(path)
+    except ImportError:
+        pass
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"cannot be read: {exc}"
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return None, f"is not valid JSON: {exc}"
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        return None, f"must hold a JSON array of records, not {type(data).__name__}"
+    return data, None
+
+
 def _timestamp(rec: dict) -> str:
     ts = rec.get("provenance", {}).get("timestamp")
     return ts if isinstance(ts, str) else ""
@@ -174,19 +195,9 @@ def load_results(root: str | os.PathLike) -> Loaded:
     rejected: list[Rejected] = []
     for path in files:
         shown = _display_path(path, root)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            rejected.append(Rejected(shown, None, "file", [f"cannot be read: {exc}"]))
-            continue
-        except (json.JSONDecodeError, RecursionError) as exc:
-            rejected.append(Rejected(shown, None, "file", [f"is not valid JSON: {exc}"]))
-            continue
-        if isinstance(data, dict):
-            data = [data]
-        if not isinstance(data, list):
-            rejected.append(Rejected(shown, None, "file",
-                                     [f"must hold a JSON array of records, not {type(data).__name__}"]))
+        data, problem = _read(path)
+        if problem is not None:
+            rejected.append(Rejected(shown, None, "file", [problem]))
             continue
         for i, rec in enumerate(data):
             problems = _validate(rec)

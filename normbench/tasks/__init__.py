@@ -24,6 +24,7 @@ __all__ = [
     "list_tasks",
     "default_task",
     "load_task",
+    "data_config",
 ]
 
 
@@ -47,6 +48,9 @@ class Task:
     vocab_size: int | None = None  # text tasks
     tokenizer: str | None = None
     why_norms_differ: str = ""
+    #: ``summarize(task, data_dir=, quick=)`` -> the record's ``config["data"]`` without decoding the data (the
+    #: record id of a run is computed before it trains); ``None``: taken from the loaded data.
+    summarize: Callable[..., dict] | None = None
 
     @property
     def layout(self) -> str:
@@ -79,11 +83,18 @@ class Task:
 
 @dataclass
 class TaskData:
-    """Tensors for one task: ``train``/``eval`` dicts with ``x``/``y`` (images) or ``tokens`` (text)."""
+    """Tensors for one task: ``x``/``y`` dicts (images) or ``tokens`` (text) per split.
+
+    ``train`` is what runs train on; ``val`` is held out from it (a seeded, class-stratified tenth of a real
+    dataset's training split; generated from its own seed for offline tasks) for choosing learning rates;
+    ``eval`` is the split a run is scored on: the dataset's own test split (also reachable as ``test``).
+    ``info["data"]`` says where each split came from and how many examples (and classes) it has.
+    """
 
     task: Task
     train: dict[str, torch.Tensor]
     eval: dict[str, torch.Tensor]
+    val: dict[str, torch.Tensor] = field(default_factory=dict)
     #: Per-channel mean and std (in [0, 1] units) used to standardise uint8 images.
     mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     std: tuple[float, ...] = (0.25, 0.25, 0.25)
@@ -91,8 +102,36 @@ class TaskData:
     stored_size: int | None = None
     info: dict = field(default_factory=dict)
 
+    @property
+    def test(self) -> dict[str, torch.Tensor]:
+        return self.eval
+
     def num_train(self) -> int:
         return len(self.train["y"]) if "y" in self.train else len(self.train["tokens"])
+
+
+def split_summary(splits: dict, unit: str) -> dict:
+    """``{"examples": {split: n}, "classes": {split: k}}`` (classes for images only) for ``{split: tensors}``."""
+    if unit == "tokens":
+        return {"tokens": {s: int(len(d["tokens"])) for s, d in splits.items()}}
+    return {"examples": {s: int(len(d["y"])) for s, d in splits.items()},
+            "classes": {s: int(d["y"].unique().numel()) for s, d in splits.items()}}
+
+
+_SUMMARIES: dict = {}
+
+
+def data_config(name: str, data_dir: str | None = None, quick: bool = False) -> dict:
+    """The ``config["data"]`` of an accuracy record: where the splits came from and what a run saw of them."""
+    key = (name, data_dir, quick)
+    if key in _CACHE:
+        return dict(_CACHE[key].info.get("data", {}))
+    task = get_task(name)
+    if task.summarize is None:
+        return dict(load_task(name, data_dir=data_dir, quick=quick).info.get("data", {}))
+    if key not in _SUMMARIES:
+        _SUMMARIES[key] = task.summarize(task, data_dir=data_dir, quick=quick)
+    return dict(_SUMMARIES[key])
 
 
 def _registry() -> dict[str, Task]:

@@ -136,28 +136,36 @@ def make_lm(n_docs: int, seed: int, chain: torch.Tensor, doc_len: int = LM_DOC, 
 
 
 def _load_shapes(task, data_dir=None, quick=False):
-    from normbench.tasks import TaskData
+    from normbench.tasks import TaskData, split_summary
 
     train = make_shapes(SHAPES_TRAIN, DATA_SEED)
     ev = make_shapes(SHAPES_EVAL, DATA_SEED + 1)
+    # Validation is drawn from the same generator with its own seed: held out like a carved split, while the
+    # training and test sets stay those of the records made before validation existed.
+    val = make_shapes(SHAPES_EVAL, DATA_SEED + 2)
     # Standardise with statistics of the generated training set, as one would for a real dataset.
     xf = train["x"].float() / 255
     mean = tuple(xf.mean((0, 2, 3)).tolist())
     std = tuple(xf.std((0, 2, 3)).tolist())
-    return TaskData(task=task, train=train, eval=ev, mean=mean, std=std, stored_size=SHAPES_SIZE,
-                    info={"source": "generated", "data_seed": DATA_SEED, "train_examples": SHAPES_TRAIN,
-                          "eval_examples": SHAPES_EVAL})
+    data = {"source": "generated", "val": f"generated, seed {DATA_SEED + 2}",
+            "test": f"generated, seed {DATA_SEED + 1}", "subset": "all",
+            **split_summary({"train": train, "val": val, "test": ev}, "images")}
+    return TaskData(task=task, train=train, val=val, eval=ev, mean=mean, std=std, stored_size=SHAPES_SIZE,
+                    info={"source": "generated", "data_seed": DATA_SEED, "data": data})
 
 
 def _load_lm(task, data_dir=None, quick=False):
-    from normbench.tasks import TaskData
+    from normbench.tasks import TaskData, split_summary
 
     chain = markov_chain(LM_VOCAB, _gen(DATA_SEED))
     train = make_lm(LM_TRAIN_DOCS, DATA_SEED + 1, chain).reshape(-1)
     ev = make_lm(LM_EVAL_DOCS, DATA_SEED + 2, chain).reshape(-1)
-    return TaskData(task=task, train={"tokens": train}, eval={"tokens": ev},
-                    info={"source": "generated", "data_seed": DATA_SEED, "doc_len": LM_DOC,
-                          "train_tokens": len(train), "eval_tokens": len(ev)})
+    val = make_lm(LM_EVAL_DOCS, DATA_SEED + 3, chain).reshape(-1)  # same chain, its own documents
+    splits = {"train": {"tokens": train}, "val": {"tokens": val}, "test": {"tokens": ev}}
+    data = {"source": "generated", "val": f"generated, seed {DATA_SEED + 3}",
+            "test": f"generated, seed {DATA_SEED + 2}", "subset": "all", **split_summary(splits, "tokens")}
+    return TaskData(task=task, train=splits["train"], val=splits["val"], eval=splits["test"],
+                    info={"source": "generated", "data_seed": DATA_SEED, "doc_len": LM_DOC, "data": data})
 
 
 def _tasks():
@@ -168,8 +176,8 @@ def _tasks():
             name="synth-shapes", title="Synthetic shapes (offline)", modality="image", offline=True, metric="top1",
             higher_is_better=True,
             description=f"10 shape classes at {SHAPES_SIZE}x{SHAPES_SIZE} on textured backgrounds with 16x per-image "
-                        f"contrast variation and colour casts; {SHAPES_TRAIN} train / {SHAPES_EVAL} eval images "
-                        f"generated from seed {DATA_SEED}.",
+                        f"contrast variation and colour casts; {SHAPES_TRAIN} train / {SHAPES_EVAL} val / "
+                        f"{SHAPES_EVAL} test images generated from seed {DATA_SEED}.",
             source="generated", loader=_load_shapes, default_model="resnet",
             models=("resnet", "vit", "fixup_resnet", "skipinit_resnet", "nf_resnet"),
             num_classes=len(SHAPES_CLASSES), image_size=SHAPES_SIZE,
@@ -180,8 +188,8 @@ def _tasks():
             name="synth-lm", title="Synthetic Markov + repeats language (offline)", modality="text", offline=True,
             metric="perplexity", higher_is_better=False,
             description=f"{LM_DOC - 1}-token documents over {LM_VOCAB} symbols: a sparse random Markov chain with "
-                        f"verbatim repeats of earlier 4-10 token spans; {LM_TRAIN_DOCS} train / {LM_EVAL_DOCS} eval "
-                        f"documents generated from seed {DATA_SEED}.",
+                        f"verbatim repeats of earlier 4-10 token spans; {LM_TRAIN_DOCS} train / {LM_EVAL_DOCS} val / "
+                        f"{LM_EVAL_DOCS} test documents generated from seed {DATA_SEED}.",
             source="generated", loader=_load_lm, default_model="gpt", models=("gpt",),
             vocab_size=LM_VOCAB, tokenizer="symbols",
             why_norms_differ="the repeats are only predictable through attention to the earlier occurrence; how fast "

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from normbench.stats import aggregate, summarize
 from normbench.train.loop import Run, record_id_for, run_config, train
 from normbench.train.recipes import RECIPES, Recipe, get_recipe
-from normbench.stats import aggregate, summarize
 
 __all__ = ["RECIPES", "Recipe", "Run", "aggregate", "get_recipe", "record_id_for", "run_config", "summarize", "train"]

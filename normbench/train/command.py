@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
+from pathlib import Path
 
 PLACEMENT_HELP = ("GPT norm placement: pre_ln (default), post_ln, peri_ln, mix_ln, deepnorm, hybridnorm, "
                   "layernorm_scaling")
@@ -38,6 +40,10 @@ def register(subparsers) -> None:
     p.add_argument("--variants", nargs="+", default=["default"], help="recipe variants (default: default)")
     p.add_argument("--placements", nargs="+", help="GPT placements (default: pre_ln); 'all' for every one")
     p.add_argument("--dry-run", action="store_true", help="list the runs without training")
+    p.add_argument("--tune", action="store_true",
+                   help="tune the learning rate per norm and cell: the recipe's lr grid x its tune seeds on the "
+                        "validation split (records flagged tuning), then the recipe's final seeds (or --seeds) at "
+                        "the chosen rate on the test split")
     _common(p)
     p.set_defaults(func=cmd_sweep)
 
@@ -116,7 +122,7 @@ def _print_summary(cells, file=None) -> None:
               file=file)
 
 
-def _runs_for(args, norm, task, model, variant, placement, seeds):
+def _runs_for(args, norm, task, model, variant, placement, seeds, split="test", lr=None, lr_search=None):
     from normbench.train.loop import Run
 
     overrides = {}
@@ -124,13 +130,15 @@ def _runs_for(args, norm, task, model, variant, placement, seeds):
         v = getattr(args, key, None)
         if v is not None:
             overrides[key] = v
+    if lr is not None:
+        overrides["lr"] = lr
     return [Run(task=task, model=model, norm=norm, seed=s, placement=placement, variant=variant, quick=args.quick,
                 device=args.device, data_dir=args.data_dir, base_norm=getattr(args, "base_norm", None),
                 qk_norm=getattr(args, "qk_norm", False), backend=getattr(args, "backend", "eager"),
                 recipe_overrides=overrides, threads=args.threads,
                 checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
                 resume=not args.no_resume, keep_checkpoint=getattr(args, "keep_checkpoint", False),
-                progress=not args.no_progress)
+                progress=not args.no_progress, split=split, lr_search=lr_search)
             for s in seeds]
 
 
@@ -146,8 +154,12 @@ _RUN_ERRORS = ("KeyError", "ValueError", "ImportError", "ModuleNotFoundError", "
                "AssertionError", "TypeError", "FloatingPointError", "NotImplementedError")
 
 
-def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, args=None) -> tuple[list, list]:
+def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = False, args=None,
+             include_skipped: bool = False) -> tuple[list, list]:
     """Train ``runs`` in order, writing each record as soon as it exists; returns (records, failures).
+
+    ``skip``: ids already in ``out``; given as a dict id -> record, ``include_skipped`` returns those records too
+    (and new records are added to it).
 
     Each run goes through the executor chosen by ``args`` (a reusable worker process by default) with a
     no-progress watchdog; the norms under test must have passed ``normbench check`` (``--force`` overrides,
@@ -193,6 +205,8 @@ def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, arg
                 rid = record_id_for(run)
                 if rid in skip:
                     print(f"{label}: already in {out} ({rid}), skipped", file=sys.stderr)
+                    if include_skipped and isinstance(skip, dict):
+                        records.append(skip[rid])
                     continue
             # The worker finds the norm by name in its own registry (a NormSpec may hold a lambda).
             task = Task(_train_task, (replace(run, norm=name), command), label=label, stall_timeout=limit)
@@ -217,8 +231,12 @@ def _execute(runs, out: str, skip: set | None = None, as_json: bool = False, arg
                 m = rec["metrics"]
                 state = (f"diverged at step {m['diverged_step']}" if m["diverged"]
                          else f"{m['metric']} {m['final']:.4g}")
+                if run.split == "val":
+                    state = f"(tuning, lr {run.recipe().lr:g}, validation) {state}"
                 print(f"{label}: {state} in {m['wall_time_s']:.1f}s -> {paths[0]}", file=sys.stderr)
             records.append(rec)
+            if isinstance(skip, dict):
+                skip[rec["id"]] = rec
             if as_json:
                 print(json.dumps(rec), file=document_stream())
     return records, failures
@@ -263,7 +281,7 @@ def _norm_names(selectors) -> list[str]:
         if sel in ("activation", "all"):
             for name in normbench.list_norms():
                 kind = normbench.get_norm(name).kind
-                if sel == "all" or kind == "activation":
+                if (sel == "all" and kind != "softmax") or kind == "activation":  # softmax is no layer norm
                     names.append(name)
         else:
             normbench.get_norm(sel)  # unknown names fail here, before any training
@@ -271,8 +289,8 @@ def _norm_names(selectors) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def plan(args) -> list:
-    """Every run of the sweep matrix, in order (norms vary fastest within a cell, then seeds)."""
+def cells(args) -> list[tuple]:
+    """The sweep's cells in order: (task, model, variant, placement or None, [norms it supports])."""
     from normbench.models import supports
     from normbench.models.gpt import PLACEMENTS
     from normbench.tasks import all_tasks, get_task
@@ -280,11 +298,9 @@ def plan(args) -> list:
 
     tasks = [get_task(t) for t in args.tasks] if args.tasks else [t for t in all_tasks() if t.offline]
     norms = _norm_names(args.norms)
-    n = args.seeds if args.seeds is not None else (1 if args.quick else 3)
-    runs = []
+    out = []
     for task in tasks:
-        models = args.models or [task.default_model]
-        for model in models:
+        for model in args.models or [task.default_model]:
             if model not in task.models:
                 continue
             for variant in args.variants:
@@ -294,12 +310,101 @@ def plan(args) -> list:
                 if model == "gpt":
                     placements = list(PLACEMENTS) if args.placements == ["all"] else (args.placements or ["pre_ln"])
                 for placement in placements:
-                    for norm in norms:
-                        if supports(model, norm) is not None:
-                            continue
-                        runs.extend(_runs_for(args, norm, task.name, model, variant,
-                                              placement if model == "gpt" else None, range(n)))
+                    ok = [n for n in norms if supports(model, n) is None]
+                    if placement == "ngpt" and args.placements == ["all"]:
+                        # nGPT's Norm is the unit-sphere projection: with "all", the placement runs with its own
+                        # norm only (name it with --placements ngpt --norms ... to try others).
+                        ok = ["ngpt"]
+                    if ok:
+                        out.append((task.name, model, variant, placement if model == "gpt" else None, ok))
+    return out
+
+
+def plan(args) -> list:
+    """Every run of the sweep matrix without tuning, in order (norms vary fastest within a cell, then seeds)."""
+    n = args.seeds if args.seeds is not None else (1 if args.quick else 3)
+    runs = []
+    for task, model, variant, placement, norms in cells(args):
+        for norm in norms:
+            runs.extend(_runs_for(args, norm, task, model, variant, placement, range(n)))
     return runs
+
+
+def choose_lr(grid: list[float], records: list[dict]) -> tuple[float, dict]:
+    """The learning rate of ``grid`` whose tuning runs did best on the validation split, and every rate's score.
+
+    Rule (fixed before any run): fewest diverged seeds first; then the best mean validation metric over seeds
+    (mean log perplexity for perplexity, mean accuracy otherwise); a tie keeps the earlier rate of the grid.
+    """
+    by_lr: dict[float, list] = {lr: [] for lr in grid}
+    for r in records:
+        lr = float(f"{r['config']['recipe']['lr']:.4g}")
+        if lr in by_lr:
+            by_lr[lr].append(r)
+    scores, best, best_key = {}, None, None
+    for lr in grid:
+        rs = by_lr[lr]
+        if not rs:
+            raise ValueError(f"no tuning record for lr {lr:g}")
+        higher = rs[0]["metrics"]["higher_is_better"]
+        log = rs[0]["metrics"]["metric"] == "perplexity"
+        n_div = sum(1 for r in rs if r["metrics"]["diverged"] or r["metrics"]["final"] is None)
+        vals = [r["metrics"]["final"] for r in rs if not r["metrics"]["diverged"] and r["metrics"]["final"] is not None]
+        score = None
+        if vals:
+            score = sum(math.log(v) if log else v for v in vals) / len(vals)
+        scores[f"{lr:g}"] = {"seeds": len(rs), "diverged": n_div,
+                             "score": score, "score_is": "mean log perplexity" if log else "mean " + rs[0]["metrics"][
+                                 "metric"]}
+        key = (n_div, math.inf if score is None else (-score if higher else score))
+        if best_key is None or key < best_key:
+            best, best_key = lr, key
+    return best, scores
+
+
+def _tune_and_run(args, norm, task, model, variant, placement, store: dict) -> tuple[list, list]:
+    """One norm in one cell: the learning-rate search on the validation split, then the final seeds.
+
+    The search runs the recipe's grid; when the best rate sits on an edge of it (and, at the top edge, did not
+    diverge), it adds the next rate beyond that edge, at most ``recipe.lr_extend`` times per side.
+    """
+    probe = _runs_for(args, norm, task, model, variant, placement, [0])[0]
+    recipe = probe.recipe()
+    grid = recipe.lr_candidates()
+    step = grid[1] / grid[0] if len(grid) > 1 else 3.0
+    t_recs, extended = [], {"up": 0, "down": 0}
+    while True:
+        tuning = []
+        for lr in grid:
+            tuning.extend(_runs_for(args, norm, task, model, variant, placement, range(recipe.tune_seeds),
+                                    split="val", lr=lr))
+        t_recs, failures = _execute(tuning, args.out, skip=store, as_json=args.json, args=args,
+                                    include_skipped=True)
+        if failures:
+            return t_recs, failures
+        chosen, scores = choose_lr(grid, t_recs)
+        # The best rate on an edge of the grid: look one grid step beyond it (the same rule for every norm).
+        if chosen == grid[-1] and extended["up"] < recipe.lr_extend and not scores[f"{chosen:g}"]["diverged"]:
+            grid.append(float(f"{grid[-1] * step:.4g}"))
+            extended["up"] += 1
+        elif chosen == grid[0] and len(grid) > 1 and extended["down"] < recipe.lr_extend:
+            grid.insert(0, float(f"{grid[0] / step:.4g}"))
+            extended["down"] += 1
+        else:
+            break
+    where = f"{norm} {recipe.name}" + (f" {placement}" if placement else "")
+    parts = []
+    for k, v in scores.items():
+        score = "all diverged" if v["score"] is None else f"{v['score']:.4g}"
+        parts.append(f"{k}: {score}" + (f" ({v['diverged']} diverged)" if v["diverged"] else ""))
+    print(f"tuned {where}: lr {chosen:g} chosen ({'; '.join(parts)})", file=sys.stderr)
+    search = {"grid": grid, "chosen": chosen, "seeds_per_rate": recipe.tune_seeds, "split": "val",
+              "rule": "fewest diverged, then best mean validation metric (log perplexity); a best rate on an edge "
+                      "of the grid extends it one step that way (at most lr_extend times)"}
+    n = args.seeds if args.seeds is not None else recipe.final_seeds
+    finals = _runs_for(args, norm, task, model, variant, placement, range(n), lr=chosen, lr_search=search)
+    f_recs, f_fail = _execute(finals, args.out, skip=store, as_json=args.json, args=args, include_skipped=True)
+    return f_recs, f_fail
 
 
 def cmd_sweep(args) -> int:
@@ -308,6 +413,10 @@ def cmd_sweep(args) -> int:
     from normbench.stats import aggregate
     from normbench.tasks import DatasetUnavailable
 
+    if args.tune:
+        if args.lr is not None:
+            raise ValueError("--tune searches the learning rate; drop --lr")
+        return _cmd_sweep_tuned(args)
     runs = plan(args)
     if not runs:
         print("normbench: the sweep matrix is empty (no norm supports the chosen models/variants)", file=sys.stderr)
@@ -328,6 +437,49 @@ def cmd_sweep(args) -> int:
         return 2
     if records and not args.json:
         _print_summary(aggregate(records))
+    for label, err in failures:
+        print(f"failed: {label}: {err}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _cmd_sweep_tuned(args) -> int:
+    from normbench._stdout import document_stream
+    from normbench.results import iter_records
+    from normbench.tasks import DatasetUnavailable
+    from normbench.stats import aggregate
+
+    todo = cells(args)
+    if not todo:
+        print("normbench: the sweep matrix is empty (no norm supports the chosen models/variants)", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for task, model, variant, placement, norms in todo:
+            for norm in norms:
+                r = _runs_for(args, norm, task, model, variant, placement, [0])[0].recipe()
+                line = {"norm": norm, "task": task, "model": model, "variant": variant, "placement": placement,
+                        "lr_grid": r.lr_candidates(), "tune_seeds": r.tune_seeds,
+                        "final_seeds": args.seeds if args.seeds is not None else r.final_seeds}
+                print(json.dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()),
+                      file=document_stream())
+        return 0
+    store = {}
+    if Path(args.out).exists():
+        store = {rec["id"]: rec for _, rec in iter_records(args.out, kind="accuracy")}
+    n_runs = sum(len(n) for *_, n in todo)
+    print(f"sweep --tune: {len(todo)} cells, {n_runs} (cell, norm) pairs; records already in {args.out} are reused",
+          file=sys.stderr)
+    all_records, failures = [], []
+    try:
+        for task, model, variant, placement, norms in todo:
+            for norm in norms:
+                recs, fails = _tune_and_run(args, norm, task, model, variant, placement, store)
+                all_records.extend(r for r in recs if "tuning" not in r.get("flags", ()))
+                failures.extend(fails)
+    except DatasetUnavailable as exc:
+        print(f"normbench: error: {exc}", file=sys.stderr)
+        return 2
+    if all_records and not args.json:
+        _print_summary(aggregate(all_records))
     for label, err in failures:
         print(f"failed: {label}: {err}", file=sys.stderr)
     return 1 if failures else 0

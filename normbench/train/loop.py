@@ -25,11 +25,11 @@ from torch import nn
 
 import normbench
 from normbench.executor import heartbeat
-from normbench.models import MODEL_LAYOUT, build_model
+from normbench.models import MODEL_LAYOUT, build_model, model_hash
 from normbench.models.norms import resolve
-from normbench.tasks import get_task, load_task
+from normbench.tasks import data_config, get_task, load_task
 from normbench.train.data import Batcher
-from normbench.train.recipes import Recipe, get_recipe
+from normbench.train.recipes import Recipe, get_recipe, recipe_hash
 
 #: Curve points kept per run (besides every evaluation).
 CURVE_POINTS = 50
@@ -62,12 +62,18 @@ class Run:
     progress: bool = True
     #: Stop (after checkpointing) once this many steps are done, as an interruption would; for tests.
     stop_after: int | None = None
+    #: "test": score on the task's test split; "val": a tuning run scored on the validation split held out from
+    #: training (flagged ``tuning``, never ranked). Both train on the same training split.
+    split: str = "test"
+    #: For a run at a tuned learning rate: the search that chose it (recorded in the config).
+    lr_search: dict | None = None
 
     def spec(self):
         return resolve(self.norm)
 
     def recipe(self) -> Recipe:
-        r = get_recipe(self.task, self.model, self.variant)
+        placement = (self.placement or "pre_ln") if self.model == "gpt" else None
+        r = get_recipe(self.task, self.model, self.variant).adapted(self.spec().name, placement)
         if self.quick:
             r = r.for_quick()
         if self.recipe_overrides:
@@ -115,6 +121,42 @@ def _all_reduce(t: torch.Tensor, world: int) -> torch.Tensor:
 
 # -- pieces ---------------------------------------------------------------------------------------------------------
 
+#: Seed of the train/validation carve: fixed, so every run of a task holds out the same examples.
+VAL_SEED = 20_251_123
+
+
+def validation_split(data, fraction: float):
+    """``data`` with its training set split: the held-out ``fraction`` becomes the evaluation set (fixed seed).
+
+    A loader that provides its own validation split (``data.val``) is used as it is; otherwise images are held
+    out by a seeded permutation and text as the last ``fraction`` of the token stream (its documents are
+    independent, so a contiguous tail is a fair sample and keeps sequences whole).
+    """
+    from dataclasses import replace as dc_replace
+
+    own = getattr(data, "val", None)
+    if own:
+        return dc_replace(data, eval=own, info={**data.info, "eval_split": "validation"})
+    if not 0 < fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {fraction}")
+    if "tokens" in data.train:
+        tok = data.train["tokens"]
+        cut = len(tok) - int(len(tok) * fraction)
+        train, held = {"tokens": tok[:cut]}, {"tokens": tok[cut:]}
+        sizes = {"train_tokens": cut, "eval_tokens": len(tok) - cut}
+    else:
+        n = len(data.train["y"])
+        g = torch.Generator().manual_seed(VAL_SEED)
+        perm = torch.randperm(n, generator=g)
+        n_val = int(n * fraction)
+        tr, va = perm[n_val:].sort().values, perm[:n_val].sort().values
+        train = {k: v[tr] for k, v in data.train.items()}
+        held = {k: v[va] for k, v in data.train.items()}
+        sizes = {"train_examples": n - n_val, "eval_examples": n_val}
+    return dc_replace(data, train=train, eval=held,
+                      info={**data.info, **sizes, "eval_split": f"validation ({fraction:g} of train, seed {VAL_SEED})"})
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -127,12 +169,18 @@ def seed_everything(seed: int) -> None:
 
 
 def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
-    """Weight decay on matrices and conv kernels only (not on biases, norm gains or scalars)."""
-    decay, no_decay = [], []
+    """Weight decay on matrices and conv kernels only (not on biases, norm gains or scalars).
+
+    A model with ``lr_scales()`` (parameter id -> multiplier; Fixup's scalars train at a tenth of the rate) gets
+    those parameters in groups of their own.
+    """
+    scales = model.lr_scales() if hasattr(model, "lr_scales") else {}
+    groups: dict[tuple, list] = {}
     for p in model.parameters():
         if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            key = (recipe.weight_decay if p.dim() >= 2 else 0.0, scales.get(id(p), 1.0))
+            groups.setdefault(key, []).append(p)
+    groups = [{"params": ps, "weight_decay": wd, "lr_scale": sc} for (wd, sc), ps in groups.items()]
     if recipe.optimizer == "sgd":
         cls, kwargs = torch.optim.SGD, dict(lr=recipe.lr, momentum=recipe.momentum, nesterov=recipe.momentum > 0)
     elif recipe.optimizer == "adamw":
@@ -159,7 +207,7 @@ def lr_factor(step: int, recipe: Recipe) -> float:
 def _set_lr(opt, recipe: Recipe, step: int) -> None:
     f = lr_factor(step, recipe)
     for g in opt.param_groups:
-        g["lr"] = recipe.lr * f
+        g["lr"] = recipe.lr * f * g.get("lr_scale", 1.0)
 
 
 def _loss(out: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
@@ -216,6 +264,16 @@ def _sync(device: torch.device) -> None:
 
 # -- configuration and record ---------------------------------------------------------------------------------------
 
+def model_options(model: str, recipe: Recipe) -> dict:
+    """The recipe's model options; the GPT's context length is the recipe's ``seq_len`` (the batches' length)."""
+    opts = recipe.model_kwargs(model)
+    if model == "gpt" and recipe.seq_len is not None:
+        if opts.setdefault("seq_len", recipe.seq_len) != recipe.seq_len:
+            raise ValueError(f"recipe {recipe.name}: model_options seq_len {opts['seq_len']} differs from the "
+                             f"recipe's seq_len {recipe.seq_len}")
+    return opts
+
+
 def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> dict:
     """The record's ``config`` for ``run`` (what defines the cell and seed; hashed into the record id)."""
     task = get_task(run.task)
@@ -224,7 +282,7 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
     if model_config is None:
         model_config = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
                                    base_norm=run.base_norm, backend=run.backend,
-                        **recipe.model_options).config
+                                   **model_options(run.model, recipe)).config
     placement = (run.placement or "pre_ln") if run.model == "gpt" else None
     config = {
         "task": task.name,
@@ -242,7 +300,16 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
         "qk_norm": bool(model_config.get("qk_norm", False)),
         "world_size": world,
         "model_config": model_config,
+        "split": run.split,
+        "recipe_hash": recipe_hash(recipe),
+        "model_hash": model_hash(run.model),
+        # Where the splits came from and how many examples (and classes) the run saw of each.
+        "data": data_config(run.task, data_dir=run.data_dir, quick=run.quick),
     }
+    if run.split not in ("test", "val"):
+        raise ValueError(f"split must be 'test' or 'val', got {run.split!r}")
+    if run.lr_search is not None:
+        config["lr_search"] = run.lr_search
     if run.backend != "eager":
         # Only when not eager, so records made before backends were selectable keep their ids (and are skipped).
         config["backend"] = run.backend
@@ -299,14 +366,17 @@ def train(run: Run, command: str | None = None) -> dict | None:
     spec = run.spec()
     recipe = run.recipe()
     data = load_task(run.task, data_dir=run.data_dir, quick=run.quick)
+    if run.split == "val":
+        data = validation_split(data, recipe.val_fraction)
 
     seed_everything(run.seed)
     built = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
                         base_norm=run.base_norm, backend=run.backend,
-                        **recipe.model_options)
+                        **model_options(run.model, recipe))
     config = run_config(run, built.config, world)
     prov = provenance(command or command_line(), device=device.type)
-    record_id = normbench.results.record_id("accuracy", spec.name, config, prov["hardware_id"])
+    impl_hash = spec.impl_hash(run.backend)
+    record_id = normbench.results.record_id("accuracy", spec.name, config, prov["hardware_id"], impl_hash)
 
     model = built.module.to(device)
     core = model
@@ -354,6 +424,7 @@ def train(run: Run, command: str | None = None) -> dict | None:
         from normbench.norms.weights import adaptive_grad_clip as agc
     agc_params = _agc_params(core) if recipe.agc else None
     heartbeat()  # data and model are ready: from here the watchdog waits for steps
+    after_step = getattr(core, "after_step", None)
     try:
         while state["step"] < recipe.steps:
             step = state["step"]
@@ -376,6 +447,8 @@ def train(run: Run, command: str | None = None) -> dict | None:
             if agc is not None:
                 agc(agc_params, recipe.agc)
             opt.step()
+            if after_step is not None:
+                after_step()  # nGPT: weights back onto the unit sphere
             _sync(device)
             state["train_time"] += time.perf_counter() - t0
             state["step"] = step = step + 1
@@ -436,7 +509,9 @@ def train(run: Run, command: str | None = None) -> dict | None:
     }
     if rank != 0:
         return None
-    record = make_record("accuracy", spec.to_dict(), config, metrics, prov)
+    flags = run_flags(run, state["diverged_step"])
+    record = make_record("accuracy", spec.to_dict(), config, metrics, prov, impl_hash=impl_hash,
+                         flags=tuple(flags), flag_reasons=flags)
     if not run.keep_checkpoint:
         with contextlib.suppress(OSError):
             ckpt_path.unlink()
@@ -450,4 +525,17 @@ def record_id_for(run: Run, world: int = 1) -> str:
     if run.threads and not str(run.device).startswith("cuda"):
         torch.set_num_threads(int(run.threads))
     hw = hardware("cuda" if str(run.device).startswith("cuda") else "cpu")
-    return normbench.results.record_id("accuracy", run.spec().name, run_config(run, world=world), hardware_id(hw))
+    spec = run.spec()
+    return normbench.results.record_id("accuracy", spec.name, run_config(run, world=world), hardware_id(hw),
+                                       spec.impl_hash(run.backend))
+
+
+def run_flags(run: Run, diverged_step: int | None) -> dict[str, str]:
+    """The flags (with reasons) of a run's record: a diverged run and a tuning run are kept but never ranked."""
+    flags = {}
+    if diverged_step is not None:
+        flags["diverged"] = (f"non-finite training loss or evaluation metric at step {diverged_step}; "
+                             "kept as a result (counted in the cell's divergence rate)")
+    if run.split == "val":
+        flags["tuning"] = "learning-rate search run, scored on the validation split; never ranked"
+    return flags

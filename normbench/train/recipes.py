@@ -1,8 +1,14 @@
 """Fixed training recipes per (task, model[, variant]): the norm and placement are the only things that change.
 
 A recipe fixes the optimizer, learning-rate schedule, budget, batch size, augmentation, evaluation cadence,
-the quality target for time-to-target, and the model's size. ``docs/accuracy.md`` explains each one.
-Variants are extra cells of the same task (``bs2``: micro-batches; ``deep``: a deep GPT for placements).
+the quality target for time-to-target, and the model's size. ``docs/accuracy.md`` explains each one and cites the
+source of every choice. Variants are extra cells of the same task (``bs2``: micro-batches; ``deep``: a deep GPT
+for placements with warm-up and clipping; ``deep_stress``: the same without either, at a high learning rate).
+
+Where a norm's or a placement's paper prescribes part of the recipe (DyT's and Derf's embedding scalar and alpha0
+per position; nGPT's zero weight decay and no warm-up), ``norm_overrides``/``placement_overrides`` hold it, and
+``Recipe.adapted(norm, placement)`` applies it; the record stores the adapted recipe. The learning rate is tuned
+per norm (``lr_grid``: multipliers of ``lr`` tried on the validation split; see ``normbench sweep --tune``).
 """
 
 from __future__ import annotations
@@ -38,6 +44,23 @@ class Recipe:
     model_options: dict = field(default_factory=dict)
     #: Steps used by ``--quick`` (real tasks only: a smoke run; offline recipes are already small).
     quick_steps: int | None = None
+    #: timm ResNet: zero-initialise the last norm's gain in each block (timm's default; off in norm comparisons).
+    zero_init_last: bool = False
+    #: Recipe fields a norm's own paper prescribes, by norm name (applied by ``adapted``).
+    norm_overrides: dict = field(default_factory=dict)
+    #: Recipe fields a placement's own paper prescribes, by placement (applied by ``adapted``).
+    placement_overrides: dict = field(default_factory=dict)
+    #: Learning-rate search: multipliers of ``lr`` tried, each with ``tune_seeds`` seeds, on the validation split.
+    lr_grid: tuple[float, ...] = (1 / 3, 1.0, 3.0)
+    #: When the best rate is at an edge of the grid, the search goes up to this many grid steps further that way.
+    lr_extend: int = 1
+    tune_seeds: int = 2
+    #: Seeds run at the chosen learning rate, scored on the test split.
+    final_seeds: int = 5
+    #: Fraction of the training set held out (with a fixed seed) as the validation split for tuning.
+    val_fraction: float = 0.1
+    #: What the recipe was adapted for (set by ``adapted``; e.g. "norm:dyt").
+    adapted_for: tuple[str, ...] = ()
     notes: str = ""
 
     @property
@@ -52,19 +75,79 @@ class Recipe:
         return replace(self, steps=self.quick_steps, eval_every=ev, warmup_steps=min(self.warmup_steps,
                                                                                    self.quick_steps // 10))
 
+    def model_kwargs(self, model: str) -> dict:
+        """Options for ``build_model``: the size preset plus recipe-level model switches."""
+        kwargs = dict(self.model_options)
+        if model == "resnet":
+            kwargs.setdefault("zero_init_last", self.zero_init_last)
+        return kwargs
+
+    def adapted(self, norm: str, placement: str | None = None) -> "Recipe":
+        """This recipe with what ``norm``'s and ``placement``'s papers prescribe applied (model options merged)."""
+        r, tags = self, []
+        for tag, table, key in (("norm", self.norm_overrides, norm), ("placement", self.placement_overrides,
+                                                                         placement)):
+            change = table.get(key) if key else None
+            if not change:
+                continue
+            change = dict(change)
+            if "model_options" in change:
+                change["model_options"] = {**r.model_options, **change["model_options"]}
+            r = replace(r, **change)
+            tags.append(f"{tag}:{key}")
+        return replace(r, adapted_for=tuple(tags)) if tags else r
+
+    def lr_candidates(self) -> list[float]:
+        return [float(f"{self.lr * m:.4g}") for m in self.lr_grid]
+
     def to_dict(self) -> dict:
         """The recipe as recorded (notes are left out: prose edits must not change record ids)."""
         d = asdict(self)
         d.pop("notes")
         d["betas"] = list(self.betas)
+        d["lr_grid"] = list(self.lr_grid)
+        d["adapted_for"] = list(self.adapted_for)
         d["name"] = self.name
         return d
 
 
+def recipe_hash(recipe: Recipe) -> str:
+    """sha256 (16 hex) of ``recipe.to_dict()``: part of an accuracy record's id."""
+    import hashlib
+    import json
+
+    blob = json.dumps(recipe.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def dyt_alpha0(width: int) -> tuple[float, float]:
+    """(attention, other) alpha0 of DyT in an LLM of this width: DyT paper, Table 11.
+
+    The table covers widths 1024-8192 (1024: 1.0/1.0, 2048: 1.0/0.5, 4096: 0.8/0.2, 8192: 0.2/0.05); narrower
+    models were not tested, so they take the 1024 value, which is also the nanoGPT patch's default (1.0/1.0/1.0).
+    """
+    for w, pair in ((1024, (1.0, 1.0)), (2048, (1.0, 0.5)), (4096, (0.8, 0.2))):
+        if width <= w:
+            return pair
+    return (0.2, 0.05)
+
+
+def llm_norm_overrides(width: int) -> dict:
+    """DyT and Derf in a GPT: the embedding scalar (init sqrt(d)) and alpha0 per position (attn / FFN / final)."""
+    attn, other = dyt_alpha0(width)
+    opts = {"embed_scale": True, "alpha_attn": attn, "alpha_ffn": other, "alpha_final": other}
+    return {name: {"model_options": opts} for name in ("dyt", "derf")}
+
+
+#: nGPT's own training recipe (official launcher): no weight decay, no warm-up.
+NGPT_OVERRIDES = {"ngpt": {"weight_decay": 0.0, "warmup_steps": 0}}
+
+
 _SHAPES_RESNET = Recipe(
-    task="synth-shapes", model="resnet", optimizer="sgd", lr=0.05, weight_decay=5e-4, warmup_steps=20, steps=300,
-    batch_size=32, eval_every=50, eval_limit=500, augmentation="none", target=0.5,
-    notes="SGD+Nesterov, warm-up then cosine; no flips (they would turn a diagonal into another class)",
+    task="synth-shapes", model="resnet", optimizer="sgd", lr=0.05, weight_decay=5e-4, warmup_steps=12, steps=120,
+    batch_size=32, eval_every=30, eval_limit=500, augmentation="none", target=0.5,
+    notes="SGD+Nesterov, warm-up then cosine; no flips (they would turn a diagonal into another class); 120 steps "
+          "so that no norm saturates (at 300 steps GroupNorm reaches 100%)",
 )
 _SHAPES_VIT = Recipe(
     task="synth-shapes", model="vit", optimizer="adamw", lr=2e-3, weight_decay=0.05, warmup_steps=30, steps=300,
@@ -74,6 +157,7 @@ _LM = Recipe(
     task="synth-lm", model="gpt", optimizer="adamw", lr=3e-3, weight_decay=0.1, warmup_steps=30, steps=300,
     batch_size=8, eval_every=50, eval_limit=128, seq_len=64, target=8.0,
     model_options={"n_layer": 4, "n_head": 4, "n_embd": 64},
+    norm_overrides=llm_norm_overrides(64), placement_overrides=NGPT_OVERRIDES,
 )
 
 RECIPES: dict[str, Recipe] = {}
@@ -84,7 +168,7 @@ def _add(r: Recipe) -> None:
 
 
 _add(_SHAPES_RESNET)
-_add(replace(_SHAPES_RESNET, variant="bs2", batch_size=2, lr=0.02, steps=1200, eval_every=200, warmup_steps=0,
+_add(replace(_SHAPES_RESNET, variant="bs2", batch_size=2, lr=0.02, steps=1200, eval_every=200, warmup_steps=60,
              target=0.3, notes="micro-batch cell: batch size 2 (2400 images seen); lr 0.02, chosen so that GroupNorm "
                                "learns within the budget"))
 for _m in ("fixup_resnet", "skipinit_resnet"):
@@ -93,9 +177,13 @@ _add(replace(_SHAPES_RESNET, model="nf_resnet", grad_clip=None, agc=0.04,
              notes="NF-ResNet: adaptive gradient clipping (lambda 0.04) instead of global-norm clipping"))
 _add(_SHAPES_VIT)
 _add(_LM)
-_add(replace(_LM, variant="deep", model_options={"n_layer": 12, "n_head": 2, "n_embd": 32}, steps=200, lr=1e-2,
-             warmup_steps=0, grad_clip=None,
-             notes="stress cell for placements: 12 narrow blocks, high learning rate, no warm-up, no clipping"))
+_add(replace(_LM, variant="deep", model_options={"n_layer": 12, "n_head": 2, "n_embd": 32}, steps=200,
+             warmup_steps=20, grad_clip=1.0,
+             notes="deep cell for placements: 12 narrow blocks with warm-up and clipping (the standard form)"))
+_add(replace(_LM, variant="deep_stress", model_options={"n_layer": 12, "n_head": 2, "n_embd": 32}, steps=200,
+             lr=1e-2, warmup_steps=0, grad_clip=None,
+             notes="stress variant of the deep cell: high learning rate, no warm-up, no clipping (the condition of "
+                   "the Post-LN instability claim)"))
 
 # Real tasks. Budgets follow common short schedules; they need a GPU to finish in reasonable time.
 _CIFAR_RESNET = Recipe(
@@ -117,7 +205,7 @@ for _m in ("fixup_resnet", "skipinit_resnet"):
 _add(replace(_CIFAR_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
 _add(replace(_CIFAR_RESNET, model="nf_resnet", task="cifar100", grad_clip=None, agc=0.02, target=0.65))
 _add(replace(_CIFAR_RESNET, variant="bs2", batch_size=2, lr=0.1 * 2 / 128, steps=60_000, eval_every=10_000,
-             warmup_steps=0, quick_steps=200, notes="micro-batch cell: batch size 2, lr scaled linearly"))
+             warmup_steps=3000, quick_steps=200, notes="micro-batch cell: batch size 2, lr scaled linearly"))
 
 _IMAGENETTE_RESNET = Recipe(
     task="imagenette", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-4, warmup_steps=296,
@@ -146,13 +234,17 @@ _add(replace(_TINY_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
 _WT2 = Recipe(
     task="wikitext-2", model="gpt", optimizer="adamw", lr=1e-3, weight_decay=0.1, warmup_steps=200, steps=5000,
     batch_size=32, eval_every=500, eval_limit=256, seq_len=256, target=3.0, quick_steps=50,
-    model_options={"n_layer": 6, "n_head": 8, "n_embd": 256}, notes="byte-level perplexity (vocabulary 256)",
+    model_options={"n_layer": 6, "n_head": 8, "n_embd": 256}, norm_overrides=llm_norm_overrides(256),
+    placement_overrides=NGPT_OVERRIDES, notes="byte-level perplexity (vocabulary 256)",
 )
 _add(_WT2)
-_add(replace(_WT2, variant="deep", model_options={"n_layer": 24, "n_head": 8, "n_embd": 256}, warmup_steps=0,
-             notes="deep cell for placements: 24 blocks, no warm-up"))
+_add(replace(_WT2, variant="deep", model_options={"n_layer": 24, "n_head": 8, "n_embd": 256},
+             notes="deep cell for placements: 24 blocks, warm-up and clipping"))
+_add(replace(_WT2, variant="deep_stress", model_options={"n_layer": 24, "n_head": 8, "n_embd": 256},
+             warmup_steps=0, grad_clip=None, notes="stress variant: 24 blocks, no warm-up, no clipping"))
 _add(replace(_WT2, task="wikitext-103", steps=20_000, batch_size=64, seq_len=512, eval_every=2000, target=2.6,
-             warmup_steps=1000, model_options={"n_layer": 8, "n_head": 8, "n_embd": 512}))
+             warmup_steps=1000, model_options={"n_layer": 8, "n_head": 8, "n_embd": 512},
+             norm_overrides=llm_norm_overrides(512)))
 
 
 def recipe_names() -> list[str]:

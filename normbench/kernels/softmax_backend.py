@@ -1,0 +1,89 @@
+"""The Triton backends of softmax and log-softmax (``triton_three_pass``, ``triton_online``, ``triton_two_pass``).
+
+``build_<algo>(eager, spec)`` returns a module running ``normbench.kernels._softmax`` with that forward algorithm;
+the backward is the same for all three. Importing this module never imports Triton (see ``triton_backend``).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from normbench.kernels.triton_backend import _check, _on, unavailable  # noqa: F401  (unavailable: the probe)
+from normbench.norms._base import check_input
+
+
+def _k():
+    return importlib.import_module("normbench.kernels._softmax")
+
+
+class _SoftmaxFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, algo, log, limit, block):
+        _check(x)
+        xk = x.contiguous()
+        with _on(xk):
+            y = _k().forward(xk, algo, log, limit=limit, block=block)
+        ctx.save_for_backward(y)
+        ctx.cfg = (log, limit, block)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        log, limit, block = ctx.cfg
+        with _on(y):
+            dx = _k().backward(y, dy.contiguous(), log, limit=limit, block=block)
+        return dx, None, None, None, None
+
+
+def softmax(x, algo: str = "online", log: bool = False, *, limit: int | None = None, block: int | None = None):
+    """Softmax (``log``: log-softmax) over the last axis with the forward ``algo`` (three_pass, online or two_pass).
+
+    ``limit`` (widest row held on chip) and ``block`` (chunk of the looped kernels) are for tests.
+    """
+    if algo not in ("three_pass", "online", "two_pass"):
+        raise ValueError(f"algo must be three_pass, online or two_pass, got {algo!r}")
+    return _SoftmaxFn.apply(x, algo, bool(log), limit, block)
+
+
+class TritonSoftmax(nn.Module):
+    """Softmax or log-softmax over ``[..., C]`` by the Triton kernels with one forward algorithm."""
+
+    def __init__(self, eager: nn.Module, algo: str):
+        super().__init__()
+        self.num_features, self.layout, self.log, self.algo = eager.num_features, eager.layout, eager.log, algo
+        self.train(eager.training)
+
+    def forward(self, x):
+        check_input(x, self.num_features, "tokens", "Softmax")
+        return softmax(x, self.algo, self.log)
+
+    def row_passes(self, pass_: str) -> int:
+        """Reads of each row for ``pass_`` (fwd, bwd or fwd+bwd) at this width."""
+        k = _k()
+        fwd = k.row_passes(self.algo, self.num_features)
+        bwd = k.row_passes(self.algo, self.num_features, backward=True)
+        return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[pass_]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, algo={self.algo}, log={self.log}"
+
+
+def build_three_pass(eager: nn.Module, spec=None) -> nn.Module:
+    """Three-pass forward (max; Σ exp; normalize) for rows that do not fit on chip."""
+    return TritonSoftmax(eager, "three_pass")
+
+
+def build_online(eager: nn.Module, spec=None) -> nn.Module:
+    """Online two-pass forward (running max and rescaled sum; normalize)."""
+    return TritonSoftmax(eager, "online")
+
+
+def build_two_pass(eager: nn.Module, spec=None) -> nn.Module:
+    """Dukhan & Ablavatski's two-pass forward (extended-range sum, no max pass; normalize)."""
+    return TritonSoftmax(eager, "two_pass")

@@ -1,0 +1,81 @@
+"""Machine noise: background load and the spread of repeated ceiling measurements, and when a record is ``noisy``.
+
+A timing taken while other processes compete for the cores (or for memory bandwidth) can move by far more than its
+own IQR shows: measured here, CPU timings moved more than 30x within an hour under background load. Each kernel record
+therefore carries ``metrics.noise``:
+
+* ``load1``, ``cores``: the 1-minute load average (``os.getloadavg``) and the logical core count when the group of
+  cases was measured;
+* ``background_load_per_core``: ``max(0, load1 - own) / cores``, where ``own`` is the load this benchmark itself adds
+  (its CPU threads for a CPU run, one busy host thread for a GPU run);
+* ``ceiling_spread``: the relative IQR ``(q75 - q25) / median`` of the repeated copy-ceiling measurements of the run
+  (a busy memory system shows here even when the load average does not);
+* ``rel_iqr``: the record's own ``time_iqr_s / time_median_s``.
+
+The record is flagged ``noisy`` when the background load per core exceeds :data:`LOAD_PER_CORE_LIMIT`, the ceiling
+spread exceeds :data:`CEILING_SPREAD_LIMIT`, or its own relative IQR exceeds :data:`REL_IQR_LIMIT` (the load average
+lags by a minute; a record's own spread does not). docs/measurement.md gives the measurements behind the numbers.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Background load per logical core above which timings are not trusted (another process owns half a core or more).
+LOAD_PER_CORE_LIMIT = 0.5
+#: Relative IQR of the repeated copy-ceiling measurements above which the memory system is judged too busy.
+CEILING_SPREAD_LIMIT = 0.10
+#: A record's own IQR / median above which its median is not trusted: 50 %. In the committed CPU records (bench --quick
+#: on a calm machine) the median was 11 % and the 95th percentile 34 %; under a load of 10-13 on 2 cores per-call IQRs
+#: reached 30-800 % (docs/measurement.md, "Dispersion").
+REL_IQR_LIMIT = 0.5
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, or ``None`` where the OS has none (Windows)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return None
+
+
+def machine_load(own: float = 0.0) -> dict:
+    """``{"load1", "cores", "background_load_per_core"}`` now; ``own`` is the load this process itself adds."""
+    cores = os.cpu_count() or 1
+    load1 = load_average()
+    background = None if load1 is None else max(0.0, load1 - own) / cores
+    return {"load1": load1, "cores": cores, "background_load_per_core": background}
+
+
+def own_load(device: str, threads: int) -> float:
+    """The load average a running benchmark contributes by itself: its compute threads on a CPU, one on a GPU."""
+    return 1.0 if str(device).startswith("cuda") else float(max(1, threads))
+
+
+def reasons(noise: dict) -> list[str]:
+    """Why a record with these ``metrics.noise`` values is noisy (empty when it is not)."""
+    out = []
+    bg = noise.get("background_load_per_core")
+    if bg is not None and bg > LOAD_PER_CORE_LIMIT:
+        out.append(f"background load {bg:.2f} per core (load average {noise.get('load1'):.2f} on "
+                   f"{noise.get('cores')} cores) is above {LOAD_PER_CORE_LIMIT:g}")
+    rel = noise.get("rel_iqr")
+    if rel is not None and rel > REL_IQR_LIMIT:
+        out.append(f"the repetitions spread by {100 * rel:.0f}% of the median (IQR / median), above "
+                   f"{100 * REL_IQR_LIMIT:.0f}%")
+    spread = noise.get("ceiling_spread")
+    if spread is not None and spread > CEILING_SPREAD_LIMIT:
+        out.append(f"the copy ceiling's repeated measurements spread by {100 * spread:.0f}% (relative IQR), above "
+                   f"{100 * CEILING_SPREAD_LIMIT:.0f}%")
+    return out
+
+
+def busy_warning(device: str, threads: int) -> str | None:
+    """A warning to print at the start of a run when the machine is already busy, else ``None``."""
+    load = machine_load()  # before the run starts, all of the load is someone else's
+    bg = load["background_load_per_core"]
+    if bg is None or bg <= LOAD_PER_CORE_LIMIT:
+        return None
+    return (f"warning: this machine is busy (load average {load['load1']:.2f} on {load['cores']} cores, "
+            f"{bg:.2f} per core); timings will be noisy and records measured now are flagged 'noisy'. "
+            "Stop other work, or re-run later with --force.")
