@@ -181,14 +181,10 @@ def test_check_reports_hang_and_crash_by_name_and_goes_on(hostile, cache_dir):
     assert cache["hang_norm"]["status"] == "failed" and cache["fine_norm"]["status"] == "passed"
 
 
-def _records(out: Path) -> list[dict]:
-    recs = []
-    for path in sorted(out.glob("kernel/*/*.json")):
-        if path.name.startswith("_"):
-            continue
-        data = json.loads(path.read_text())
-        recs.extend(data if isinstance(data, list) else data.get("records", [data]))
-    return recs
+def _records(out: Path, kind: str = "kernel") -> list[dict]:
+    from normbench.results.store import iter_records
+
+    return [rec for _, rec in iter_records(out, kind=kind)] if out.exists() else []
 
 
 BENCH = ["bench", "--quick", "--backend", "eager", "--dtype", "float32", "--pass", "fwd",
@@ -229,10 +225,7 @@ def test_train_watchdog_stops_a_stalled_run_and_the_next_norm_trains(hostile, ca
                 "--out", str(out)], hostile, cache_dir)
     assert res.returncode == 1, res.stderr
     assert "hang_norm" in res.stderr and f"no progress for {STALL_LIMIT}s" in res.stderr
-    recs = []
-    for path in out.glob("accuracy/*/*/*.json"):
-        data = json.loads(path.read_text())
-        recs.extend(data if isinstance(data, list) else data.get("records", [data]))
+    recs = _records(out, kind="accuracy")
     assert [r["norm"]["name"] for r in recs] == ["fine_norm"]
     assert recs[0]["check"]["status"] == "passed" and not recs[0].get("flags")
 
