@@ -212,7 +212,9 @@ def test_bench_refuses_unchecked_norms_and_force_flags_them(hostile, cache_dir, 
     assert nan and all("forced" in r["flags"] and r["check"]["status"] == "failed" for r in nan)
     for name in ("fine_norm", "noisy_norm"):  # a passed check is not forced, even under --force
         clean = [r for r in recs if r["norm"]["name"] == name]
-        assert clean and all(r["check"]["status"] == "passed" and not r["flags"] for r in clean)
+        # (a busy machine may flag a record noisy; the gate's own flags must be absent)
+        assert clean and all(r["check"]["status"] == "passed" and not {"forced", "unchecked"} & set(r["flags"])
+                             for r in clean)
         assert all(r["check"]["impl_hash"] == r["impl_hash"] for r in clean)
     assert recs[0]["provenance"]["plugins"]["nb_fine"] == "0.1"
 
@@ -227,7 +229,7 @@ def test_train_watchdog_stops_a_stalled_run_and_the_next_norm_trains(hostile, ca
     assert "hang_norm" in res.stderr and f"no progress for {STALL_LIMIT}s" in res.stderr
     recs = _records(out, kind="accuracy")
     assert [r["norm"]["name"] for r in recs] == ["fine_norm"]
-    assert recs[0]["check"]["status"] == "passed" and not recs[0].get("flags")
+    assert recs[0]["check"]["status"] == "passed" and not {"forced", "unchecked"} & set(recs[0]["flags"])
 
 
 def test_pytest_benchmark_suite_gates_on_check_and_runs_with_benchmark_disable(hostile, cache_dir):
