@@ -68,12 +68,12 @@ def _cases(norms, shapes, dtypes, backends, device, modes=None):
         avail = backends_for(spec)
         for label in shapes:
             shape = by_label(label)
-            if shape.layout not in spec.layouts:
+            if shape.layout not in spec.layouts or (shape.shape_class == "softmax") != (spec.kind == "softmax"):
                 continue
             for backend in backends:
                 if backend not in avail:
                     continue
-                base = None if backend in spec.backends else baselines.get(backend, name)
+                base = baselines.REGISTRY.get((backend, name))  # None: the norm's own backend, or softmax's
                 if base is not None and shape.layout not in base.layouts:
                     continue
                 for dtype in dtypes:
@@ -102,7 +102,9 @@ def plan_tiers(device: str = "cuda") -> list[Tier]:
     for c in _cases(TIER1_NORMS, TIER1_SHAPES, ("bfloat16",), TIER1_BACKENDS, device):
         (t1.optional.setdefault(c.backend, []) if c.backend in baselines.BASELINES else t1.cases).append(c)
     rest = [n for n in REGISTRY.names() if n not in TIER1_NORMS]
-    shapes2 = TIER1_SHAPES + tuple(s.label for s in vision_shapes())
+    from normbench.measure.shapes import softmax_shapes
+
+    shapes2 = TIER1_SHAPES + tuple(s.label for s in vision_shapes() + softmax_shapes())
     all_backends = ("eager", "compile", "triton") + baselines.BASELINES
     t2 = Tier(2, "the rest of the zoo (LLM + vision shapes, bf16 + fp32), and float32 for tier 1's norms")
     for c in (_cases(rest, shapes2, ("bfloat16", "float32"), all_backends, device)

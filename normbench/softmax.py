@@ -203,9 +203,11 @@ def two_pass_claim_evidence(df, *, min_row_bytes: int | None = None,
     if f.empty:
         return pd.DataFrame(columns=cols)
     f = f[(f["pass"] == pass_) & f["norm"].isin(["softmax", "log_softmax"]) & ~f["flagged"]]
-    row_min = f["device"].map(lambda d: min_row_bytes if min_row_bytes is not None
-                              else OUT_OF_CACHE_ROW_BYTES["cuda" if str(d).startswith("cuda") else "cpu"])
-    f = f[(f["row_bytes"] >= row_min) & (f["tensor_bytes"] >= min_tensor_bytes)]
+    row_min = [min_row_bytes if min_row_bytes is not None
+               else OUT_OF_CACHE_ROW_BYTES["cuda" if str(d).startswith("cuda") else "cpu"] for d in f["device"]]
+    big = [int(rb) >= m and int(tb) >= min_tensor_bytes
+           for rb, tb, m in zip(f["row_bytes"], f["tensor_bytes"], row_min, strict=True)]
+    f = f[pd.Series(big, index=f.index, dtype=bool)]
     key = ["norm", "hardware_id", "run", "timing", "dtype", "shape"]
     rows = []
     for two, three in CLAIM_PAIRS:

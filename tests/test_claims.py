@@ -218,7 +218,7 @@ def test_speed_is_decided_over_matched_configurations_of_one_run():
     srms = comp(res, "srmsnorm faster than rmsnorm")
     assert srms["verdict"] == "not reproduced"  # about 5 % faster, not the claimed 20 %
     assert rows(res, "two-pass-softmax")["verdict"] == "inconclusive"
-    assert "normbench bench --norm softmax --backend compile_2pass compile_3pass" \
+    assert "normbench bench --norm softmax --backend compile_two_pass compile_three_pass" \
         in rows(res, "two-pass-softmax")["missing"][0]
 
 
@@ -227,8 +227,8 @@ def test_two_pass_softmax_pairs_its_backends_on_out_of_cache_rows_only():
     # float32 on the CPU: rows over 4 MiB (2**20 values) in inputs over 256 MiB.
     shapes = ([128, 2**21], [256, 2**21], [128, 2**22], [16, 2**21], [8192, 8192])
     for shape, q in zip(shapes, (0.8, 0.85, 0.75, 0.5, 0.5), strict=True):
-        recs.append(kern("softmax", "compile_3pass", shape, 1e-2))
-        recs.append(kern("softmax", "compile_2pass", shape, q * 1e-2))
+        recs.append(kern("softmax", "compile_three_pass", shape, 1e-2))
+        recs.append(kern("softmax", "compile_two_pass", shape, q * 1e-2))
         recs.append(kern("softmax", "triton_online", shape, 0.1 * 1e-2))   # not the paper's algorithm: never paired
     r = comp(C.evaluate(recs), "softmax: two-pass faster than three-pass")
     # [16, 2**21] is 128 MiB (fits a last-level cache); [8192, 8192] has 32 KiB rows: neither counts.

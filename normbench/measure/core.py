@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from normbench.measure import baselines, softmax_baselines
+from normbench.measure import baselines
 from normbench.measure import bytes_model as bm
 from normbench.measure.shapes import Shape, input_shape, shapes_for
 from normbench.measure.stats import summarize
