@@ -371,12 +371,16 @@ def command(args) -> int:
     if args.dry_run:
         summary = dry_run("cuda", out=sys.stderr if args.json else sys.stdout)
         if args.json:
-            print(json.dumps(summary, indent=1))
+            from normbench._stdout import document_stream
+
+            print(json.dumps(summary, indent=1), file=document_stream())
         return 0
     entry = run(tiers, out=args.out, resume=args.resume, budget_s=args.budget_s, commit=args.commit)
     failed = sum(len(t["failed"]) for t in entry["tiers"].values())
     bad_cmd = any(c["returncode"] != 0 for c in entry.get("commands", []))
-    print(json.dumps({k: entry[k] for k in ("records", "files", "wall_s")}))
+    from normbench._stdout import document_stream
+
+    print(json.dumps({k: entry[k] for k in ("records", "files", "wall_s")}), file=document_stream())
     return 1 if failed or bad_cmd else 0
 
 

@@ -18,6 +18,8 @@ EXAMPLE = Path(REPO) / "examples" / "normbench-l1norm"
 def _run(args, path_dirs, env_extra=None):
     env = {k: v for k, v in os.environ.items() if k != "NORMBENCH_DISABLE_PLUGINS"}
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path_dirs)
+    # These plugins neither hang nor crash: no worker process needed (test_plugin_safety covers isolation).
+    env["NORMBENCH_EXECUTOR"] = "inprocess"
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "normbench.cli", *args], capture_output=True, text=True, env=env,
                           timeout=300)

@@ -504,8 +504,8 @@ def cmd_sweep(args) -> int:
 def _cmd_sweep_tuned(args) -> int:
     from normbench._stdout import document_stream
     from normbench.results import iter_records
-    from normbench.tasks import DatasetUnavailable
     from normbench.stats import aggregate
+    from normbench.tasks import DatasetUnavailable
 
     todo = cells(args)
     if not todo:
