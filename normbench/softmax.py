@@ -203,8 +203,10 @@ def two_pass_claim_evidence(df, *, min_row_bytes: int | None = None,
     if f.empty:
         return pd.DataFrame(columns=cols)
     f = f[(f["pass"] == pass_) & f["norm"].isin(["softmax", "log_softmax"]) & ~f["flagged"]]
+    # astype: mapping an empty column gives a string-typed series, which cannot be compared with byte counts.
     row_min = f["device"].map(lambda d: min_row_bytes if min_row_bytes is not None
-                              else OUT_OF_CACHE_ROW_BYTES["cuda" if str(d).startswith("cuda") else "cpu"])
+                              else OUT_OF_CACHE_ROW_BYTES["cuda" if str(d).startswith("cuda") else "cpu"]
+                              ).astype("int64")
     f = f[(f["row_bytes"] >= row_min) & (f["tensor_bytes"] >= min_tensor_bytes)]
     key = ["norm", "hardware_id", "run", "timing", "dtype", "shape"]
     rows = []
