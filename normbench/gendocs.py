@@ -1,4 +1,4 @@
-"""Statistics in ``docs/`` generated from the records (``normbench docs``): marked blocks, rewritten or checked.
+"""Numbers in ``docs/`` generated from the records (``normbench docs``): marked blocks, rewritten or checked.
 
 A block sits between ``<!-- normbench:generated NAME begin -->`` and ``<!-- normbench:generated NAME end -->``;
 everything outside the markers is prose and is left alone. ``normbench docs --check`` exits 1 when a block differs
@@ -99,18 +99,24 @@ def render(text: str, generated: dict[str, str]) -> str:
     return _BLOCK.sub(sub, text)
 
 
-def stale(path: Path, records: list[dict]) -> list[str]:
+def stale(path: Path, records: list[dict], gen: dict[str, str] | None = None) -> list[str]:
     """Names of the blocks in ``path`` that differ from what ``records`` give (empty: up to date)."""
     text = path.read_text(encoding="utf-8")
-    gen = blocks(records)
+    gen = blocks(records) if gen is None else gen
     return [m.group("name") for m in _BLOCK.finditer(text)
             if m.group("name") in gen and m.group("body").rstrip("\n") != gen[m.group("name")].rstrip("\n")]
 
 
+def documents(docs_dir: Path = DOC.parent) -> list[Path]:
+    """The Markdown files under ``docs_dir`` that hold generated blocks."""
+    return sorted(p for p in docs_dir.glob("*.md") if _BLOCK.search(p.read_text(encoding="utf-8")))
+
+
 def register(sub) -> None:
-    p = sub.add_parser("docs", help="regenerate the statistics blocks in docs/accuracy.md from the records")
+    p = sub.add_parser("docs", help="regenerate the statistics blocks in docs/*.md from the records")
     p.add_argument("--results", default="results", help="results directory (default: results)")
-    p.add_argument("--doc", default=str(DOC), help=f"the document with generated blocks (default: {DOC})")
+    p.add_argument("--doc", nargs="+", default=None, metavar="PATH",
+                   help="documents with generated blocks (default: every docs/*.md that has one)")
     p.add_argument("--check", action="store_true", help="only check; exit 1 if a block is out of date")
     p.set_defaults(func=_cmd_docs)
 
@@ -118,18 +124,24 @@ def register(sub) -> None:
 def _cmd_docs(args) -> int:
     from normbench.results import atomic_write_text
 
-    path = Path(args.doc)
+    paths = [Path(d) for d in args.doc] if args.doc else documents()
+    if not paths:
+        raise ValueError(f"no document with generated blocks under {DOC.parent}/ (run from the repository root, "
+                         "or pass --doc PATH)")
     records = C.load_records(args.results)
-    text = path.read_text(encoding="utf-8")
-    if not _BLOCK.search(text):
-        raise ValueError(f"{path} has no generated blocks (<!-- normbench:generated NAME begin --> ... end -->)")
-    if args.check:
-        names = stale(path, records)
-        for n in names:
-            print(f"{path}: block {n!r} is out of date; run `normbench docs`", file=sys.stderr)
-        return 1 if names else 0
-    new = render(text, blocks(records))
-    if new != text:
-        atomic_write_text(path, new)
-        print(f"updated {path}", file=sys.stderr)
-    return 0
+    gen = blocks(records)
+    status = 0
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if not _BLOCK.search(text):
+            raise ValueError(f"{path} has no generated blocks (<!-- normbench:generated NAME begin --> ... end -->)")
+        if args.check:
+            for n in stale(path, records, gen):
+                print(f"{path}: block {n!r} is out of date; run `normbench docs`", file=sys.stderr)
+                status = 1
+            continue
+        new = render(text, gen)
+        if new != text:
+            atomic_write_text(path, new)
+            print(f"updated {path}", file=sys.stderr)
+    return status

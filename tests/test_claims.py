@@ -218,20 +218,21 @@ def test_speed_is_decided_over_matched_configurations_of_one_run():
     srms = comp(res, "srmsnorm faster than rmsnorm")
     assert srms["verdict"] == "not reproduced"  # about 5 % faster, not the claimed 20 %
     assert rows(res, "two-pass-softmax")["verdict"] == "inconclusive"
-    assert "normbench bench --norm softmax --backend compile_two_pass compile_three_pass" \
-        in rows(res, "two-pass-softmax")["missing"][0]
+    two, three = C.SOFTMAX_PAIRS[0]
+    assert f"normbench bench --norm softmax --backend {two} {three}" in rows(res, "two-pass-softmax")["missing"][0]
 
 
 def test_two_pass_softmax_pairs_its_backends_on_out_of_cache_rows_only():
+    two, three = C.SOFTMAX_PAIRS[0]                     # the compiled pair (CPU)
     recs = []
-    # float32 on the CPU: rows over 4 MiB (2**20 values) in inputs over 256 MiB.
+    # float32 on the CPU: rows of 8 MiB or more in inputs of 1 GiB; then an input that fits a last-level cache
+    # (128 MiB) and rows of 32 KiB.
     shapes = ([128, 2**21], [256, 2**21], [128, 2**22], [16, 2**21], [8192, 8192])
     for shape, q in zip(shapes, (0.8, 0.85, 0.75, 0.5, 0.5), strict=True):
-        recs.append(kern("softmax", "compile_three_pass", shape, 1e-2))
-        recs.append(kern("softmax", "compile_two_pass", shape, q * 1e-2))
+        recs.append(kern("softmax", three, shape, 1e-2))
+        recs.append(kern("softmax", two, shape, q * 1e-2))
         recs.append(kern("softmax", "triton_online", shape, 0.1 * 1e-2))   # not the paper's algorithm: never paired
     r = comp(C.evaluate(recs), "softmax: two-pass faster than three-pass")
-    # [16, 2**21] is 128 MiB (fits a last-level cache); [8192, 8192] has 32 KiB rows: neither counts.
     assert r["n_a"] == 3
     assert r["p_for"] == pytest.approx(st.ttest_1samp(np.log(1 / np.array([0.8, 0.85, 0.75])), 0,
                                                       alternative="greater").pvalue)
@@ -263,10 +264,13 @@ def test_generated_cell_tables_list_tuning_runs_apart_and_unranked():
     assert f"| layernorm | pre_ln | 0.3 | {st.gmean([9.0, 10.0]):.4g} | 2 | 0 |" in tuning
 
 
-def test_docs_accuracy_md_blocks_match_the_committed_records():
-    """Every statistic in docs/accuracy.md comes from results/: regenerate with `normbench docs` after new runs."""
+def test_docs_blocks_match_the_committed_records():
+    """Every statistic in docs/ comes from results/: regenerate with `normbench docs` after new runs."""
     root = Path(__file__).resolve().parents[1]
-    doc = root / "docs" / "accuracy.md"
-    text = doc.read_text()
+    text = (root / "docs" / "accuracy.md").read_text()
     assert "normbench:generated claims begin" in text and "normbench:generated cells begin" in text
-    assert gendocs.stale(doc, C.load_records(root / "results")) == []
+    docs = gendocs.documents(root / "docs")
+    assert root / "docs" / "accuracy.md" in docs
+    records = C.load_records(root / "results")
+    gen = gendocs.blocks(records)
+    assert {str(d.name): gendocs.stale(d, records, gen) for d in docs} == {str(d.name): [] for d in docs}
