@@ -338,7 +338,7 @@ def ensure_checked(names, executor=None, time_limit: float | None = None, log=No
         spec = REGISTRY.get(name)
         status = cached_status(spec)
         if status is None:
-            log(f"checking {name} (its implementation has no passed check in {cache_path()})")
+            log(f"checking {name}: no check verdict for its current implementation in {cache_path()}")
             outcome = (executor or InProcessExecutor()).submit(check_task(name, time_limit)).result()
             verdict, detail = _summarise(_outcome_results(name, outcome))
             status = CheckStatus(name, verdict, detail, impl_hashes(spec))

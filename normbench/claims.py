@@ -4,12 +4,12 @@ Each claim from "Claims worth checking" (``NORMS.md``) is fixed here with the ce
 the kind of test and its margin, written before the runs that decide it. Nothing here looks at a result to choose a
 rule. The rules (also rendered on the site and in ``docs/accuracy.md``):
 
-- **Accuracy comparisons** (arm A against arm B in one cell, same hardware): at least :data:`MIN_SEEDS` counted runs
-  per arm (runs flagged ``tuning`` or with any flag other than ``diverged`` never count). Failures first: a diverged
-  run (and, for steps-to-target, a run that never reached the target) is a failure. When the failure counts differ
-  (Fisher's exact test, one-sided, p < α in either direction) that difference decides. Otherwise Welch's t-test on the
-  finished runs decides (log perplexity, log steps or accuracy), with Mann–Whitney U reported beside it; a "match"
-  claim can never be reproduced while A fails more often than B.
+- **Accuracy comparisons** (arm A against arm B in one cell, same hardware; a tuned cell before an untuned one): at
+  least :data:`MIN_SEEDS` counted runs per arm (runs flagged ``tuning`` or with any flag other than ``diverged``
+  never count). Failures first: a diverged run (and, for steps-to-target, a run that never reached the target) is a
+  failure. When the failure counts differ (Fisher's exact test, one-sided, p < α in either direction) that
+  difference decides. Otherwise Welch's t-test on the finished runs decides (log perplexity, log steps or accuracy),
+  with Mann–Whitney U reported beside it; no claim is reproduced while A fails more often than B.
 - **Kinds.** ``superior``: A better than B (H0: advantage ≤ threshold); it is *not reproduced* when the advantage is
   shown to be below the pre-registered margin (H0: advantage ≥ margin rejected). ``noninferior`` ("match or exceed"):
   H0 advantage ≤ −margin; not reproduced when the advantage is shown to be below −margin. ``equivalent`` ("match"):
@@ -36,6 +36,8 @@ from typing import Iterable
 import numpy as np
 
 from normbench import stats as S
+from normbench.softmax import CLAIM_PAIRS as SOFTMAX_PAIRS
+from normbench.softmax import OUT_OF_CACHE_ROW_BYTES, OUT_OF_CACHE_TENSOR_BYTES
 
 ALPHA = 0.05
 MIN_SEEDS = 5
@@ -53,13 +55,9 @@ IMAGE_TASK = "synth-shapes"
 #: The deep GPT cell with warm-up and clipping, and its stress form without them (the Post-LN instability condition).
 DEEP = "deep"
 DEEP_STRESS = "deep_stress"
-#: The softmax claim's algorithm pairs, (two-pass backend, three-pass backend) of one implementation, and what counts
-#: as "out-of-cache rows": a row wider than a core's private cache (2 MiB L2 here) in a tensor larger than any
-#: last-level cache (260 MiB L3 here; 50 MiB L2 on H100/H200). The same definitions as the softmax family's own
-#: evidence table (normbench.softmax: CLAIM_PAIRS, OUT_OF_CACHE_ROW_BYTES, OUT_OF_CACHE_TENSOR_BYTES).
-SOFTMAX_PAIRS = (("compile_2pass", "compile_3pass"), ("triton_2pass", "triton_3pass"))
-OUT_OF_CACHE_ROW_BYTES = 4 * 2**20
-OUT_OF_CACHE_TENSOR_BYTES = 512 * 2**20
+#: The softmax claim's algorithm pairs (SOFTMAX_PAIRS: two-pass backend, three-pass backend of one implementation)
+#: and "out-of-cache rows" (OUT_OF_CACHE_ROW_BYTES per device, OUT_OF_CACHE_TENSOR_BYTES) are the softmax family's
+#: own definitions (imported above), so its evidence table and this verdict agree.
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive")
 
@@ -132,7 +130,7 @@ class Speed:
     threshold: float = 1.0
     margin: float = 1.0
     backend_pairs: tuple[tuple[str, str], ...] = ()
-    min_row_bytes: int = 0
+    min_row_bytes: int | dict = 0          # per device ("cpu", "cuda") when a dict
     min_input_bytes: int = 0
     passes: tuple[str, ...] = ("fwd", "bwd", "fwd+bwd")
 
@@ -252,9 +250,10 @@ CLAIMS: tuple[Claim, ...] = (
           (Speed("softmax", "softmax", 1.0, 1.05, backend_pairs=SOFTMAX_PAIRS, min_row_bytes=OUT_OF_CACHE_ROW_BYTES,
                  min_input_bytes=OUT_OF_CACHE_TENSOR_BYTES, passes=("fwd",)),),
           "the paper measured hand-vectorised AVX2/AVX512 code; here Inductor-compiled (CPU) and Triton (GPU) "
-          "formulations, forward pass, rows over 4 MiB in inputs over 512 MiB",
-          "Pairs: compile_2pass vs compile_3pass, triton_2pass vs triton_3pass; the online two-pass kernel is not the "
-          "paper's algorithm and is not paired. Margin: a 5% speed-up."),
+          "formulations, forward pass, rows wider than a core's private cache (CPU 4 MiB, GPU 64 KiB) in inputs "
+          "larger than any last-level cache (256 MiB)",
+          "Pairs: compile_two_pass vs compile_three_pass, triton_two_pass vs triton_three_pass; the online kernel "
+          "is not the paper's algorithm and is not paired. Margin: a 5% speed-up."),
 )
 
 
@@ -307,9 +306,11 @@ def _counted(recs: list[dict]) -> int:
 
 
 def _pick(groups: dict[str, list[dict]]) -> list[dict]:
-    """The cell with the most counted runs (ties: the newest)."""
+    """The cell a comparison uses: a tuned one (learning rate chosen on the validation split, ``config.lr_search``)
+    before an untuned one, then the most counted runs, then the newest."""
     def key(recs):
-        return (_counted(recs), max(str(r["provenance"].get("timestamp", "")) for r in recs))
+        tuned = any(isinstance(r["config"].get("lr_search"), dict) for r in recs)
+        return (tuned, _counted(recs), max(str(r["provenance"].get("timestamp", "")) for r in recs))
     return max(groups.values(), key=key)
 
 
@@ -409,11 +410,13 @@ def evaluate_accuracy(comp: Accuracy, acc: list[dict]) -> dict:
                                    "in failures", [])
         out["test"] = "welch"
         p_for, p_against = _p_for_against(ya, yb, comp.kind, margin, comp.threshold)
-        if comp.kind != "superior" and fa > fb:
-            p_for = 1.0  # a match is not shown while A fails more often than B
+        if fa > fb:
+            p_for = 1.0  # finished runs alone cannot show A better, or matching, while A fails more often than B
     if len(ya) >= 2 and len(yb) >= 2:
         d = S.difference(ya, yb)
         out.update(effect=d.effect, ci_low=d.low, ci_high=d.high, p_welch=d.p, p_mann_whitney=d.mwu_p,
+                   effect_meaning="advantage of A over B on the analysis scale (positive: A better; log of B/A "
+                                  "for perplexity and steps)" if log else "advantage of A over B (positive: A better)",
                    mann_whitney_u=d.mwu_u, welch_t=d.t, welch_df=d.df)
         out["effect_text"] = _effect_text(d.effect, d.low, d.high, log, comp.metric, metric_name)
     out.update(decidable=True, p_for=p_for, p_against=p_against, missing=[], reason="")
@@ -450,6 +453,11 @@ def _run_key(r: dict) -> tuple:
     return (p.get("hardware_id"), p.get("git_commit"), p.get("command"), p.get("node"))
 
 
+def _min_row(comp: Speed, r: dict) -> int:
+    m = comp.min_row_bytes
+    return m.get(r["config"].get("device"), max(m.values())) if isinstance(m, dict) else m
+
+
 def _sizes(r: dict) -> tuple[int, int]:
     """(bytes of one row, bytes of the whole input) of a kernel record."""
     cfg = r["config"]
@@ -461,7 +469,7 @@ def _sizes(r: dict) -> tuple[int, int]:
 def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
     """One speed comparison per device with records (its latest run that measured both sides)."""
     ok = [r for r in kern if S.record_status(r) == "ok" and r["config"].get("pass") in comp.passes
-          and _sizes(r)[0] >= comp.min_row_bytes and _sizes(r)[1] >= comp.min_input_bytes]
+          and _sizes(r)[0] > _min_row(comp, r) and _sizes(r)[1] > comp.min_input_bytes]
     names = {comp.fast, comp.slow}
     by_run: dict[tuple, list[dict]] = {}
     for r in ok:
@@ -484,13 +492,13 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
         what = ("two-pass and three-pass backends of " + comp.fast if comp.backend_pairs
                 else f"{comp.fast} and {comp.slow}")
         return [_undecided(dict(base, hardware=None), f"no unflagged kernel records of {what}"
-                           + (" with rows of 4 MiB or more in inputs of 512 MiB or more" if comp.min_input_bytes
-                              else ""), [cmd])]
+                           + (" with out-of-cache rows" if comp.min_input_bytes else ""), [cmd])]
     out = []
     for hw in sorted(devices):
         runs = sorted(devices[hw], key=lambda t: (len(t[1]) >= MIN_PAIRS, t[0]))
         latest, pairs, key = runs[-1]
-        row = dict(base, hardware=hw, run=f"{key[2]} @ {str(key[1])[:10]}", n_a=len(pairs), n_b=len(pairs))
+        row = dict(base, hardware=hw, run=f"{key[2]} @ {str(key[1])[:10]}", n_a=len(pairs), n_b=len(pairs),
+                   cells=[f"kernel records on {hw}: {key[2]} @ {str(key[1])[:10]}"])
         if len(pairs) < MIN_PAIRS:
             out.append(_undecided(row, f"{len(pairs)} matched configurations in one run on {hw}; "
                                        f"{MIN_PAIRS} needed", [cmd]))
@@ -501,7 +509,9 @@ def evaluate_speed(comp: Speed, kern: list[dict]) -> list[dict]:
         p_for = S.one_sample_p(y, popmean=thr, alternative="greater")
         p_against = S.one_sample_p(y, popmean=mar, alternative="less")
         sm = S.summarize([math.exp(v) for v in y], log=True)
-        row.update(test="one-sample t on log time ratios", effect=float(np.mean(y)), ci_low=math.log(sm.low),
+        row.update(test="one-sample t on log time ratios", effect=float(np.mean(y)),
+                   effect_meaning="mean log speed-up of A (log of B's time / A's time; positive: A faster)",
+                   ci_low=math.log(sm.low),
                    ci_high=math.log(sm.high), p_welch=S.one_sample_p(y), p_mann_whitney=S.wilcoxon_p(y),
                    effect_text=f"speed-up {sm.mean:.3f}x [{sm.low:.3f}, {sm.high:.3f}] over {len(y)} configurations",
                    decidable=True, p_for=p_for, p_against=p_against, missing=[], reason="")
@@ -574,9 +584,27 @@ def evaluate(records: Iterable[dict]) -> list[dict]:
             "cells": sorted({c for r in rows for c in r["cells"]}),
             # Distinct records the comparisons used (runs for accuracy, kernel records for speed).
             "n": len({i for r in rows for i in r.get("records", [])}),
-            "scale_caveat": claim.caveat, "note": claim.note, "comparisons": rows,
+            "scale_caveat": claim.caveat, "note": claim.note,
+            **_deciding(verdict, rows),
+            "comparisons": rows,
         })
     return out
+
+
+def _deciding(verdict: str, rows: list[dict]) -> dict:
+    """The comparison that carries the verdict (the weakest reproduced one, the strongest refutation, or what is
+    missing), summarised at the claim's level: its effect with interval and its Holm-corrected p-value."""
+    if verdict == "reproduced":
+        row, p = max(rows, key=lambda r: r["p_for_holm"]), "p_for_holm"
+    elif verdict == "not reproduced":
+        row, p = min((r for r in rows if r["verdict"] == "not reproduced"), key=lambda r: r["p_against_holm"]), \
+            "p_against_holm"
+    else:
+        undecided = [r for r in rows if not r["decidable"]]
+        row, p = (undecided[0] if undecided else min(rows, key=lambda r: r["p_for_holm"])), "p_for_holm"
+    return {"deciding_comparison": row["label"], "effect": row.get("effect_text"), "effect_ci":
+            [row.get("ci_low"), row.get("ci_high")], "p_holm": row[p] if row["decidable"] else None,
+            "p_kind": "claim" if p == "p_for_holm" else "refute"}
 
 
 def _why(verdict: str, rows: list[dict]) -> str:

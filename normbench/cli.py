@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "normbench.claims",            # claims
     "normbench.gendocs",           # docs
     "normbench.results.command",   # migrate, compare
+    "normbench.campaign",          # campaign (GPU machines)
 )
 
 
@@ -25,7 +26,7 @@ def report_plugin_problems(file=None, errors: bool = True) -> None:
 
     file = file or sys.stderr
     for e in REGISTRY.errors if errors else ():
-        print(f"normbench: plugin {e.name!r} from {e.source} was not loaded: {e.error}", file=file)
+        print(f"normbench: plugin {e.name!r} from {e.source} was skipped (not loaded): {e.error}", file=file)
     for i in REGISTRY.slow_imports():
         print(f"normbench: plugin {i.name!r} from {i.package} {i.version} took {i.load_s:.1f}s to import "
               f"(more than {_slow_threshold():g}s, {SLOW_IMPORT_ENV}); every normbench command pays this. "
@@ -83,7 +84,7 @@ def _cmd_check(args) -> int:
     report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
     with make_executor(args.executor, preload=("normbench.check",)) as ex:
         return run_checks(args.names, all_norms=args.all or not args.names, as_json=args.json, executor=ex,
-                          time_limit=time_limit(args.time_limit))
+                          time_limit=time_limit(args.time_limit, check=True))
 
 
 def build_parser() -> argparse.ArgumentParser:

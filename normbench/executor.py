@@ -20,8 +20,9 @@ scale-out work the same way)::
   long runs live. An executor that cannot enforce limits (``InProcessExecutor``) says so in ``enforces_limits``.
 * Results are returned to the caller, who writes records: a task's side effects are its own.
 
-``WorkerExecutor`` keeps one spawned worker process (torch imported once) and replaces it only after a hang or a
-crash, so a hanging or crashing norm costs one process start, not one per norm.
+``WorkerExecutor`` keeps one worker process (torch imported once) and replaces it only after a hang or a crash, so a
+hanging or crashing norm costs one process start, not one per norm. Workers are forked from a ``forkserver`` that
+imported torch once (a fresh spawned interpreter where there is none), so even a replacement starts quickly.
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ EXECUTOR_ENV = "NORMBENCH_EXECUTOR"
 TIME_LIMIT_ENV = "NORMBENCH_TIME_LIMIT"
 STALL_LIMIT_ENV = "NORMBENCH_STALL_LIMIT"
 #: Default wall-clock limit of one kernel task (a group of cases: one norm, backend, shape and dtype, every pass,
-#: torch.compile or Triton compilation included) and of one norm's ``check``: 10 minutes.
-DEFAULT_TIME_LIMIT_S = 600.0
+#: torch.compile or Triton compilation included): 5 minutes.
+DEFAULT_TIME_LIMIT_S = 300.0
+#: Default wall-clock limit of one norm's ``check`` (tiny CPU shapes: seconds for an honest norm): 2 minutes.
+DEFAULT_CHECK_LIMIT_S = 120.0
 #: Default no-progress limit of a training run: 30 minutes without a step (first step: data, model, compilation).
 DEFAULT_STALL_LIMIT_S = 1800.0
 #: How long a fresh worker may take to import torch and discover the norms before it is declared broken.
@@ -178,6 +181,8 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
         sys.stdout.flush()
         os.dup2(2, 1)
     sys.stdout = sys.stderr
+    for key in set(os.environ) - set(env):
+        del os.environ[key]
     os.environ.update(env)
     last = [0.0]
 
@@ -209,6 +214,9 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
         if msg is None:
             return
         fn, args, kwargs = msg
+        # Unpickling the task may have imported modules for a while: the stall clock starts now.
+        last[0] = 0.0
+        beat()
         try:
             value = _resolve(fn)(*args, **kwargs)
             reply = ("ok", value)
@@ -224,7 +232,7 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
 
 
 class WorkerExecutor(Executor):
-    """Runs tasks one at a time in a reusable worker process (spawned: a clean interpreter, torch imported once).
+    """Runs tasks one at a time in a reusable worker process (torch imported once; see the module docstring).
 
     A task that exceeds its time limit, stops sending heartbeats, or kills its process (``os._exit``, a segfault,
     the OOM killer) is reported as such and the worker is replaced before the next task. ``env`` is applied to the
@@ -233,8 +241,15 @@ class WorkerExecutor(Executor):
 
     name = "worker"
 
-    def __init__(self, env: dict | None = None, preload: Iterable[str] = (), start_method: str = "spawn"):
+    def __init__(self, env: dict | None = None, preload: Iterable[str] = (), start_method: str | None = None):
+        if start_method is None:
+            # forkserver: the server imports torch once; each (re)started worker is a fork of it, ready in a blink.
+            # spawn (a fresh interpreter per worker) where there is no forkserver (Windows).
+            methods = multiprocessing.get_all_start_methods()
+            start_method = "forkserver" if "forkserver" in methods else "spawn"
         self._ctx = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            self._ctx.set_forkserver_preload(["torch", "normbench.registry", "normbench.norms.specs"])
         self._env = dict(env or {})
         self._preload = tuple(preload)
         self._proc = None
@@ -243,7 +258,9 @@ class WorkerExecutor(Executor):
 
     def _start(self) -> str | None:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_main, args=(child, self._env, self._preload), daemon=True,
+        # The caller's environment as it is now (a forkserver started earlier has an older one), plus ``env``.
+        env = {**os.environ, **self._env}
+        proc = self._ctx.Process(target=_worker_main, args=(child, env, self._preload), daemon=True,
                                  name="normbench-worker")
         with _main_module_hidden():
             proc.start()
@@ -410,11 +427,12 @@ def _env_seconds(env: str, default: float) -> float | None:
     return None if value <= 0 else value
 
 
-def time_limit(explicit: float | None = None) -> float | None:
-    """The kernel/check time limit in seconds: ``explicit``, else ``$NORMBENCH_TIME_LIMIT``, else 600; 0 = none."""
+def time_limit(explicit: float | None = None, check: bool = False) -> float | None:
+    """The wall-clock limit in seconds: ``explicit``, else ``$NORMBENCH_TIME_LIMIT``, else 300 for a group of kernel
+    cases or 120 for a ``check`` (``check=True``); 0 = no limit."""
     if explicit is not None:
         return None if explicit <= 0 else float(explicit)
-    return _env_seconds(TIME_LIMIT_ENV, DEFAULT_TIME_LIMIT_S)
+    return _env_seconds(TIME_LIMIT_ENV, DEFAULT_CHECK_LIMIT_S if check else DEFAULT_TIME_LIMIT_S)
 
 
 def stall_limit(explicit: float | None = None) -> float | None:
@@ -430,8 +448,8 @@ def add_arguments(parser, *, stall: bool = False) -> None:
                         help="where each norm's work runs: worker (default; a reusable process, replaced after a "
                              "hang or crash) or inprocess (no isolation, no limits); env NORMBENCH_EXECUTOR")
     parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                        help="wall-clock limit of one norm's check and of one group of kernel cases (one norm, "
-                             "backend, shape, dtype; compilation included): default 600; env "
+                        help="wall-clock limit of one norm's check (default 120) and of one group of kernel "
+                             "cases (one norm, backend, shape, dtype; compilation included; default 300); env "
                              "NORMBENCH_TIME_LIMIT; 0 = no limit")
     if stall:
         parser.add_argument("--stall-limit", type=float, default=None, metavar="SECONDS",

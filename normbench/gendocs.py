@@ -56,6 +56,8 @@ def cells_markdown(records: list[dict]) -> str:
         out.append(f"| # | norm | placement | {centre} | {spread} | runs | diverged | steps to target "
                    f"(geometric mean, reached) | {vs} | flagged | tuning runs |")
         out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        tuning = [c for c in cells if c["n"] == 0 and c["tuning"]]
+        cells = [c for c in cells if not (c["n"] == 0 and c["tuning"])]
         for i, c in enumerate(cells, 1):
             f = c["final"]
             ci = f" [{_fmt(f['ci_low'], c['metric'])}, {_fmt(f['ci_high'], c['metric'])}]" if f["ci_low"] is not None \
@@ -66,12 +68,24 @@ def cells_markdown(records: list[dict]) -> str:
                        f"{_fmt(f['std'])} | {c['n']} | {c['diverged']} | {_fmt(stt['mean'])} "
                        f"({c['reached']}/{c['n']}) | {(c['vs_reference'] or {}).get('text', '')} | "
                        f"{c['flagged']} | {c['tuning']} |")
+        if tuning:
+            out.append("")
+            out.append("Learning-rate search (validation split; never ranked):\n")
+            out.append(f"| norm | placement | lr | {centre.split(' [')[0]} | runs | diverged |")
+            out.append("|---|---|---|---|---|---|")
+            for c in sorted(tuning, key=lambda c: (c["norm"], c["placement"] or "", c["lr"] or 0)):
+                t = c["tuning_final"]
+                out.append(f"| {C._md(c['norm'])} | {C._md(c['placement'] or '')} | {_fmt(c['lr'])} | "
+                           f"{_fmt(t['mean'], c['metric'])} | {c['tuning']} | {c['tuning'] - t['n']} |")
         out.append("")
     return "\n".join(out).rstrip()
 
 
 def blocks(records: list[dict]) -> dict[str, str]:
-    return {"claims": C.to_markdown(C.evaluate(records)), "cells": cells_markdown(records)}
+    from normbench.softmax import softmax_markdown
+
+    return {"claims": C.to_markdown(C.evaluate(records)), "cells": cells_markdown(records),
+            "softmax": softmax_markdown(records)}
 
 
 def render(text: str, generated: dict[str, str]) -> str:

@@ -6,6 +6,7 @@ import contextlib
 import difflib
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -334,7 +335,12 @@ class NormSpec:
             h.update(f"module {name} {_file_digest(path) if path else 'no-source'}\n".encode())
         if backend != "eager":
             h.update(f"backend {backend}\n".encode())
-            for path in _backend_files(self._backend(backend)):
+            files = _backend_files(self._backend(backend))
+            if backend == "compile":  # the wrapper's compile settings and fallback watch live beside the kernels
+                watch = importlib.util.find_spec("normbench.kernels.compile_watch")
+                if watch is not None and watch.origin:
+                    files.append(watch.origin)
+            for path in files:
                 h.update(f"file {os.path.basename(path)} {_file_digest(path)}\n".encode())
         for line in _library_versions():
             h.update(f"{line}\n".encode())

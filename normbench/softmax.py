@@ -1,22 +1,24 @@
 """Softmax as a normalization kernel: the CPU-compiled algorithm backends, passes per row, and the two-pass claim.
 
 The ``softmax`` and ``log_softmax`` norms (``normbench.norms.softmax``) have one backend per algorithm, so one chart
-compares them: ``eager`` (torch), ``compile`` (torch.compile of torch.softmax), ``compile_3pass`` and
-``compile_2pass`` (torch.compile of explicit formulations, the CPU check of the paper's claim), and the Triton
-kernels ``triton_3pass``, ``triton_online`` and ``triton_2pass`` (``normbench.kernels._softmax``). docs/softmax.md
-has the algorithms, their passes and the bytes formulas.
+compares them: ``eager`` (torch), ``compile`` (torch.compile of torch.softmax), ``compile_three_pass`` and
+``compile_two_pass`` (torch.compile of explicit formulations, the CPU check of the paper's claim), and the Triton
+kernels ``triton_three_pass``, ``triton_online`` and ``triton_two_pass`` (``normbench.kernels._softmax``).
+docs/softmax.md has the algorithms, their passes and the bytes formulas.
 
 Explicit formulations, as Inductor's C++ backend compiles them (torch 2.13; read its generated code with
 ``TORCH_LOGS=output_code``):
 
-* ``compile_3pass``: m = max x; e = exp(x − m) stored with Σe; y = e/Σe. Inductor emits the paper's "three-pass
+* ``compile_three_pass``: m = max x; e = exp(x − m) stored with Σe; y = e/Σe. Inductor emits the paper's "three-pass
   with reloading": a max loop, an exp-and-sum loop that writes e, and a loop that rescales e.
-* ``compile_2pass``: no max pass. Inductor cannot express the paper's (mantissa, exponent) pair as one reduction
-  (it splits the dependent max and sum into separate loops over the row), so the extended range comes from float64:
-  pass 1 is one loop, S = Σ exp(float64(x) − a) with a = the row's first entry (float64's exponent range makes this
-  safe while max x − a < 709); pass 2 writes y = exp(x − a)/S. A row whose S is 0, infinite or NaN (spread beyond
-  float64's range, all −inf, +inf or NaN entries) is recomputed by the three-pass formulation, which gives the
-  reference answer there.
+* ``compile_two_pass``: no max pass. Inductor cannot express the paper's (mantissa, exponent) pair as one reduction
+  (written directly, it splits the dependent max-of-exponents and the rescaled sum into separate loops over the row),
+  so this formulation keeps the paper's cost model, not its representation: pass 1 is one loop,
+  S = Σ exp(x − a) with a = the row's first entry instead of its max; pass 2 writes y = exp(x − a)/S. Where the
+  paper's extended exponent prevents overflow, this one detects it: a row whose S is 0, infinite or NaN (a spread
+  above about 80 over its first entry, all −inf, +inf or NaN entries) is recomputed by the three-pass formulation,
+  which gives the reference answer there (for softmax scores that rarely happens; it costs those rows three more
+  passes).
 """
 
 from __future__ import annotations
@@ -28,14 +30,14 @@ from torch import nn
 
 #: Backends whose forward algorithm, passes over the row and implementation normbench defines.
 ALGORITHM_BACKENDS = {
-    "compile_3pass": "three-pass (max; exp and Σ, storing exp; rescale) compiled by Inductor",
-    "compile_2pass": "two-pass (float64 Σ exp(x − first entry), no max pass; normalize) compiled by Inductor",
-    "triton_3pass": "Triton three-pass (max; Σ exp; normalize) for rows that do not fit on chip",
+    "compile_three_pass": "three-pass (max; exp and Σ, storing exp; rescale) compiled by Inductor",
+    "compile_two_pass": "two-pass (Σ exp(x − first entry), no max pass; normalize) compiled by Inductor",
+    "triton_three_pass": "Triton three-pass (max; Σ exp; normalize) for rows that do not fit on chip",
     "triton_online": "Triton online two-pass (running max and rescaled sum; normalize)",
-    "triton_2pass": "Triton two-pass of Dukhan & Ablavatski (extended-range sum, no max pass; normalize)",
+    "triton_two_pass": "Triton two-pass of Dukhan & Ablavatski (extended-range sum, no max pass; normalize)",
 }
 #: Backend pairs compared by the two-pass claim (two-pass first).
-CLAIM_PAIRS = (("compile_2pass", "compile_3pass"), ("triton_2pass", "triton_3pass"))
+CLAIM_PAIRS = (("compile_two_pass", "compile_three_pass"), ("triton_two_pass", "triton_three_pass"))
 #: Rows at least this wide (bytes of one input row) do not stay close to the core: on a CPU beyond a core's private
 #: cache (this CPU: 2 MiB L2 per core), on a GPU beyond the Triton kernels' on-chip row (16384 float32 = 64 KiB), so
 #: each pass over them reads memory (or the shared last-level cache).
@@ -57,15 +59,17 @@ def _three_pass(x: torch.Tensor, log: bool) -> torch.Tensor:
 
 
 def _two_pass_sum(x: torch.Tensor):
-    a = x[..., :1].double()
+    xf = x.float()
+    a = xf[..., :1]
     a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
-    return a, torch.exp(x.double() - a).sum(-1, keepdim=True)
+    return a, torch.exp(xf - a).sum(-1, keepdim=True)
 
 
 def _two_pass_out(x: torch.Tensor, a: torch.Tensor, s: torch.Tensor, log: bool) -> torch.Tensor:
+    xf = x.float()
     if log:
-        return (x.double() - a - torch.log(s)).to(x.dtype)
-    return (torch.exp(x.double() - a) / s).to(x.dtype)
+        return ((xf - a) - torch.log(s)).to(x.dtype)
+    return (torch.exp(xf - a) / s).to(x.dtype)
 
 
 def _backward(y: torch.Tensor, dy: torch.Tensor, log: bool) -> torch.Tensor:
@@ -76,21 +80,36 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, log: bool) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(name: str):
-    fn = {"3pass": _three_pass, "2pass_sum": _two_pass_sum, "2pass_out": _two_pass_out, "bwd": _backward}[name]
-    return torch.compile(fn, dynamic=False)
+def _compiled_fn(name: str):
+    fn = {"three_pass": _three_pass, "2pass_sum": _two_pass_sum, "2pass_out": _two_pass_out, "bwd": _backward}[name]
+    # fullgraph: a graph break raises instead of running part of the formulation eagerly.
+    return torch.compile(fn, dynamic=False, fullgraph=True)
+
+
+def _compiled(name: str, *args):
+    """Run a compiled formulation; hitting Dynamo's recompile limit raises instead of silently running eager code
+    (the record would then time eager under a compiled backend's name)."""
+    import torch._dynamo
+
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        return _compiled_fn(name)(*args)
 
 
 def compiled_forward(x: torch.Tensor, algo: str, log: bool) -> torch.Tensor:
-    """The compiled formulation ``algo`` (3pass or 2pass) of softmax/log-softmax over the last axis."""
-    if algo == "3pass":
-        return _compiled("3pass")(x, log)
-    a, s = _compiled("2pass_sum")(x)
-    y = _compiled("2pass_out")(x, a, s, log)
+    """The compiled formulation ``algo`` (three_pass or two_pass) of softmax/log-softmax over the last axis.
+
+    Rows are viewed as 2-D ``(-1, C)`` so inputs of any rank share one compiled graph per (rows, C, dtype).
+    """
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])
+    if algo == "three_pass":
+        return _compiled("three_pass", x, log).view(shape)
+    a, s = _compiled("2pass_sum", x)
+    y = _compiled("2pass_out", x, a, s, log)
     bad = ~(torch.isfinite(s) & (s > 0)).squeeze(-1)
-    if bool(bad.any()):  # outside float64's range (or no finite maximum): these rows take the three-pass
+    if bool(bad.any()):  # overflow (or no finite maximum): these rows take the three-pass
         y[bad] = _three_pass(x[bad], log)
-    return y
+    return y.view(shape)
 
 
 class _CompiledFn(torch.autograd.Function):
@@ -104,7 +123,9 @@ class _CompiledFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        return _compiled("bwd")(y, dy.contiguous(), ctx.log), None, None
+        shape = y.shape
+        dx = _compiled("bwd", y.reshape(-1, shape[-1]), dy.contiguous().view(-1, shape[-1]), ctx.log)
+        return dx.view(shape), None, None
 
 
 class CompiledSoftmax(nn.Module):
@@ -122,7 +143,7 @@ class CompiledSoftmax(nn.Module):
         return _CompiledFn.apply(x, self.algo, self.log)
 
     def row_passes(self, pass_: str) -> int:
-        fwd = 3 if self.algo == "3pass" else 2
+        fwd = 3 if self.algo == "three_pass" else 2
         return {"fwd": fwd, "bwd": 2, "fwd+bwd": fwd + 2}[pass_]
 
     def extra_repr(self) -> str:
@@ -135,12 +156,12 @@ def compile_unavailable() -> str | None:
     return None
 
 
-def build_compile_3pass(eager: nn.Module, spec=None) -> nn.Module:
-    return CompiledSoftmax(eager, "3pass")
+def build_compile_three_pass(eager: nn.Module, spec=None) -> nn.Module:
+    return CompiledSoftmax(eager, "three_pass")
 
 
-def build_compile_2pass(eager: nn.Module, spec=None) -> nn.Module:
-    return CompiledSoftmax(eager, "2pass")
+def build_compile_two_pass(eager: nn.Module, spec=None) -> nn.Module:
+    return CompiledSoftmax(eager, "two_pass")
 
 
 def row_passes(module: nn.Module, pass_: str) -> int | None:
@@ -164,26 +185,29 @@ def two_pass_claim_evidence(df, *, min_row_bytes: int | None = None,
     ``dtype``, ``pass``, ``shape``, ``num_features``, ``time_median_s`` or ``metrics`` columns as the loader gives;
     see ``_frame``). Records are paired when they share the norm, hardware, run (``git_commit`` and ``timing``),
     dtype, shape and pass, and one is the two-pass backend and the other the three-pass backend of the same family
-    (``compile_2pass``/``compile_3pass``, ``triton_2pass``/``triton_3pass``). Only rows of at least ``min_row_bytes``
-    in inputs of at least ``min_tensor_bytes`` count (the paper's "out-of-cache"; ``min_row_bytes`` defaults to
-    ``OUT_OF_CACHE_ROW_BYTES`` of the record's device). Flagged records (any
+    (``compile_two_pass``/``compile_three_pass``, ``triton_two_pass``/``triton_three_pass``). Only rows of at least
+    ``min_row_bytes`` in inputs of at least ``min_tensor_bytes`` count (the paper's "out-of-cache";
+    ``min_row_bytes`` defaults to ``OUT_OF_CACHE_ROW_BYTES`` of the record's device). Flagged records (any
     ``flags``, or ``suspect``) are left out.
 
     Returns a DataFrame with one row per pair: norm, hardware_id, device, pair, dtype, shape, row_bytes,
-    tensor_bytes, time_2pass_s, time_3pass_s, iqr_2pass_s, iqr_3pass_s, speedup (= time_3pass / time_2pass, > 1 when
-    the two-pass is faster), and ``separated`` (the two IQR ranges do not overlap). Empty when nothing qualifies.
+    tensor_bytes, time_two_pass_s, time_three_pass_s, iqr_two_pass_s, iqr_three_pass_s, speedup (= time_three_pass
+    / time_two_pass, > 1 when the two-pass is faster), and ``separated`` (the two IQR ranges do not overlap). Empty
+    when nothing qualifies.
     """
     import pandas as pd
 
     f = _frame(df)
-    cols = ["norm", "hardware_id", "device", "pair", "dtype", "shape", "row_bytes", "tensor_bytes", "time_2pass_s",
-            "time_3pass_s", "iqr_2pass_s", "iqr_3pass_s", "speedup", "separated"]
+    cols = ["norm", "hardware_id", "device", "pair", "dtype", "shape", "row_bytes", "tensor_bytes", "time_two_pass_s",
+            "time_three_pass_s", "iqr_two_pass_s", "iqr_three_pass_s", "speedup", "separated"]
     if f.empty:
         return pd.DataFrame(columns=cols)
     f = f[(f["pass"] == pass_) & f["norm"].isin(["softmax", "log_softmax"]) & ~f["flagged"]]
-    row_min = f["device"].map(lambda d: min_row_bytes if min_row_bytes is not None
-                              else OUT_OF_CACHE_ROW_BYTES["cuda" if str(d).startswith("cuda") else "cpu"])
-    f = f[(f["row_bytes"] >= row_min) & (f["tensor_bytes"] >= min_tensor_bytes)]
+    row_min = [min_row_bytes if min_row_bytes is not None
+               else OUT_OF_CACHE_ROW_BYTES["cuda" if str(d).startswith("cuda") else "cpu"] for d in f["device"]]
+    big = [int(rb) >= m and int(tb) >= min_tensor_bytes
+           for rb, tb, m in zip(f["row_bytes"], f["tensor_bytes"], row_min, strict=True)]
+    f = f[pd.Series(big, index=f.index, dtype=bool)]
     key = ["norm", "hardware_id", "run", "timing", "dtype", "shape"]
     rows = []
     for two, three in CLAIM_PAIRS:
@@ -199,8 +223,8 @@ def two_pass_claim_evidence(df, *, min_row_bytes: int | None = None,
                 "norm": r["norm"], "hardware_id": r["hardware_id"], "device": r["device_2"],
                 "pair": f"{two} vs {three}", "dtype": r["dtype"], "shape": r["shape"],
                 "row_bytes": int(r["row_bytes_2"]), "tensor_bytes": int(r["tensor_bytes_2"]),
-                "time_2pass_s": r["time_2"], "time_3pass_s": r["time_3"], "iqr_2pass_s": r["iqr_2"],
-                "iqr_3pass_s": r["iqr_3"], "speedup": r["time_3"] / r["time_2"],
+                "time_two_pass_s": r["time_2"], "time_three_pass_s": r["time_3"], "iqr_two_pass_s": r["iqr_2"],
+                "iqr_three_pass_s": r["iqr_3"], "speedup": r["time_3"] / r["time_2"],
                 "separated": bool(hi2 < lo3 or hi3 < lo2),
             })
     return pd.DataFrame(rows, columns=cols)
@@ -242,3 +266,53 @@ def _frame(df):
             "q75": met.get("time_q75_s", met.get("time_median_s")), "flagged": flagged,
         })
     return pd.DataFrame(out)
+
+
+# --- the generated block of docs/softmax.md -------------------------------------------------------------------------
+
+def _ms(v) -> str:
+    return "–" if v is None or v != v else f"{v * 1e3:.4g}"
+
+
+def softmax_markdown(records: list[dict]) -> str:
+    """The measured softmax records (per hardware) and the two-pass vs three-pass pairs, as Markdown tables."""
+    soft = [r for r in records if r.get("kind") == "kernel" and (r.get("norm") or {}).get("kind") == "softmax"]
+    if not soft:
+        return "No softmax kernel records yet."
+    out = []
+    by_hw: dict[str, list[dict]] = {}
+    for r in soft:
+        by_hw.setdefault(str(r["provenance"].get("hardware_id")), []).append(r)
+    for hw in sorted(by_hw):
+        recs = sorted(by_hw[hw], key=lambda r: (r["norm"]["name"], r["config"]["shape_label"] if "shape_label" in
+                                                r["config"] else str(r["config"]["shape"]), r["config"]["dtype"],
+                                                r["config"]["pass"], r["metrics"]["time_median_s"]))
+        hwd = recs[0]["provenance"].get("hardware") or {}
+        what = hwd.get("gpu") or hwd.get("cpu") or hw
+        out.append(f"#### `{hw}` ({what}; {recs[0]['config'].get('threads')} threads)\n")
+        out.append("| norm | shape | dtype | pass | backend | median ms | IQR ms | GB/s | % of copy ceiling | "
+                   "row passes | flags |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in recs:
+            c, m = r["config"], r["metrics"]
+            pct = m.get("pct_of_ceiling")
+            flags = ", ".join(r.get("flags") or ()) or ""
+            passes = m.get("row_passes")
+            out.append(f"| {r['norm']['name']} | {c.get('shape_label', c['shape'])} | {c['dtype']} | {c['pass']} | "
+                       f"{c['backend']} | {_ms(m['time_median_s'])} | {_ms(m.get('time_iqr_s'))} | "
+                       f"{m['gbps']:.3g} | {'–' if pct is None else f'{pct:.0f}'} | "
+                       f"{'–' if passes is None else passes} | {flags} |")
+        out.append("")
+    ev = two_pass_claim_evidence(soft)
+    out.append("Two-pass against three-pass on out-of-cache rows (`two_pass_claim_evidence`, forward; speed-up = "
+               "three-pass time / two-pass time; separated = the interquartile ranges do not overlap):\n")
+    if ev.empty:
+        out.append("No matched out-of-cache pairs yet.")
+    else:
+        out.append("| hardware | norm | pair | shape | dtype | two-pass ms | three-pass ms | speed-up | separated |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for _, e in ev.iterrows():
+            out.append(f"| {e['hardware_id']} | {e['norm']} | {e['pair']} | {e['shape']} | {e['dtype']} | "
+                       f"{_ms(e['time_two_pass_s'])} | {_ms(e['time_three_pass_s'])} | {e['speedup']:.3f} | "
+                       f"{'yes' if e['separated'] else 'no'} |")
+    return "\n".join(out).rstrip()

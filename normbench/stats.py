@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats as _st
 
 #: Metrics aggregated on a log scale (geometric mean, interval on log values).
-LOG_METRICS = ("perplexity", "ppl", "steps_to_target", "time_s")
+LOG_METRICS = ("perplexity", "ppl", "steps_to_target")
 CONFIDENCE = 0.95
 
 
@@ -356,8 +356,10 @@ def table_key(rec: dict) -> tuple:
 def aggregate(records: Iterable[dict], confidence: float = CONFIDENCE) -> list[dict]:
     """Group accuracy records into cells (hardware, norm, config but seed) and summarise each, ranked.
 
-    One dict per cell: norm, task, model, placement, recipe name, seeds, counts by status, and the summary of
-    ``final`` (log scale for perplexity) and of ``steps_to_target`` (log scale, over the runs that reached it).
+    One dict per cell: norm, task, model, placement, recipe name, seeds, counts by status, the summary of
+    ``final`` (log scale for perplexity) and of ``steps_to_target`` (log scale, over the runs that reached it), and
+    ``vs_reference``: the cell against its table's reference cell (:data:`REFERENCES`; Welch and Mann–Whitney,
+    uncorrected), or None. A cell of tuning runs only has ``n`` 0 and ``tuning_final``.
     """
     cells: dict[str, list[dict]] = {}
     for rec in records:
@@ -388,14 +390,19 @@ def aggregate(records: Iterable[dict], confidence: float = CONFIDENCE) -> list[d
             "divergence_rate": cs.divergence_rate,
             "flagged": cs.n_flagged,
             "tuning": cs.n_tuning,
+            "lr": (cfg.get("recipe") or {}).get("lr"),
+            "tuned": isinstance(cfg.get("lr_search"), dict),
+            # The learning-rate search's own result (validation split): shown, never ranked or compared.
+            "tuning_final": summarize([r["metrics"].get("final") for r in recs if record_status(r) == "tuning"],
+                                      log=is_log_metric(cs.metric), confidence=confidence).to_dict(),
             "values": cs.values,
             "_ref_key": table_key(recs[0]) + (hw,),
         })
     # Each cell against its reference cell in the same table on the same hardware (recipes may differ per norm:
     # the learning rate is tuned per norm, and some norms' papers prescribe their own settings).
     by_key: dict[tuple, dict] = {}
-    for c in sorted(out, key=lambda c: c["n"]):
-        by_key[(c["_ref_key"], c["norm"], c["placement"])] = c  # the cell with the most runs wins
+    for c in sorted(out, key=lambda c: (c["tuned"], c["n"])):
+        by_key[(c["_ref_key"], c["norm"], c["placement"])] = c  # a tuned cell, then the one with most runs, wins
     for c in out:
         ref = reference_of(c["model"])
         rc = by_key.get((c["_ref_key"], *ref)) if ref else None

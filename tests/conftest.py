@@ -23,3 +23,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _check_cache(tmp_path_factory):
+    """The check gate's cache (normbench.check) goes to a temporary directory, never the user's ~/.cache."""
+    old = os.environ.get("NORMBENCH_CACHE_DIR")
+    os.environ["NORMBENCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("normbench-cache"))
+    yield
+    if old is None:
+        os.environ.pop("NORMBENCH_CACHE_DIR", None)
+    else:
+        os.environ["NORMBENCH_CACHE_DIR"] = old

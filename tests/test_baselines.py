@@ -47,7 +47,8 @@ def _ctx():
     return core.Context(50.0, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
 
 
-PAIRS = [(b, n) for b, n in baselines.REGISTRY]
+# The norm baselines (the softmax baselines joined the registry from their own module and have their own tests).
+PAIRS = [(b, n) for b, n in baselines.REGISTRY if "softmax" not in n]
 
 
 @pytest.mark.parametrize("backend,norm", PAIRS, ids=[f"{b}-{n}" for b, n in PAIRS])

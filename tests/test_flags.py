@@ -73,7 +73,9 @@ def nan_norms(tmp_path, monkeypatch):
     mod = importlib.import_module("nb_nan_plugins")
     monkeypatch.setitem(REGISTRY.specs, "nan_out", mod.NAN_OUT)
     monkeypatch.setitem(REGISTRY.specs, "nan_grad", mod.NAN_GRAD)
+    # these tests are about non-finite values and ranking: a busy test machine must not add 'noisy' flags
     monkeypatch.setattr(noise, "machine_load", lambda own=0.0: dict(QUIET))
+    monkeypatch.setattr(noise, "REL_IQR_LIMIT", float("inf"))
     yield
     sys.modules.pop("nb_nan_plugins", None)
 
@@ -155,7 +157,10 @@ def test_busy_machine_flags_records_noisy_with_the_reason():
     assert loaded["flags"] == ["noisy"] and "background load 2.00 per core" in loaded["flag_reasons"]["noisy"]
     shaky = core.build_record(prep, cases[0], _ctx(1e6, 0.35), samples, False, err, None, None, QUIET)
     assert shaky["flags"] == ["noisy"] and "spread by 35%" in shaky["flag_reasons"]["noisy"]
-    for r in (calm, loaded, shaky):
+    spread = core.build_record(prep, cases[0], _ctx(1e6, 0.01), [1e-3, 1e-3, 3e-3, 3e-3], False, err, None, None,
+                               QUIET)
+    assert spread["flags"] == ["noisy"] and "IQR / median" in spread["flag_reasons"]["noisy"]
+    for r in (calm, loaded, shaky, spread):
         assert results.validate_record(r) == []
 
 

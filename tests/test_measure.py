@@ -130,7 +130,9 @@ def test_datasheet_peaks():
 
 def test_quick_plan_covers_the_whole_zoo():
     cases = core.plan(quick=True, device="cpu")
-    assert {c.norm for c in cases} == set(normbench.list_norms())
+    # the softmax norms have their own shape set, never in the quick grid
+    layer_norms = {n for n in normbench.list_norms() if normbench.get_norm(n).kind != "softmax"}
+    assert {c.norm for c in cases} == layer_norms
     assert {c.dtype for c in cases} == {"float32", "bfloat16"}
     assert {c.pass_ for c in cases} == {"fwd", "fwd+bwd"}
     assert {"eager", "compile"} <= {c.backend for c in cases}

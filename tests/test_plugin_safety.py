@@ -181,15 +181,13 @@ def test_check_reports_hang_and_crash_by_name_and_goes_on(hostile, cache_dir):
     assert cache["hang_norm"]["status"] == "failed" and cache["fine_norm"]["status"] == "passed"
 
 
-def _records(out: Path) -> list[dict]:
-    recs = []
-    for path in sorted(out.glob("kernel/*/*.json")):
-        if path.name.startswith("_"):
-            continue
-        data = json.loads(path.read_text())
-        recs.extend(data if isinstance(data, list) else data.get("records", [data]))
-    return recs
+def _records(out: Path, kind: str = "kernel") -> list[dict]:
+    from normbench.results.store import iter_records
 
+    return [rec for _, rec in iter_records(out, kind, errors="ignore")] if out.exists() else []
+
+
+GATE_FLAGS = {"unchecked", "forced", "non_finite"}
 
 BENCH = ["bench", "--quick", "--backend", "eager", "--dtype", "float32", "--pass", "fwd",
          "--shape", "quick-8x128x512", "--no-progress", "--time-limit", BENCH_LIMIT]
@@ -202,7 +200,8 @@ def test_bench_refuses_unchecked_norms_and_force_flags_them(hostile, cache_dir, 
     assert "refusing to benchmark nan_out" in res.stderr and "refusing to benchmark hang_norm" in res.stderr
     recs = _records(out)
     assert {r["norm"]["name"] for r in recs} == {"fine_norm"}
-    assert all(r["check"]["status"] == "passed" and not r.get("flags") for r in recs)
+    # a busy test machine may flag a record noisy; what the gate decides is never flagged on a passing norm
+    assert all(r["check"]["status"] == "passed" and not GATE_FLAGS & set(r.get("flags", ())) for r in recs)
     assert recs[0]["provenance"]["plugins"]["nb_fine"] == "0.1"
 
     # --force: measured anyway and flagged; a hang and a crash are reported by name and the sweep goes on
@@ -210,15 +209,16 @@ def test_bench_refuses_unchecked_norms_and_force_flags_them(hostile, cache_dir, 
                hostile, cache_dir)
     assert res.returncode == 1
     assert "hang_norm hung" in res.stderr and "time limit" in res.stderr
-    assert "crash_norm crashed" in res.stderr
+    assert "crash_norm crashed" in res.stderr and "exit code 3" in res.stderr
     recs = _records(out)
     names = {r["norm"]["name"] for r in recs}
     assert "hang_norm" not in names and "crash_norm" not in names
     assert "noisy_norm" in names and "fine_norm" in names  # the one before is kept, the one after is measured
     nan = [r for r in recs if r["norm"]["name"] == "nan_out"]
-    assert nan and all("forced" in r["flags"] and r["check"]["status"] == "failed" for r in nan)
+    assert nan and all({"forced", "non_finite"} <= set(r["flags"]) and r["check"]["status"] == "failed" for r in nan)
     noisy = [r for r in recs if r["norm"]["name"] == "noisy_norm"]
-    assert noisy and all(r["check"]["status"] == "passed" and not r.get("flags") for r in noisy)
+    assert noisy and all(r["check"]["status"] == "passed" and not GATE_FLAGS & set(r.get("flags", ()))
+                         for r in noisy)
 
 
 @pytest.mark.slow
@@ -229,9 +229,6 @@ def test_train_watchdog_stops_a_stalled_run_and_the_next_norm_trains(hostile, ca
                 "--out", str(out)], hostile, cache_dir)
     assert res.returncode == 1, res.stderr
     assert "hang_norm" in res.stderr and f"no progress for {STALL_LIMIT}s" in res.stderr
-    recs = []
-    for path in out.glob("accuracy/*/*/*.json"):
-        data = json.loads(path.read_text())
-        recs.extend(data if isinstance(data, list) else data.get("records", [data]))
+    recs = _records(out, "accuracy")
     assert [r["norm"]["name"] for r in recs] == ["fine_norm"]
     assert recs[0]["check"]["status"] == "passed" and not recs[0].get("flags")

@@ -5,7 +5,6 @@ that name what was expected."""
 from __future__ import annotations
 
 import io
-import json
 import math
 
 import numpy as np
@@ -57,8 +56,10 @@ def hub(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _private_caches(tmp_path, monkeypatch):
     # Decoded tensors and the HF caches go to temporary folders, never the user's.
+    import datasets
+
     monkeypatch.setenv("NORMBENCH_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")  # read at import
 
 
 @pytest.fixture
@@ -197,8 +198,9 @@ def test_train_command_runs_wikitext_from_data_dir(hub, tmp_path, capsys):
                  "--steps", "1", "--batch-size", "1", "--seeds", "1", "--out", str(out), "--no-progress",
                  "--checkpoint-dir", str(tmp_path / "ck")])
     assert code == 0, capsys.readouterr().err
-    [path] = list(out.rglob("*.json"))
-    [rec] = json.loads(path.read_text())
+    from normbench.results import iter_records
+
+    [(_, rec)] = list(iter_records(out, kind="accuracy", errors="raise"))
     assert rec["config"]["model_config"]["seq_len"] == 256 and rec["config"]["recipe"]["name"] == "wikitext-2/gpt"
     assert math.isfinite(rec["metrics"]["final"])
 

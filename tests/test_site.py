@@ -329,3 +329,10 @@ def test_accuracy_rows_are_tested_against_the_tables_reference(tmp_path):
     assert f"×{ratio:.3f}" in acc and f"p {p:.1e}" in acc and ">reference<" in acc
     norm_page = (tmp_path / "site" / "norms" / "dyt.html").read_text()
     assert f"×{ratio:.3f}" in norm_page  # the norm's own page tests against the same reference
+
+
+def test_mean_curve_of_perplexity_is_geometric_and_skips_tuning_runs():
+    runs = [{"status": "ok", "curve": [[10, 3.0, 4.0]]}, {"status": "ok", "curve": [[10, 1.0, 9.0]]},
+            {"status": "tuning", "curve": [[10, 1.0, 100.0]]}]
+    assert agg.mean_curve(runs, 2, log=True) == [(10.0, pytest.approx(6.0))]   # sqrt(4 * 9)
+    assert agg.mean_curve(runs, 1) == [(10.0, pytest.approx(2.0))]

@@ -213,10 +213,13 @@ def test_row_norms_64k_row(tb, dev, name):
     _run_row(tb, name, x, dy, "tokens", torch.float32, 65536)
 
 
+@pytest.mark.parametrize("wide_bwd", ["fused3", "split5"])
 @pytest.mark.parametrize("name", list(ROW_NORMS))
-def test_row_norms_wide_path_many_blocks(tb, dev, name, monkeypatch):
-    """The wide path with its limits shrunk: many rows, several column blocks and row tiles per program."""
+def test_row_norms_wide_path_many_blocks(tb, dev, name, wide_bwd, monkeypatch):
+    """The wide path with its limits shrunk: many rows, several column blocks and rows per program; both wide
+    backwards (the one-kernel three-pass one and the two-kernel one)."""
     R = importlib.import_module("normbench.kernels._rownorm")
+    monkeypatch.setattr(R, "WIDE_BWD", wide_bwd)
     monkeypatch.setattr(R, "MAX_FUSED_C", 64)
     monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
     monkeypatch.setattr(R, "WIDE_CHUNK", 32)
@@ -464,6 +467,18 @@ def test_module_in_bfloat16(tb, dev):
 def test_unsupported_dtype_is_a_clear_error(tb, dev):
     with pytest.raises(TypeError, match="backend='eager'"):
         tb.rms_norm(torch.randn(2, 8, device=dev, dtype=torch.float64), None)
+
+
+def test_backward_grid_follows_occupancy(tb):
+    """Persistent grids launch as many programs per SM as the compiled kernel fits (threads, registers, shared)."""
+    from normbench.kernels._common import programs_per_sm
+
+    assert programs_per_sm(8, 0) == 8                  # 256 threads: 2048 / 256, registers unknown
+    assert programs_per_sm(8, 64) == 4                 # 64 regs x 256 threads = 16384 of 65536
+    assert programs_per_sm(8, 128) == 2                # the old fixed 2 per SM is the 128-register case
+    assert programs_per_sm(4, 40) == 12                # 40 regs round up to 48 per thread (256 per warp)
+    assert programs_per_sm(4, 32, shared_bytes=100 * 1024) == 2   # shared memory limits
+    assert programs_per_sm(32, 255) == 1               # never below one
 
 
 def test_without_gpu_or_triton_the_backend_says_why():

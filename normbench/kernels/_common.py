@@ -79,6 +79,51 @@ def num_sms(device: torch.device) -> int:
 
 next_pow2 = triton.next_power_of_2
 
+#: Per-SM limits of Hopper (sm_90; Ampere's sm_80 has the same but 164 KiB of shared memory).
+SM_MAX_THREADS = 2048
+SM_REGISTERS = 65536
+SM_MAX_BLOCKS = 32
+SM_SHARED_BYTES = 228 * 1024
+
+
+def programs_per_sm(num_warps: int, regs_per_thread: int, shared_bytes: int = 0, *,
+                    max_threads: int = SM_MAX_THREADS, registers: int = SM_REGISTERS,
+                    max_blocks: int = SM_MAX_BLOCKS, shared_per_sm: int = SM_SHARED_BYTES) -> int:
+    """How many programs of a compiled kernel one SM holds at once (its occupancy), from threads, registers and
+    shared memory: the persistent grids launch that many per SM, so every SM is full and none waits for a
+    second wave. Registers are allocated per warp in units of 256; ``regs_per_thread`` 0 means unknown (threads
+    alone then decide)."""
+    threads = 32 * num_warps
+    by_threads = max_threads // threads
+    if regs_per_thread > 0:
+        per_warp = -(-regs_per_thread * 32 // 256) * 256
+        by_regs = registers // (per_warp * num_warps)
+    else:
+        by_regs = by_threads
+    by_shared = shared_per_sm // shared_bytes if shared_bytes > 0 else max_blocks
+    return max(1, min(by_threads, by_regs, by_shared, max_blocks))
+
+
+_OCCUPANCY: dict = {}
+
+
+def compiled_occupancy(kernel, args, meta: dict, num_warps: int, key) -> int | None:
+    """Programs per SM of ``kernel`` compiled for ``args``/``meta`` (compiles it without launching, once per
+    ``key``); ``None`` in the interpreter or where the compiled kernel does not report its registers."""
+    if INTERPRET:
+        return None
+    if key in _OCCUPANCY:
+        return _OCCUPANCY[key]
+    occ = None
+    try:
+        compiled = kernel.warmup(*args, grid=(1,), num_warps=num_warps, **meta)
+        compiled._init_handles()
+        occ = programs_per_sm(num_warps, int(compiled.n_regs), int(getattr(compiled.metadata, "shared", 0) or 0))
+    except Exception:  # an older Triton without warmup()/n_regs: the caller keeps its fixed grid
+        occ = None
+    _OCCUPANCY[key] = occ
+    return occ
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)

@@ -159,7 +159,7 @@ def _pw_bwd_rows_kernel(X, W, A, SH, DY, DX, DW_ROW, DB_ROW, DA_PART, DS_PART, N
 
 _FWD_CONFIGS = [triton.Config({"TILE": t}, num_warps=w) for t in (4096, 8192, 16384) for w in (4, 8, 16)]
 _pw_fwd_tuned = tuned(
-    _pw_fwd_kernel, _FWD_CONFIGS, key=["BLOCK_C", "KIND", "CH_ON_ROWS"],
+    _pw_fwd_kernel, _FWD_CONFIGS, key=["NROWS", "BLOCK_C", "KIND", "CH_ON_ROWS"],  # rows: see _rownorm
     prune=prune_by_elements_per_thread(lambda cfg, a: _fwd_rows({**a, **cfg.kwargs}) * a["BLOCK_C"], 8, 32),
     heuristics={"BLOCK_R": _fwd_rows})
 _BWD_CONFIGS = [triton.Config({}, num_warps=w) for w in (2, 4, 8)]

@@ -8,8 +8,12 @@ Paths (docs/kernels.md has the byte counts):
 * fused: a row fits one block (C ≤ ``MAX_FUSED_C``). Forward reads x once, writes y and float32 (aux, rstd) per
   row. Backward is persistent: ``P`` programs walk row tiles, write dx, and keep dγ/dβ partial sums in registers;
   each program stores one partial row, summed afterwards (no atomics, so no contention at any row count).
-* wide: C > ``MAX_FUSED_C``. A per-row kernel loops over the row for the statistics (forward) or the two row
-  reductions of the backward, then the same tile kernels run column-blocked on a 2-D grid.
+* wide: C > ``MAX_FUSED_C``. A per-row kernel loops over the row for the statistics (forward), then the same tile
+  kernel runs column-blocked on a 2-D grid. The wide backward (C > ``MAX_FUSED_C_BWD``) is one persistent kernel
+  (``_row_bwd_wide_kernel``): each program walks its rows, reads a row once for the two row reductions, then again
+  (from L2, where the row it just read still is) to write dx and add dγ/dβ into its own partial row: three passes
+  over M×C in HBM (x, dy read; dx written) instead of five (the reductions kernel's x, dy, then x, dy, dx). Where the
+  programs' rows and partial sums would not fit in ``WIDE_L2_SHARE`` of the L2, it falls back to the two-kernel path.
 
 Saved for backward: x (or the residual sum s), and per row ``aux`` and ``rstd`` in float32. ``aux`` is the mean for
 LayerNorm, Σx for CRMSNorm, 1/0 (norm ≥ ε or clamped) for ScaleNorm, and unused (0) for RMSNorm.
@@ -21,7 +25,16 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, cdiv, next_pow2, num_sms, prune_by_elements_per_thread, tuned, warps_for
+from ._common import (
+    INTERPRET,
+    cdiv,
+    compiled_occupancy,
+    next_pow2,
+    num_sms,
+    prune_by_elements_per_thread,
+    tuned,
+    warps_for,
+)
 
 LAYERNORM, RMSNORM, CRMSNORM, SCALENORM = 0, 1, 2, 3
 
@@ -37,7 +50,8 @@ WIDE_CHUNK = 4096
 #: Elements per tile (rows·BLOCK_C) when not autotuned. Small in the interpreter so tests walk several tiles.
 FWD_TILE = 2048 if INTERPRET else 4096
 BWD_TILE = 1024 if INTERPRET else 4096
-#: Persistent backward programs per SM.
+#: Persistent backward programs per SM when the kernel's occupancy is unknown (autotuned, or the interpreter);
+#: otherwise the grid is the compiled kernel's occupancy (``_common.programs_per_sm``) times the SMs.
 PROGRAMS_PER_SM = 2
 
 
@@ -308,7 +322,8 @@ def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_P
 
 
 _row_fwd_tuned = tuned(
-    _row_fwd_kernel, _FWD_CONFIGS, key=["BLOCK_C", "MODE", "IMAGES", "HAS_RES", "HAS_STATS"],
+    # M (rows) is in the key: the best tile for 4k rows is not the best for 32k (wave quantisation over the SMs).
+    _row_fwd_kernel, _FWD_CONFIGS, key=["M", "BLOCK_C", "MODE", "IMAGES", "HAS_RES", "HAS_STATS"],
     prune=prune_by_elements_per_thread(lambda cfg, a: _fwd_rows({**a, **cfg.kwargs}) * a["BLOCK_C"], 8, 32),
     heuristics={"BLOCK_R": _fwd_rows})
 _row_bwd_tuned = tuned(
@@ -324,13 +339,25 @@ def _launch_fwd(grid, args, M: int, HW: int, **meta):
     return _row_fwd_kernel[grid](*args, TILE=FWD_TILE, BLOCK_R=block_r, num_warps=warps, **meta)
 
 
+def _bwd_warps(meta) -> int:
+    # sm_90 ptxas: the images tile (channels strided) needs ~2x the registers of a tokens tile; at 8 elements per
+    # thread it spills at 32 warps, at 16 it fits in 128 registers (see python -m normbench.kernels.aot).
+    return warps_for(meta["BLOCK_R"] * meta["BLOCK_C"], 16 if meta["IMAGES"] else 8, 4)
+
+
+def _bwd_programs_per_sm(args, meta) -> int:
+    """Occupancy of the (non-autotuned) backward kernel for these arguments, else ``PROGRAMS_PER_SM``."""
+    if _row_bwd_tuned is not None:
+        return PROGRAMS_PER_SM
+    warps = _bwd_warps(meta)
+    key = ("row_bwd", warps, args[0].dtype, args[0].device.index, tuple(sorted(meta.items())))
+    return compiled_occupancy(_row_bwd_kernel, args, meta, warps, key) or PROGRAMS_PER_SM
+
+
 def _launch_bwd(grid, args, **meta):
     if _row_bwd_tuned is not None:
         return _row_bwd_tuned[grid](*args, **meta)
-    # sm_90 ptxas: the images tile (channels strided) needs ~2x the registers of a tokens tile; at 8 elements per
-    # thread it spills at 32 warps, at 16 it fits in 128 registers (see python -m normbench.kernels.aot).
-    warps = warps_for(meta["BLOCK_R"] * meta["BLOCK_C"], 16 if meta["IMAGES"] else 8, 4)
-    return _row_bwd_kernel[grid](*args, num_warps=warps, **meta)
+    return _row_bwd_kernel[grid](*args, num_warps=_bwd_warps(meta), **meta)
 
 
 def _geometry(x: torch.Tensor, images: bool):
@@ -341,6 +368,101 @@ def _geometry(x: torch.Tensor, images: bool):
         return n * hw, c, hw
     c = x.shape[-1]
     return x.numel() // max(1, c), c, 1
+
+
+@triton.jit
+def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART, M, C,
+                         MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, SCALAR_W: tl.constexpr,
+                         HAS_DS: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Wide rows, persistent: program p takes rows p, p+P, ...; per row one pass for the reductions and one (from L2)
+    for dx; dγ/dβ accumulate in this program's row of DW_PART/DB_PART (zeroed by the caller)."""
+    pid = tl.program_id(0)
+    n_progs = tl.num_programs(0)
+    if SCALAR_W:
+        sw = tl.load(W).to(tl.float32)
+    acc_sw = tl.zeros([1], dtype=tl.float32)
+    for row in range(pid, M, n_progs):
+        base = (row + 0 * pid).to(tl.int64) * C  # a tensor in the interpreter too (its loop variable is an int)
+        aux = tl.load(AUX + row + tl.zeros([1], dtype=tl.int32))
+        rstd = tl.load(RSTD + row + tl.zeros([1], dtype=tl.int32))
+        gx = tl.zeros([1], dtype=tl.float32)
+        gs = tl.zeros([1], dtype=tl.float32)
+        for c0 in range(0, C, BLOCK_C):
+            cols = c0 + tl.arange(0, BLOCK_C)
+            mask = (cols < C)[None, :]
+            x = tl.load(X + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            g = tl.load(DY + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_W:
+                g = g * tl.load(W + cols, mask=cols < C, other=0.0).to(tl.float32)[None, :]
+            if SCALAR_W:
+                g = g * sw
+            xh = tl.where(mask, _xhat(x, aux, rstd, MODE), 0.0)
+            gx += tl.sum(g * xh, axis=1)
+            gs += tl.sum(g, axis=1)
+        if MODE == 0:
+            c1 = gx / C
+            c2 = gs / C
+        elif MODE == 2:
+            c1 = gx / (C + 1)
+            c2 = 0.0 * gx
+        elif MODE == 3:
+            c1 = gx * aux
+            c2 = 0.0 * gx
+        else:
+            c1 = gx / C
+            c2 = 0.0 * gx
+        for c0 in range(0, C, BLOCK_C):
+            cols = c0 + tl.arange(0, BLOCK_C)
+            cm = cols < C
+            mask = cm[None, :]
+            x = tl.load(X + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_W:
+                g = dy * tl.load(W + cols, mask=cm, other=0.0).to(tl.float32)[None, :]
+            elif SCALAR_W:
+                g = dy * sw
+            else:
+                g = dy
+            xh = tl.where(mask, _xhat(x, aux, rstd, MODE), 0.0)
+            dx = _dx(g, xh, aux, rstd, c1, c2, MODE)
+            if HAS_DS:
+                dx += tl.load(DS + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            tl.store(DX + base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            if COMPUTE_DW:
+                if HAS_W:
+                    part = DW_PART + pid.to(tl.int64) * C + cols
+                    tl.store(part, tl.load(part, mask=cm, other=0.0) + tl.sum(dy * xh, axis=0), mask=cm)
+                if HAS_B:
+                    part = DB_PART + pid.to(tl.int64) * C + cols
+                    tl.store(part, tl.load(part, mask=cm, other=0.0) + tl.sum(dy, axis=0), mask=cm)
+                if SCALAR_W:
+                    acc_sw += tl.sum(tl.sum(dy * xh, axis=1), axis=0)
+    if COMPUTE_DW:
+        if SCALAR_W:
+            tl.store(DSW_PART + pid + tl.arange(0, 1), acc_sw)
+
+
+#: "fused3": the one-kernel wide backward (three HBM passes); "split5": reductions kernel + tile kernel (five).
+#: Kept selectable so a GPU can measure both (docs/kernels.md).
+WIDE_BWD = "fused3"
+#: Programs per SM of the wide backward (8 warps, chunks of ``WIDE_CHUNK``): one, so that the programs' rows and
+#: dγ/dβ partial rows (``P·C·(2e + 8)`` bytes for LayerNorm) stay in L2 up to C = 16384 in bfloat16 on an H100.
+WIDE_PROGRAMS_PER_SM = 1
+#: Share of the L2 the fused wide backward may count on (the rest: other traffic, set-associativity).
+WIDE_L2_SHARE = 0.6
+
+
+def _l2_bytes(dev) -> int:
+    if INTERPRET or dev.type != "cuda":
+        return 1 << 62  # the interpreter has no cache to overflow: always the fused path (the tests cover it)
+    return int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
+
+
+def _wide_fused_fits(P: int, C: int, elem: int, has_w: bool, has_b: bool, l2: int) -> bool:
+    """Whether P programs' rows in flight (x, dy) and their fp32 partial sums fit in ``WIDE_L2_SHARE`` of L2 (the
+    second read of each row must come from L2 for the fused wide backward to move three passes, not five)."""
+    per_program = C * (2 * elem + 4 * int(has_w) + 4 * int(has_b))
+    return P * per_program <= WIDE_L2_SHARE * l2
 
 
 def _wide(C: int, images: bool, limit: int) -> bool:
@@ -395,6 +517,11 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
         z = torch.zeros(C, device=dev, dtype=torch.float32)
         return dx, (z if has_w else torch.zeros((), device=dev) if scalar_weight else None), (z if has_bias else None)
     wide = _wide(C, images, MAX_FUSED_C_BWD)
+    if wide and WIDE_BWD == "fused3":
+        P = max(1, min(M, WIDE_PROGRAMS_PER_SM * num_sms(dev)))
+        if _wide_fused_fits(P, C, x.element_size(), has_w and need_dw, has_bias and need_dw, _l2_bytes(dev)):
+            return _backward_wide_fused(dy, ds, x, weight, aux, rstd, dx, P, M, C, mode=mode,
+                                        scalar_weight=scalar_weight, has_w=has_w, has_bias=has_bias, need_dw=need_dw)
     block_c = WIDE_CHUNK if wide else next_pow2(C)
     n_cb = cdiv(C, block_c)
     if images:
@@ -404,21 +531,41 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
     else:
         block_r = min(max(1, BWD_TILE // block_c), next_pow2(M))
         n_tiles = cdiv(M, block_r)
-    P = max(1, min(n_tiles, cdiv(PROGRAMS_PER_SM * num_sms(dev), n_cb)))
     c1 = c2 = aux
     if wide:
         c1 = torch.empty(M, device=dev, dtype=torch.float32)
         c2 = torch.empty(M, device=dev, dtype=torch.float32)
         _row_coef_kernel[(M,)](x, weight if weight is not None else x, dy, aux, rstd, c1, c2, C, MODE=mode,
                                HAS_W=has_w, SCALAR_W=scalar_weight, BLOCK_C=WIDE_CHUNK, num_warps=8)
+    meta = dict(MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
+                HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
+    probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, dx, aux, rstd, c1, c2,
+             aux, aux, aux, M, C, HW, n_tiles)
+    P = max(1, min(n_tiles, cdiv(_bwd_programs_per_sm(probe, meta) * num_sms(dev), n_cb)))
     f32 = dict(device=dev, dtype=torch.float32)
     dw_part = torch.empty(P, C, **f32) if need_dw and has_w else aux
     db_part = torch.empty(P, C, **f32) if need_dw and has_bias else aux
     dsw_part = torch.empty(P * n_cb, **f32) if need_dw and scalar_weight else aux
     args = (x, weight if weight is not None else x, dy, ds if ds is not None else x, dx, aux, rstd, c1, c2,
             dw_part, db_part, dsw_part, M, C, HW, n_tiles)
-    _launch_bwd((P, n_cb), args, MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
-                HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
+    _launch_bwd((P, n_cb), args, **meta)
+    if not need_dw:
+        return dx, None, None
+    dw = dw_part.sum(0) if has_w else dsw_part.sum() if scalar_weight else None
+    db = db_part.sum(0) if has_bias else None
+    return dx, dw, db
+
+
+def _backward_wide_fused(dy, ds, x, weight, aux, rstd, dx, P, M, C, *, mode, scalar_weight, has_w, has_bias,
+                         need_dw):
+    f32 = dict(device=x.device, dtype=torch.float32)
+    dw_part = torch.zeros(P, C, **f32) if need_dw and has_w else aux
+    db_part = torch.zeros(P, C, **f32) if need_dw and has_bias else aux
+    dsw_part = torch.zeros(P, **f32) if need_dw and scalar_weight else aux
+    _row_bwd_wide_kernel[(P,)](x, weight if weight is not None else x, dy, ds if ds is not None else x, dx, aux, rstd,
+                               dw_part, db_part, dsw_part, M, C, MODE=mode, HAS_W=has_w, HAS_B=has_bias,
+                               SCALAR_W=scalar_weight, HAS_DS=ds is not None, COMPUTE_DW=need_dw,
+                               BLOCK_C=WIDE_CHUNK, num_warps=8)
     if not need_dw:
         return dx, None, None
     dw = dw_part.sum(0) if has_w else dsw_part.sum() if scalar_weight else None

@@ -28,7 +28,7 @@ import triton.language as tl
 from ._common import INTERPRET, next_pow2, warps_for
 
 THREE_PASS, ONLINE, TWO_PASS = 0, 1, 2
-ALGORITHMS = {"3pass": THREE_PASS, "online": ONLINE, "2pass": TWO_PASS}
+ALGORITHMS = {"three_pass": THREE_PASS, "online": ONLINE, "two_pass": TWO_PASS}
 #: Widest row (power-of-two block) the forward holds in registers; wider rows loop over ``BLOCK`` chunks.
 MAX_FUSED_C = 16384
 #: The same for the backward, which holds two row tiles (y and dy).

@@ -64,6 +64,10 @@ def _cases(quick: bool):
                          DW_PART="fp32", DB_PART="fp32", DSW_PART="fp32", M=64, C=1 << 16, HW=1, n_tiles=64,
                          MODE=mode, IMAGES=False, HAS_W=mode != 3, HAS_B=mode == 0, SCALAR_W=mode == 3, HAS_DS=False,
                          HAS_COEF=True, COMPUTE_DW=True, BLOCK_R=1, BLOCK_C=bc), warps_for(bc, 8, 4)))
+        out.append((f"row wide bwd fused {row_modes[mode]} [1x{bc}]", R._row_bwd_wide_kernel,
+                    dict(X="x", W="fp32", DY="x", DS="x", DX="x", AUX="fp32", RSTD="fp32", DW_PART="fp32",
+                         DB_PART="fp32", DSW_PART="fp32", M=64, C=1 << 16, MODE=mode, HAS_W=mode != 3,
+                         HAS_B=mode == 0, SCALAR_W=mode == 3, HAS_DS=mode == 1, COMPUTE_DW=True, BLOCK_C=bc), 8))
 
     for kind, name in ((0, "dyt"), (1, "derf")):
         for images, ncols in ((False, 4096), (True, 3136)):
@@ -125,7 +129,8 @@ def _softmax_cases(quick: bool):
                         dict(X="x", Y="x", C=C, LOG=log, BLOCK_C=C), warps_for(C, 8, 1, 16)))
         for algo, code in S.ALGORITHMS.items():
             out.append((f"softmax fwd looped {algo} {name} [{S.BLOCK}]", S._looped_fwd_kernel,
-                        dict(X="x", Y="x", C=256000, ALGO=code, LOG=log, BLOCK_C=S.BLOCK), warps_for(S.BLOCK, 8, 1, 16)))
+                        dict(X="x", Y="x", C=256000, ALGO=code, LOG=log, BLOCK_C=S.BLOCK),
+                        warps_for(S.BLOCK, 8, 1, 16)))
         for C in ((S.MAX_FUSED_C_BWD,) if quick else (1024, 4096, S.MAX_FUSED_C_BWD)):
             out.append((f"softmax bwd on-chip {name} C={C}", S._fused_bwd_kernel,
                         dict(Yp="x", DY="x", DX="x", C=C, LOG=log, BLOCK_C=C), warps_for(C, 8, 1, 16)))

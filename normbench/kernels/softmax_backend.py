@@ -1,4 +1,4 @@
-"""The Triton backends of softmax and log-softmax (``triton_3pass``, ``triton_online``, ``triton_2pass``).
+"""The Triton backends of softmax and log-softmax (``triton_three_pass``, ``triton_online``, ``triton_two_pass``).
 
 ``build_<algo>(eager, spec)`` returns a module running ``normbench.kernels._softmax`` with that forward algorithm;
 the backward is the same for all three. Importing this module never imports Triton (see ``triton_backend``).
@@ -42,12 +42,12 @@ class _SoftmaxFn(torch.autograd.Function):
 
 
 def softmax(x, algo: str = "online", log: bool = False, *, limit: int | None = None, block: int | None = None):
-    """Softmax (``log``: log-softmax) over the last axis with the forward ``algo`` (3pass, online or 2pass).
+    """Softmax (``log``: log-softmax) over the last axis with the forward ``algo`` (three_pass, online or two_pass).
 
     ``limit`` (widest row held on chip) and ``block`` (chunk of the looped kernels) are for tests.
     """
-    if algo not in ("3pass", "online", "2pass"):
-        raise ValueError(f"algo must be 3pass, online or 2pass, got {algo!r}")
+    if algo not in ("three_pass", "online", "two_pass"):
+        raise ValueError(f"algo must be three_pass, online or two_pass, got {algo!r}")
     return _SoftmaxFn.apply(x, algo, bool(log), limit, block)
 
 
@@ -74,9 +74,9 @@ class TritonSoftmax(nn.Module):
         return f"{self.num_features}, algo={self.algo}, log={self.log}"
 
 
-def build_3pass(eager: nn.Module, spec=None) -> nn.Module:
+def build_three_pass(eager: nn.Module, spec=None) -> nn.Module:
     """Three-pass forward (max; Σ exp; normalize) for rows that do not fit on chip."""
-    return TritonSoftmax(eager, "3pass")
+    return TritonSoftmax(eager, "three_pass")
 
 
 def build_online(eager: nn.Module, spec=None) -> nn.Module:
@@ -84,6 +84,6 @@ def build_online(eager: nn.Module, spec=None) -> nn.Module:
     return TritonSoftmax(eager, "online")
 
 
-def build_2pass(eager: nn.Module, spec=None) -> nn.Module:
+def build_two_pass(eager: nn.Module, spec=None) -> nn.Module:
     """Dukhan & Ablavatski's two-pass forward (extended-range sum, no max pass; normalize)."""
-    return TritonSoftmax(eager, "2pass")
+    return TritonSoftmax(eager, "two_pass")

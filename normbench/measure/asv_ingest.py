@@ -189,6 +189,18 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict) -> dict:
     return make_record("kernel", spec.to_dict(), config, metrics, prov, flags=flags, flag_reasons=flags)
 
 
+def _stamp_cached(rec: dict) -> None:
+    """A record built from ASV's timing alone gets the norm's cached check verdict (``unchecked`` if none passed)."""
+    from normbench.check import cached_status, stamp
+    from normbench.registry import REGISTRY
+
+    try:
+        status = cached_status(REGISTRY.get(rec["norm"]["name"]))
+    except KeyError:  # the norm's plugin is not installed here: nothing vouches for it
+        status = None
+    stamp(rec, status if status is not None and status.passed else None, rec["config"]["backend"], forced=False)
+
+
 def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int, list[str]]:
     """Write normbench records for the ASV results found; returns (records written, problems)."""
     from normbench.results.store import InvalidRecordError, iter_records, write_records
@@ -234,6 +246,7 @@ def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int
             elif machine is not None:
                 try:
                     rec = _record_from_asv(entry, asv, machine)
+                    _stamp_cached(rec)
                 except Exception as exc:
                     problems.append(f"{path}: {key}: cannot build a record ({type(exc).__name__}: {exc})")
                     continue

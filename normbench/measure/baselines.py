@@ -9,6 +9,7 @@
 * ``flashinfer``: ``flashinfer.norm.rmsnorm(x, weight, eps)`` and ``fused_add_rmsnorm(x, residual, weight, eps)``
   (add_rmsnorm; in place, forward only).
 * ``apex``: ``apex.normalization.FusedLayerNorm(C, eps=eps)`` / ``FusedRMSNorm(C, eps=eps)``.
+* softmax (``liger``, ``quack``): ``normbench.measure.softmax_baselines``.
 
 Every adapter shares the eager module's parameters (so gradients and errors are comparable) and never changes what
 the library computes. Two choices are about the harness, not the kernel: Liger's RMSNorm backward defaults to
@@ -51,6 +52,7 @@ class Baseline:
     layouts: tuple[str, ...] = ("tokens",)
     requires_cuda: bool = True
     inplace_inputs: bool = False     # overwrites its inputs (forward only)
+    forward_only: bool = False       # no autograd: fwd cases only
     notes: str = ""
     dtypes: tuple[str, ...] = field(default=("float32", "bfloat16", "float16"))
 
@@ -262,11 +264,11 @@ REGISTRY: dict[tuple[str, str], Baseline] = {
                  "transformer_engine.pytorch.LayerNorm(C, eps=eps)", _te("layernorm")),
         Baseline("flashinfer", "rmsnorm", "flashinfer.norm", "flashinfer-python",
                  "flashinfer.norm.rmsnorm(x2d, weight, eps) under no_grad", _flashinfer_rmsnorm,
-                 notes="inference kernel: forward only", dtypes=("bfloat16", "float16")),
+                 notes="inference kernel: forward only", dtypes=("bfloat16", "float16"), forward_only=True),
         Baseline("flashinfer", "add_rmsnorm", "flashinfer.norm", "flashinfer-python",
                  "flashinfer.norm.fused_add_rmsnorm(x2d, r2d, weight, eps) under no_grad", _flashinfer_add_rmsnorm,
-                 inplace_inputs=True, notes="in place on x and residual; inputs restored untimed between "
-                                            "repetitions; forward only", dtypes=("bfloat16", "float16")),
+                 inplace_inputs=True, forward_only=True, dtypes=("bfloat16", "float16"),
+                 notes="in place on x and residual; inputs restored untimed between repetitions; forward only"),
         Baseline("apex", "layernorm", "apex.normalization", "apex", "apex.normalization.FusedLayerNorm(C, eps=eps)",
                  _apex("layernorm")),
         Baseline("apex", "rmsnorm", "apex.normalization", "apex", "apex.normalization.FusedRMSNorm(C, eps=eps)",
@@ -309,3 +311,16 @@ def unavailable(backend: str, norm: str, layout: str, device: str, dtype: str | 
 def build(backend: str, norm: str, eager: nn.Module) -> nn.Module:
     """The baseline module for ``norm``, sharing ``eager``'s parameters."""
     return get(backend, norm).build(eager)
+
+
+def _register(extra) -> None:
+    """Entries kept in their own modules (the softmax baselines) join the registry."""
+    for b in extra:
+        REGISTRY[(b.backend, b.norm)] = b
+        SUPPORTED[b.norm] = SUPPORTED.get(b.norm, ()) + (b.backend,)
+
+
+from normbench.measure.softmax_baselines import entries as _softmax_entries  # noqa: E402
+
+_register(_softmax_entries())
+BASELINES = tuple(dict.fromkeys(b for b, _ in REGISTRY))

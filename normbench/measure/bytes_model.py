@@ -21,6 +21,10 @@ input and parameter gradients::
 
 Softmax's bytes are the same minimum for every algorithm, so an algorithm that reads the row fewer times shows a
 higher GB/s; the reads it actually makes are reported beside it (``metrics.row_passes``, docs/softmax.md).
+
+In eval mode (optional param ``eval_mode`` = 1, norms with running statistics) the running state is read, not
+written: ``4·R`` instead of ``8·R`` in the forward, and the backward reads it too (``+ 4·R``); batch norms
+(``channelwise``) then save no batch statistics (``S`` = 0).
 """
 
 from __future__ import annotations
@@ -97,20 +101,25 @@ def bytes_moved(formula: str, pass_: str, params: dict[str, Any]) -> int:
     n, k, e = params["n_elements"], params["inputs"], params["elem_bytes"]
     pb = params["param_bytes"]
     stats = FP32 * params["stat_rows"] * params["stats_per_row"]
-    running = 2 * FP32 * params["running_values"]
+    eval_mode = bool(params.get("eval_mode", 0))
+    running = (1 if eval_mode else 2) * FP32 * params["running_values"]
     fwd = 2 * k * e * n + pb + stats + running
     if formula == "residual_rowwise":
         bwd = 4 * e * n + 2 * pb + stats
     else:
         bwd = 3 * k * e * n + 2 * pb + stats
+    if eval_mode:
+        bwd += FP32 * params["running_values"]
     return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[pass_]
 
 
 def make_model(formula: str, **params) -> dict:
     """The ``config.bytes_model`` entry of a record."""
     _check(formula, "fwd", params)
-    return {"formula": formula, "params": {k: int(params[k]) for k in PARAM_KEYS},
-            "memory_bound": FORMULAS[formula][1]}
+    out = {k: int(params[k]) for k in PARAM_KEYS}
+    if params.get("eval_mode"):
+        out["eval_mode"] = 1
+    return {"formula": formula, "params": out, "memory_bound": FORMULAS[formula][1]}
 
 
 def from_record_config(config: dict, pass_: str | None = None) -> int:

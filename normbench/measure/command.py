@@ -117,9 +117,10 @@ def _cmd_bench(args) -> int:
 
     report_plugin_problems()
     limit = time_limit(args.time_limit)
+    check_limit = time_limit(args.time_limit, check=True)
     t0 = time.perf_counter()
     with make_executor(args.executor, preload=("normbench.measure.core", "normbench.check")) as ex:
-        verdicts = ensure_checked([c.norm for c in cases], ex, limit)
+        verdicts = ensure_checked([c.norm for c in cases], ex, check_limit)
         refused = [n for n, v in verdicts.items() if not v.passed and not args.force]
         for name in refused:
             print(f"normbench: {refusal(verdicts[name], 'benchmark')}", file=sys.stderr)

@@ -14,7 +14,6 @@ from typing import Callable, Iterable
 import torch
 
 from normbench.measure import baselines
-from normbench.measure import softmax_baselines
 from normbench.measure import bytes_model as bm
 from normbench.measure.shapes import Shape, input_shape, shapes_for
 from normbench.measure.stats import summarize
@@ -100,7 +99,8 @@ class Case:
 
 def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
     """The implementation hash of ``spec`` run by ``backend`` (``NormSpec.impl_hash``); for an external baseline
-    (Liger, quack, TE, FlashInfer, Apex, native) the eager norm's hash combined with the adapter's source and the library's version."""
+    (Liger, quack, TE, FlashInfer, Apex, native) the eager norm's hash combined with the adapter's source and the
+    library's version."""
     key = (spec.name, spec.package, spec.package_version, backend)
     if cache is not None and key in cache:
         return cache[key]
@@ -131,7 +131,7 @@ def default_device() -> str:
 
 def backends_for(spec) -> tuple[str, ...]:
     """The spec's backends plus the external baselines (native, liger, quack, te, flashinfer, apex) for this norm."""
-    return tuple(spec.backends) + baselines.backends_for(spec.name) + softmax_baselines.backends_for(spec.name)
+    return tuple(spec.backends) + baselines.backends_for(spec.name)
 
 
 def device_dtypes(device: str) -> tuple[str, ...]:
@@ -272,12 +272,8 @@ class Prepared:
         self.dtype = DTYPES[dtype]
         if shape.layout not in spec.layouts:
             raise Unsupported(f"{spec.name} does not support the {shape.layout} layout")
-        external = softmax_baselines if backend in softmax_baselines.backends_for(spec.name) else baselines
         if backend in backends_for(spec) and backend not in spec.backends:
-            if external is baselines:
-                reason = baselines.unavailable(backend, spec.name, shape.layout, device, dtype)
-            else:
-                reason = softmax_baselines.unavailable(backend, spec.name, shape.layout, device)
+            reason = baselines.unavailable(backend, spec.name, shape.layout, device, dtype)
         elif backend in spec.backends:
             reason = spec.backend_unavailable(backend)
         else:
@@ -297,9 +293,8 @@ class Prepared:
         if backend in spec.backends:
             module = spec.create(c, layout=shape.layout, backend=backend)
         else:
-            module = external.build(backend, spec.name, spec.create(c, layout=shape.layout))
-            if external is baselines:
-                self.baseline = baselines.get(backend, spec.name)
+            module = baselines.build(backend, spec.name, spec.create(c, layout=shape.layout))
+            self.baseline = baselines.get(backend, spec.name)
         self.module = module.to(device=device, dtype=self.dtype).train(mode == "train")
         self.inputs = _inputs_for(spec.kind, self.dims, self.dtype, device)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
@@ -342,9 +337,9 @@ class Prepared:
 
     def pass_fns(self, pass_: str) -> tuple[Callable[[], object], Callable[[], object] | None]:
         """(timed callable, untimed callable run before each repetition or ``None``)."""
+        if self.baseline is not None and self.baseline.forward_only and pass_ != "fwd":
+            raise Unsupported(f"{self.backend}'s {self.spec.name} is forward-only (no autograd)")
         if self.baseline is not None and self.baseline.inplace_inputs:
-            if pass_ != "fwd":
-                raise Unsupported(f"{self.backend}'s {self.spec.name} is forward-only (no autograd)")
             # The kernel overwrites its inputs: restore them untimed before each call, so every repetition
             # normalises the same data.
             originals = [x.detach().clone() for x in self.inputs]
@@ -384,9 +379,14 @@ class Prepared:
             stat_rows = 0
         param_bytes = sum(p.numel() * p.element_size() for p in self.module.parameters())
         running = sum(b.numel() for b in self.module.buffers() if b.is_floating_point())
+        extra = {}
+        if self.mode == "eval" and spec.running_state:
+            extra["eval_mode"] = 1
+            if formula == "channelwise":
+                stat_rows = 0  # eval normalises with the running statistics: no batch statistics to save
         return bm.make_model(formula, n_elements=n, inputs=k, elem_bytes=self.inputs[0].element_size(),
                              param_bytes=param_bytes, stat_rows=stat_rows,
-                             stats_per_row=bm.stats_per_row(formula, spec.name), running_values=running)
+                             stats_per_row=bm.stats_per_row(formula, spec.name), running_values=running, **extra)
 
     def flops(self, pass_: str) -> int | None:
         """Multiply-adds x2 of the Linear/Conv2d a weight-kind norm wraps (its real cost); ``None`` otherwise."""
@@ -633,6 +633,7 @@ class SweepSummary:
     failed: list = field(default_factory=list)    # (case description, error)
     files: set = field(default_factory=set)
     interrupted: bool = False
+    out_of_time: bool = False
 
 
 def _skip_log(out, hardware_id: str, entries: list[dict], measured: list[str] = ()) -> None:
@@ -673,7 +674,7 @@ def _group_task(cases: list[Case], ctx: Context) -> dict:
 
 def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings: TimerSettings | None = None,
               progress: bool = True, command=None, log=None, executor=None, time_limit: float | None = None,
-              on_record=None) -> SweepSummary:
+              on_record=None, deadline: float | None = None, group_log: list | None = None) -> SweepSummary:
     """Measure ``cases`` group by group, writing each group's records to ``out`` as soon as they exist.
 
     Cases whose record id is already in ``out`` are skipped unless ``force``. Unsupported cases are recorded
@@ -681,7 +682,12 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     Each group runs through ``executor`` (default: in this process) with the wall-clock ``time_limit``; a group
     that hangs or kills its process fails, and the rest of that norm's groups are not attempted.
     ``on_record(record)`` may amend each record before it is written (the check verdict, say).
+    ``deadline`` (a ``time.monotonic()`` value): no group starts after it; the sweep stops with ``out_of_time``
+    set, everything measured so far written. ``group_log`` (a list) receives each group's wall time and case count
+    (the campaign's cost model is calibrated from it).
     """
+    import time
+
     from normbench.executor import InProcessExecutor, Task
     from normbench.results.provenance import utc_now
     from normbench.results.store import existing_ids, write_records
@@ -724,6 +730,10 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     try:
         for group in groups.values():
             first = group[0]
+            if deadline is not None and time.monotonic() > deadline:
+                summary.out_of_time = True
+                break
+            t_group = time.monotonic()
             if bar is not None:
                 bar.set_description(f"{first.norm}/{first.backend}/{first.shape.layout}/{first.dtype}")
             refused: list = []
@@ -759,6 +769,9 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
                 summary.skipped.append((c.describe(), reason))
                 skips.append({"case": c.describe(), "norm": c.norm, "backend": c.backend, "shape": c.shape.label,
                               "dtype": c.dtype, "pass": c.pass_, "reason": reason, "timestamp": utc_now()})
+            if group_log is not None:
+                group_log.append({"group": where, "backend": first.backend, "cases": len(group),
+                                  "wall_s": round(time.monotonic() - t_group, 3)})
             if bar is not None:
                 bar.update(len(group))
     except KeyboardInterrupt:

@@ -12,8 +12,9 @@ therefore carries ``metrics.noise``:
   (a busy memory system shows here even when the load average does not);
 * ``rel_iqr``: the record's own ``time_iqr_s / time_median_s``.
 
-The record is flagged ``noisy`` when the background load per core exceeds :data:`LOAD_PER_CORE_LIMIT` or the ceiling
-spread exceeds :data:`CEILING_SPREAD_LIMIT` (docs/measurement.md gives the measurements behind both numbers).
+The record is flagged ``noisy`` when the background load per core exceeds :data:`LOAD_PER_CORE_LIMIT`, the ceiling
+spread exceeds :data:`CEILING_SPREAD_LIMIT`, or its own relative IQR exceeds :data:`REL_IQR_LIMIT` (the load average
+lags by a minute; a record's own spread does not). docs/measurement.md gives the measurements behind the numbers.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ import os
 LOAD_PER_CORE_LIMIT = 0.5
 #: Relative IQR of the repeated copy-ceiling measurements above which the memory system is judged too busy.
 CEILING_SPREAD_LIMIT = 0.10
+#: A record's own IQR / median above which its median is not trusted: 50 %. In the committed CPU records (bench --quick
+#: on a calm machine) the median was 11 % and the 95th percentile 34 %; under a load of 10-13 on 2 cores per-call IQRs
+#: reached 30-800 % (docs/measurement.md, "Dispersion").
+REL_IQR_LIMIT = 0.5
 
 
 def load_average() -> float | None:
@@ -54,6 +59,10 @@ def reasons(noise: dict) -> list[str]:
     if bg is not None and bg > LOAD_PER_CORE_LIMIT:
         out.append(f"background load {bg:.2f} per core (load average {noise.get('load1'):.2f} on "
                    f"{noise.get('cores')} cores) is above {LOAD_PER_CORE_LIMIT:g}")
+    rel = noise.get("rel_iqr")
+    if rel is not None and rel > REL_IQR_LIMIT:
+        out.append(f"the repetitions spread by {100 * rel:.0f}% of the median (IQR / median), above "
+                   f"{100 * REL_IQR_LIMIT:.0f}%")
     spread = noise.get("ceiling_spread")
     if spread is not None and spread > CEILING_SPREAD_LIMIT:
         out.append(f"the copy ceiling's repeated measurements spread by {100 * spread:.0f}% (relative IQR), above "

@@ -111,7 +111,7 @@ def check_verdicts(norms) -> dict:
     missing = [n for n, v in out.items() if v is None]
     if missing:
         with make_executor(preload=("normbench.check",)) as ex:
-            out.update(ensure_checked(missing, ex, time_limit()))
+            out.update(ensure_checked(missing, ex, time_limit(check=True)))
     _VERDICTS.update(out)
     return out
 

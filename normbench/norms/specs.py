@@ -238,10 +238,10 @@ SOFTMAX_PAPER = Paper("The Two-Pass Softmax Algorithm", "Dukhan, Ablavatski", 20
 def _softmax_backends() -> tuple[Backend, ...]:
     """One backend per algorithm: explicit formulations under torch.compile, and the Triton kernels."""
     compiled = tuple(Backend(f"compile_{a}", build=f"normbench.softmax:build_compile_{a}",
-                             available="normbench.softmax:compile_unavailable") for a in ("3pass", "2pass"))
+                             available="normbench.softmax:compile_unavailable") for a in ("three_pass", "two_pass"))
     kernels = tuple(Backend(f"triton_{a}", build=f"normbench.kernels.softmax_backend:build_{a}",
                             available="normbench.kernels.softmax_backend:unavailable")
-                    for a in ("3pass", "online", "2pass"))
+                    for a in ("three_pass", "online", "two_pass"))
     return compiled + kernels
 
 

@@ -104,6 +104,10 @@ def hardware_id(hw: dict) -> str:
     return f"cpu-{_cpu_slug(hw.get('cpu') or 'unknown')}-{hw.get('cores') or 0}c"
 
 
+#: Names the commit when the tree carries no .git (a copy sent to a GPU machine); dirtiness is then unknown.
+GIT_COMMIT_ENV = "NORMBENCH_GIT_COMMIT"
+
+
 @functools.lru_cache(maxsize=1)
 def git_commit() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the normbench checkout this code runs from; (None, None) outside a git checkout.
@@ -111,6 +115,9 @@ def git_commit() -> tuple[str | None, bool | None]:
     Dirty means the code differs from the commit: changes under results/ (which every sweep writes) and docs/ do
     not count, so a record's commit still names the code that produced it.
     """
+    given = os.environ.get(GIT_COMMIT_ENV, "").strip()
+    if given:  # a copied tree without .git (the GPU campaign): the caller names the commit it copied
+        return given, None
     if not (_REPO / ".git").exists():
         return None, None
     try:

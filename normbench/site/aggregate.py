@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from dataclasses import dataclass, field
 
 from normbench import stats as S
@@ -251,6 +250,11 @@ class Cell:
         return sum(r["status"] == "flagged" for r in self.runs)
 
     @property
+    def tuned(self) -> bool:
+        """Test runs at a learning rate chosen on the validation split (``config.lr_search``)."""
+        return any(isinstance(r["entry"].rec["config"].get("lr_search"), dict) for r in self.runs)
+
+    @property
     def tuning(self) -> bool:
         """A cell of learning-rate search runs: shown apart, never ranked."""
         return bool(self.runs) and all(r["status"] == "tuning" for r in self.runs)
@@ -290,14 +294,14 @@ def accuracy_cells(rows: list[dict]) -> list[Cell]:
 
 
 def reference_cell(c: Cell, cells: list[Cell]) -> Cell | None:
-    """The cell ``c`` is tested against (``normbench.stats.reference_of``): same table and hardware; the one with
-    the most runs when several match; None for the reference itself or where a table has none."""
+    """The cell ``c`` is tested against (``normbench.stats.reference_of``): same table and hardware; a tuned one
+    before an untuned one, then the one with the most runs; None for the reference itself or where there is none."""
     ref = S.reference_of(c.model)
     if ref is None or c.tuning:
         return None
     match = [x for x in cells if not x.tuning and x.table_key == c.table_key and x.hardware == c.hardware
              and x.options == c.options and (x.norm, x.placement) == ref]
-    best = max(match, key=lambda x: x.n, default=None)
+    best = max(match, key=lambda x: (x.tuned, x.n), default=None)
     return None if best is None or best is c else best
 
 
@@ -325,12 +329,15 @@ def pareto_front(points: list[tuple[float, float]], higher_is_better: bool = Tru
     return front
 
 
-def mean_curve(runs: list[dict], column: int) -> list[tuple[float, float]]:
-    """(step, mean over seeds) of curve ``column`` (1 = train loss, 2 = eval metric) at steps any seed logged."""
+def mean_curve(runs: list[dict], column: int, log: bool = False) -> list[tuple[float, float]]:
+    """(step, mean over seeds) of curve ``column`` (1 = train loss, 2 = eval metric) at steps any seed logged;
+    the geometric mean when ``log`` (perplexity), as everywhere else. Tuning and flagged runs are left out."""
     by_step: dict[int, list[float]] = {}
     for r in runs:
+        if r.get("status", "ok") not in ("ok", "diverged"):
+            continue
         for point in r["curve"]:
             v = point[column]
-            if v is not None:
+            if v is not None and (not log or v > 0):
                 by_step.setdefault(point[0], []).append(v)
-    return [(float(s), statistics.fmean(vs)) for s, vs in sorted(by_step.items())]
+    return [(float(s), S.summarize(vs, log=log).mean) for s, vs in sorted(by_step.items())]

@@ -537,7 +537,7 @@ class Site:
                                                                          if len({x.hardware for x in cells}) > 1
                                                                          else "")
             href = "../" * depth + c.runs[0]["entry"].href
-            ev = agg.mean_curve(c.runs, 2)
+            ev = agg.mean_curve(c.runs, 2, log=S.is_log_metric(c.metric))
             lo = agg.mean_curve(c.runs, 1)
             if ev:
                 eval_series.append(Series(name, [Point(s, v, href, f"{name} step {int(s)}: {fmt_metric(v, c.metric)}")
@@ -790,7 +790,8 @@ class Site:
         body.append("""<section id="reading"><h2>Reading the tables</h2><ul>
 <li><strong>time</strong>: median over timed repetitions (hover for the interquartile range and the count). CPU timings
 use <code>time.perf_counter</code> with a fixed thread count; GPU timings use CUDA events with the L2 cache flushed
-between repetitions (<em>cold</em>) unless labelled <em>hot</em>.</li>
+between repetitions (<em>cold</em>) unless labelled <em>hot</em> (events, no flush) or <em>host</em> (a host clock
+around a synchronised call, as pytest-benchmark and ASV time: launch overhead included, no flush).</li>
 <li><strong>GB/s</strong>: the minimum bytes the norm must move for that pass (its documented formula) divided by the
 median time.</li>
 <li><strong>% ceiling</strong>: GB/s as a share of the copy bandwidth measured on the same machine in the same run.

@@ -176,8 +176,8 @@ def _tasks():
             name="synth-shapes", title="Synthetic shapes (offline)", modality="image", offline=True, metric="top1",
             higher_is_better=True,
             description=f"10 shape classes at {SHAPES_SIZE}x{SHAPES_SIZE} on textured backgrounds with 16x per-image "
-                        f"contrast variation and colour casts; {SHAPES_TRAIN} train / {SHAPES_EVAL} eval images "
-                        f"generated from seed {DATA_SEED}.",
+                        f"contrast variation and colour casts; {SHAPES_TRAIN} train / {SHAPES_EVAL} val / "
+                        f"{SHAPES_EVAL} test images generated from seed {DATA_SEED}.",
             source="generated", loader=_load_shapes, default_model="resnet",
             models=("resnet", "vit", "fixup_resnet", "skipinit_resnet", "nf_resnet"),
             num_classes=len(SHAPES_CLASSES), image_size=SHAPES_SIZE,
@@ -188,8 +188,8 @@ def _tasks():
             name="synth-lm", title="Synthetic Markov + repeats language (offline)", modality="text", offline=True,
             metric="perplexity", higher_is_better=False,
             description=f"{LM_DOC - 1}-token documents over {LM_VOCAB} symbols: a sparse random Markov chain with "
-                        f"verbatim repeats of earlier 4-10 token spans; {LM_TRAIN_DOCS} train / {LM_EVAL_DOCS} eval "
-                        f"documents generated from seed {DATA_SEED}.",
+                        f"verbatim repeats of earlier 4-10 token spans; {LM_TRAIN_DOCS} train / {LM_EVAL_DOCS} val / "
+                        f"{LM_EVAL_DOCS} test documents generated from seed {DATA_SEED}.",
             source="generated", loader=_load_lm, default_model="gpt", models=("gpt",),
             vocab_size=LM_VOCAB, tokenizer="symbols",
             why_norms_differ="the repeats are only predictable through attention to the earlier occurrence; how fast "

@@ -181,9 +181,12 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
     # torchrun: each rank is already the process that runs the work, and the ranks must stay in step.
     executor_name = "inprocess" if distributed else getattr(args, "executor", None)
     limit = stall_limit(getattr(args, "stall_limit", None))
-    check_limit = time_limit(getattr(args, "time_limit", None))
+    check_limit = time_limit(getattr(args, "time_limit", None), check=True)
     command = command_line()
     broken: dict[str, str] = {}
+    from normbench.cli import report_plugin_problems
+
+    report_plugin_problems()
     with make_executor(executor_name, preload=("normbench.train.loop", "normbench.check")) as ex:
         verdicts = ensure_checked([r.spec().name for r in runs], ex, check_limit)
         for name, v in verdicts.items():

@@ -1,0 +1,398 @@
+"""The GPU campaign: a tiered, resumable kernel sweep for a fresh GPU machine, packed to travel back in a few files.
+
+Made for a machine whose image has torch, Triton, pandas and pytest-benchmark but not normbench's extras, reached
+for ten minutes at a time (``scripts/gpu-campaign.sh`` runs this with the image's python and ``PYTHONPATH=.``):
+
+* tier 1: LayerNorm, RMSNorm, DyT, add+RMSNorm x LLM widths 1024..16384 (4096 tokens, plus 8192x4096) x bfloat16 x
+  fwd/bwd/fwd+bwd x eager/compile/triton (+ liger where importable): planned to fit one ten-minute call;
+* tier 2: the rest of the zoo on the same LLM shapes and the vision shapes, and float32 for everything;
+* tier 3: ASV's small grid through the measurement core, and the GPU kernel tests (``tests/test_triton_kernels.py``
+  compiled, not interpreted).
+
+Resumable: records already measured (passed back in with ``--resume``) are skipped, and a run stops starting new
+groups before ``--budget-s`` runs out, so a tier too big for one call continues in the next. Everything measured is
+packed into at most ``MAX_FILES`` gzipped JSON files of at most ``MAX_FILE_BYTES`` each under ``--out`` (the
+device tool's ``$OUT``), plus a log with per-group wall times that calibrates :func:`estimate`.
+``--dry-run`` plans the GPU cases on any machine and prints counts and estimated minutes per tier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TIER1_NORMS = ("layernorm", "rmsnorm", "dyt", "add_rmsnorm")
+#: tokens x hidden: every LLM width at 4096 tokens, and one 8192 x 4096 shape (a Llama-7B step's worth of rows)
+TIER1_SHAPES = ("llm-4096x1024", "llm-4096x2048", "llm-4096x4096", "llm-4096x8192", "llm-4096x16384",
+                "llm-8192x4096")
+TIER1_BACKENDS = ("eager", "compile", "triton", "liger")
+PASSES = ("fwd", "bwd", "fwd+bwd")
+#: what comes back from the device machine: at most 8 files of at most 16 MiB (the log is one of them)
+MAX_FILES = 8
+MAX_FILE_BYTES = 16 * 2**20
+RECORD_FILES = MAX_FILES - 2  # leaves room for the log and the GPU tests' output
+DEFAULT_BUDGET_S = 540.0      # of a ten-minute call: start-up, packing and the transfer need the rest
+
+#: The campaign's repetitions: enough for a median and IQR on a GPU, few enough for tier 1 to fit one call.
+#: (Recorded in every record: metrics.reps.)
+CAMPAIGN_SETTINGS = dict(warmup=10, min_reps=20, max_reps=200, min_time=0.1, max_time=5.0)
+
+
+# --- planning -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class Tier:
+    number: int
+    title: str
+    cases: list = field(default_factory=list)
+    optional: dict = field(default_factory=dict)  # backend -> cases that run only where it imports
+    commands: list = field(default_factory=list)  # extra steps (tier 3)
+
+
+def _cases(norms, shapes, dtypes, backends, device, modes=None):
+    """Cases without touching the device (planning works on a CPU): the core's ``plan`` minus its device check."""
+    from normbench.measure import baselines
+    from normbench.measure.core import MODES, Case, backends_for
+    from normbench.measure.shapes import by_label
+    from normbench.registry import REGISTRY
+
+    out = []
+    for name in norms:
+        spec = REGISTRY.get(name)
+        avail = backends_for(spec)
+        for label in shapes:
+            shape = by_label(label)
+            if shape.layout not in spec.layouts or (shape.shape_class == "softmax") != (spec.kind == "softmax"):
+                continue
+            for backend in backends:
+                if backend not in avail:
+                    continue
+                base = baselines.REGISTRY.get((backend, name))  # None: the norm's own backend, or softmax's
+                if base is not None and shape.layout not in base.layouts:
+                    continue
+                for dtype in dtypes:
+                    if base is not None and dtype not in base.dtypes:
+                        continue
+                    for mode in ((modes or MODES) if spec.running_state else ("train",)):
+                        for p in (("fwd",) if base is not None and base.forward_only else PASSES):
+                            out.append(Case(name, backend, shape, dtype, p, device, "cold", 1, False, "campaign",
+                                            mode))
+    return out
+
+
+def _importable(backend: str, norm: str, device: str) -> bool:
+    from normbench.measure import baselines
+
+    return baselines.unavailable(backend, norm, "tokens", device) is None
+
+
+def plan_tiers(device: str = "cuda") -> list[Tier]:
+    """The three tiers' cases (baseline cases split out as optional: they run only where their library imports)."""
+    from normbench.measure import baselines
+    from normbench.measure.shapes import vision_shapes
+    from normbench.registry import REGISTRY
+
+    t1 = Tier(1, "LN/RMSNorm/DyT/add+RMSNorm x LLM widths x bf16 x 3 passes x eager/compile/triton (+liger)")
+    for c in _cases(TIER1_NORMS, TIER1_SHAPES, ("bfloat16",), TIER1_BACKENDS, device):
+        (t1.optional.setdefault(c.backend, []) if c.backend in baselines.BASELINES else t1.cases).append(c)
+    rest = [n for n in REGISTRY.names() if n not in TIER1_NORMS]
+    from normbench.measure.shapes import softmax_shapes
+
+    shapes2 = TIER1_SHAPES + tuple(s.label for s in vision_shapes() + softmax_shapes())
+    all_backends = ("eager", "compile", "triton") + baselines.BASELINES
+    t2 = Tier(2, "the rest of the zoo (LLM + vision shapes, bf16 + fp32), and float32 for tier 1's norms")
+    for c in (_cases(rest, shapes2, ("bfloat16", "float32"), all_backends, device)
+              + _cases(TIER1_NORMS, TIER1_SHAPES, ("float32",), all_backends, device)
+              + _cases(TIER1_NORMS, TIER1_SHAPES, ("bfloat16",), tuple(b for b in baselines.BASELINES
+                                                                      if b != "liger"), device)):
+        (t2.optional.setdefault(c.backend, []) if c.backend in baselines.BASELINES else t2.cases).append(c)
+    t3 = Tier(3, "ASV's small grid through the core, and the GPU kernel tests (compiled Triton)")
+    from normbench.measure import suite
+
+    grid = suite.grid("small")
+    for norm in grid[0]:
+        t3.cases += [c for c in _cases((norm,), grid[2], grid[3], grid[1], device) if c.pass_ in grid[4]]
+    t3.commands.append(["pytest", "-q", "-p", "no:cacheprovider", "tests/test_triton_kernels.py"])
+    return [t1, t2, t3]
+
+
+# --- cost model ---------------------------------------------------------------------------------------------------
+
+#: Seconds to build, compile or autotune, and check one group (module x shape x dtype), by backend. Guesses from
+#: CPU runs and the libraries' own timings, to be replaced by the log's measured wall times after a GPU run.
+SETUP_S = {"eager": 1.0, "compile": 8.0, "triton": 4.0}
+SETUP_BASELINE_S = 3.0
+#: Bandwidth a memory-bound kernel is assumed to reach (bytes/s), host overhead per repetition (launch, event
+#: records, the L2 flush of >= 256 MiB), and fixed cost per case (peak memory, record).
+ASSUMED_BW = 2.0e12
+REP_OVERHEAD_S = 2.5e-4
+CASE_OVERHEAD_S = 0.2
+CEILING_S = 3.0
+#: ``normbench check`` of each norm before it is measured (its backends compiled and compared with eager).
+CHECK_S = 10.0
+
+
+def _case_bytes(case) -> int:
+    from normbench.measure.shapes import input_shape
+    from normbench.registry import REGISTRY
+
+    spec = REGISTRY.get(case.norm)
+    n = 1
+    for d in input_shape(case.shape, spec.kind):
+        n *= d
+    e = 4 if case.dtype == "float32" else 2
+    k = 2 if spec.kind in ("residual", "attention") else 1
+    fwd, bwd = 2 * k * e * n, 3 * k * e * n
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[case.pass_]
+
+
+def estimate(cases, settings: dict | None = None) -> float:
+    """Estimated seconds to measure ``cases`` on a GPU (setup per group + repetitions per case)."""
+    s = dict(CAMPAIGN_SETTINGS, **(settings or {}))
+    groups = {}
+    total = 0.0
+    for c in cases:
+        groups.setdefault(c.group, c.backend)
+        t = _case_bytes(c) / ASSUMED_BW
+        reps = min(s["max_reps"], max(s["min_reps"], int(s["min_time"] / max(t, 1e-7))))
+        per_rep = t + REP_OVERHEAD_S + (_case_bytes(c) / ASSUMED_BW / 2 if c.pass_ == "bwd" else 0.0)
+        total += (reps + s["warmup"]) * per_rep + CASE_OVERHEAD_S
+    for backend in groups.values():
+        total += SETUP_S.get(backend, SETUP_BASELINE_S)
+    return total + (CEILING_S + CHECK_S * len({c.norm for c in cases}) if cases else 0.0)
+
+
+def dry_run(device: str = "cuda", out=None) -> dict:
+    """Plan every tier without a GPU; print and return counts and estimated minutes."""
+    out = out or sys.stdout
+    summary = {}
+    for tier in plan_tiers(device):
+        opt = {b: len(v) for b, v in tier.optional.items()}
+        est = estimate(tier.cases)
+        est_opt = {b: estimate(v) - CEILING_S - CHECK_S * len({c.norm for c in v}) for b, v in tier.optional.items()}
+        summary[tier.number] = {"title": tier.title, "cases": len(tier.cases), "optional_cases": opt,
+                                "groups": len({c.group for c in tier.cases}), "estimated_s": round(est, 1),
+                                "estimated_optional_s": {b: round(v, 1) for b, v in est_opt.items()},
+                                "commands": [" ".join(c) for c in tier.commands]}
+        print(f"tier {tier.number}: {tier.title}", file=out)
+        print(f"  {len(tier.cases)} cases in {summary[tier.number]['groups']} groups, "
+              f"~{est / 60:.1f} min", file=out)
+        for b, n in opt.items():
+            print(f"  + {n} {b} cases where {b} imports, ~{est_opt[b] / 60:.1f} min", file=out)
+        for cmd in tier.commands:
+            print(f"  + {' '.join(cmd)}", file=out)
+    return summary
+
+
+# --- packing ------------------------------------------------------------------------------------------------------
+
+def pack(records: list[dict], out_dir, prefix: str = "records", max_files: int = RECORD_FILES,
+         max_bytes: int = MAX_FILE_BYTES) -> list[Path]:
+    """Write ``records`` as gzipped JSON arrays ``<prefix>-<i>.json.gz`` in ``out_dir``: at most ``max_files``
+    files of at most ``max_bytes`` each. Raises ``ValueError`` when they do not fit (nothing is dropped quietly)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob(f"{prefix}-*.json.gz"):
+        old.unlink()
+    chunks = [records] if records else []
+    while True:
+        blobs = [gzip.compress(json.dumps(c, separators=(",", ":")).encode(), mtime=0) for c in chunks]
+        big = [i for i, b in enumerate(blobs) if len(b) > max_bytes]
+        if not big:
+            break
+        i = big[0]
+        if len(chunks[i]) == 1:
+            raise ValueError("one record is larger than a packed file may be")
+        half = len(chunks[i]) // 2
+        chunks[i:i + 1] = [chunks[i][:half], chunks[i][half:]]
+    if len(blobs) > max_files:
+        raise ValueError(f"{len(records)} records need {len(blobs)} files of {max_bytes} bytes; at most {max_files} "
+                         "may come back: run fewer tiers per call")
+    paths = []
+    for i, blob in enumerate(blobs):
+        p = out_dir / f"{prefix}-{i}.json.gz"
+        p.write_bytes(blob)
+        paths.append(p)
+    return paths
+
+
+def unpack(paths) -> list[dict]:
+    """Records from packed files (or directories of them), each validated as the store validates records."""
+    from normbench.results.schema import validate_record
+
+    files = []
+    for p in map(Path, paths):
+        files += sorted(p.glob("*.json.gz")) if p.is_dir() else [p]
+    out = []
+    for f in files:
+        try:
+            data = json.loads(gzip.decompress(f.read_bytes()))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{f}: not a packed record file ({exc})") from None
+        for i, rec in enumerate(data):
+            problems = validate_record(rec)
+            if problems:
+                raise ValueError(f"{f}: record {i} is invalid: {'; '.join(problems)}")
+            out.append(rec)
+    return out
+
+
+# --- running ------------------------------------------------------------------------------------------------------
+
+def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = DEFAULT_BUDGET_S,
+        commit: str | None = None, log=None) -> dict:
+    """Measure the chosen tiers until done or out of budget; pack what exists under ``out``; return the log."""
+    from normbench.results.provenance import GIT_COMMIT_ENV
+
+    if commit:
+        os.environ[GIT_COMMIT_ENV] = commit
+    t_start = time.monotonic()
+    deadline = t_start + budget_s
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    import torch
+
+    from normbench.check import ensure_checked, stamp
+    from normbench.measure.core import run_sweep
+    from normbench.measure.timers import TimerSettings
+    from normbench.results.store import write_records
+
+    if not torch.cuda.is_available():
+        raise SystemExit("normbench campaign needs a CUDA device (use --dry-run to plan on this machine)")
+    device = "cuda"
+    # The working results tree stays outside ``out``: only the packed files and the log may come back.
+    work = Path(work or os.environ.get("NORMBENCH_CAMPAIGN_WORK") or "/tmp/normbench-campaign-work")
+    carried = unpack(resume) if resume else []
+    if carried:
+        write_records(carried, work)
+        log(f"resumed: {len(carried)} records already measured")
+    new: list[dict] = []
+    entry = {"commit": commit, "tiers": {}, "groups": [], "budget_s": budget_s, "torch": torch.__version__}
+    settings = TimerSettings(**CAMPAIGN_SETTINGS)
+    plan = {t.number: t for t in plan_tiers(device)}
+    for number in tiers:
+        tier = plan[number]
+        cases = list(tier.cases)
+        for backend, extra in tier.optional.items():
+            if extra and _importable(backend, extra[0].norm, device):
+                cases += extra
+            elif extra:
+                log(f"tier {number}: {len(extra)} {backend} cases left out ({backend} does not import here)")
+        verdicts = ensure_checked(sorted({c.norm for c in cases}))
+        refused = sorted(n for n, v in verdicts.items() if not v.passed)
+        cases = [c for c in cases if c.norm not in refused]
+
+        def on_record(rec, verdicts=verdicts):
+            stamp(rec, verdicts[rec["norm"]["name"]], rec["config"]["backend"], forced=False)
+            new.append(rec)
+
+        t0 = time.monotonic()
+        s = run_sweep(cases, work, settings=settings, progress=False, on_record=on_record, deadline=deadline,
+                      group_log=entry["groups"], command=["normbench", "campaign", "--tier", str(number)])
+        entry["tiers"][number] = {"planned": len(cases), "written": s.written, "already_done": s.already_done,
+                                  "skipped": len(s.skipped), "failed": s.failed[:50], "refused_norms": refused,
+                                  "wall_s": round(time.monotonic() - t0, 1), "out_of_time": s.out_of_time,
+                                  "estimated_s": round(estimate(cases), 1)}
+        log(f"tier {number}: {s.written} written, {s.already_done} already done, {len(s.skipped)} skipped, "
+            f"{len(s.failed)} failed{' (out of time: resume with these records)' if s.out_of_time else ''}")
+        if s.out_of_time:
+            break
+        for cmd in tier.commands:
+            if time.monotonic() > deadline:
+                entry.setdefault("not_run", []).append(" ".join(cmd))
+                continue
+            entry.setdefault("commands", []).append(_run_command(cmd, Path(out), deadline))
+    paths = pack(carried + new, out)
+    entry["files"] = [p.name for p in paths]
+    entry["records"] = len(carried) + len(new)
+    entry["wall_s"] = round(time.monotonic() - t_start, 1)
+    (Path(out) / "campaign-log.json").write_text(json.dumps(entry, indent=1, default=str) + "\n")
+    return entry
+
+
+def _run_command(cmd, out: Path, deadline: float) -> dict:
+    import subprocess
+
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    timeout = max(10.0, deadline - time.monotonic())
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", *cmd], capture_output=True, text=True, env=env, timeout=timeout)
+        text, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        text, rc = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out after {timeout:.0f}s", 124
+    (out / "gpu-tests.log").write_text(text[-2_000_000:])
+    return {"command": " ".join(cmd), "returncode": rc, "wall_s": round(time.monotonic() - t0, 1),
+            "tail": text[-2000:]}
+
+
+# --- command line -------------------------------------------------------------------------------------------------
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tier", default="1", help="tiers to run, e.g. 1, 2, 1,2,3 or all (default 1)")
+    p.add_argument("--out", default=os.environ.get("OUT") or "campaign-out",
+                   help="where the packed records and the log go (default $OUT, else campaign-out)")
+    p.add_argument("--resume", nargs="*", default=[], metavar="PATH",
+                   help="packed record files (or folders) from earlier runs: their cases are not measured again")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                   help=f"start no group after this many seconds (default {DEFAULT_BUDGET_S:g})")
+    p.add_argument("--commit", default=os.environ.get("NORMBENCH_GIT_COMMIT"),
+                   help="the git commit of this tree (the copied tree may lack .git)")
+    p.add_argument("--dry-run", action="store_true", help="plan the GPU cases here and print counts and estimates")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the plan summary as JSON")
+    p.add_argument("--unpack", nargs="+", metavar="PATH",
+                   help="merge packed record files (or folders) that came back into --into (no measuring)")
+    p.add_argument("--into", default="results", help="with --unpack: the results directory (default results)")
+
+
+def parse_tiers(text: str) -> tuple[int, ...]:
+    if text.strip() == "all":
+        return (1, 2, 3)
+    tiers = tuple(int(t) for t in text.replace(" ", "").split(",") if t)
+    if not tiers or any(t not in (1, 2, 3) for t in tiers):
+        raise ValueError(f"--tier takes 1, 2, 3 (comma-separated) or all, got {text!r}")
+    return tiers
+
+
+def command(args) -> int:
+    tiers = parse_tiers(args.tier)
+    if args.unpack:
+        from normbench.results.store import write_records
+
+        recs = unpack(args.unpack)
+        write_records(recs, args.into)
+        print(f"{len(recs)} record(s) merged into {args.into}")
+        return 0
+    if args.dry_run:
+        summary = dry_run("cuda", out=sys.stderr if args.json else sys.stdout)
+        if args.json:
+            print(json.dumps(summary, indent=1))
+        return 0
+    entry = run(tiers, out=args.out, resume=args.resume, budget_s=args.budget_s, commit=args.commit)
+    failed = sum(len(t["failed"]) for t in entry["tiers"].values())
+    bad_cmd = any(c["returncode"] != 0 for c in entry.get("commands", []))
+    print(json.dumps({k: entry[k] for k in ("records", "files", "wall_s")}))
+    return 1 if failed or bad_cmd else 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "campaign", help="tiered, resumable GPU kernel sweep packed into a few files (scripts/gpu-campaign.sh)",
+        description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    p.set_defaults(func=command)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m normbench.campaign", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return command(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""The GPU campaign's CPU-side parts: the dry-run plan and its cost model, packing within the output limits,
+resuming from packed files, and the commit passed in for a tree without .git. (Measuring needs a GPU.)"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from normbench import campaign
+from normbench.measure.shapes import by_label
+
+
+def test_dry_run_plans_tier1_to_fit_one_call(capsys):
+    summary = campaign.dry_run("cuda")
+    t1 = summary[1]
+    # 4 norms x 6 LLM shapes x bf16 x 3 passes x eager/compile/triton, liger on top where it imports
+    assert t1["cases"] == 4 * 6 * 3 * 3 and t1["optional_cases"] == {"liger": 4 * 6 * 3}
+    assert t1["estimated_s"] + t1["estimated_optional_s"]["liger"] < campaign.DEFAULT_BUDGET_S
+    assert summary[2]["cases"] > t1["cases"] and summary[3]["commands"]
+    out = capsys.readouterr().out
+    assert "tier 1" in out and "min" in out
+
+
+def test_tier1_covers_llm_widths_and_a_large_shape():
+    t1 = campaign.plan_tiers("cuda")[0]
+    widths = {c.shape.num_features for c in t1.cases}
+    assert widths == {1024, 2048, 4096, 8192, 16384}
+    assert any(by_label(s).numel >= 8192 * 4096 for s in campaign.TIER1_SHAPES)
+    assert {c.norm for c in t1.cases} == set(campaign.TIER1_NORMS)
+    assert {c.dtype for c in t1.cases} == {"bfloat16"} and {c.timing for c in t1.cases} == {"cold"}
+    assert {c.pass_ for c in t1.cases} == {"fwd", "bwd", "fwd+bwd"}
+
+
+def test_forward_only_and_dtype_limited_baselines_are_planned_as_they_run():
+    t2 = campaign.plan_tiers("cuda")[1]
+    fi = t2.optional.get("flashinfer", [])
+    assert fi and {c.pass_ for c in fi} == {"fwd"} and {c.dtype for c in fi} == {"bfloat16"}
+
+
+def test_cost_model_grows_with_work():
+    t1 = campaign.plan_tiers("cuda")[0]
+    one = [c for c in t1.cases if c.backend == "eager"][:3]
+    assert 0 < campaign.estimate(one) < campaign.estimate(t1.cases)
+    assert campaign.estimate([]) == 0
+
+
+def _records(n, pad=0):
+    import random
+
+    rng = random.Random(0)  # random text: it does not compress away
+    return [{"id": f"r{i}", "pad": "".join(rng.choice("0123456789abcdef") for _ in range(pad))} for i in range(n)]
+
+
+def test_pack_splits_within_the_limits_and_round_trips(tmp_path):
+    recs = _records(40, pad=400)
+    # incompressible padding would be needed to hit 16 MiB; a small limit exercises the splitting instead
+    paths = campaign.pack(recs, tmp_path, max_files=6, max_bytes=4000)
+    assert 1 < len(paths) <= 6 and all(p.stat().st_size <= 4000 for p in paths)
+    back = [r for p in paths for r in json.loads(gzip.decompress(p.read_bytes()))]
+    assert back == recs
+    with pytest.raises(ValueError, match="at most 2 may come back"):
+        campaign.pack(recs, tmp_path, max_files=2, max_bytes=1000)
+
+
+def test_unpack_merges_real_records_into_results(tmp_path, one_thread):
+    from normbench import results
+    from normbench.measure import core
+    from normbench.measure.timers import TimerSettings
+
+    ctx = core.Context(50.0, "test", results.provenance(command="pytest", device="cpu"),
+                       TimerSettings(warmup=0, min_reps=3, max_reps=3, min_time=0.0), None)
+    shape = by_label("quick-8x128x512")
+    recs = core.measure_group([core.Case("rmsnorm", "eager", shape, "float32", "fwd", "cpu", "hot", 1)], ctx)
+    paths = campaign.pack(recs, tmp_path / "out")
+    assert campaign.main(["--unpack", str(tmp_path / "out"), "--into", str(tmp_path / "res")]) == 0
+    loaded = results.load(tmp_path / "res", kind="kernel")
+    assert len(paths) == 1 and list(loaded["id"]) == [recs[0]["id"]]
+
+
+def test_unpack_validates_records(tmp_path):
+    (tmp_path / "bad.json.gz").write_bytes(gzip.compress(b'[{"id": "x"}]'))
+    with pytest.raises(ValueError, match="invalid"):
+        campaign.unpack([tmp_path])
+
+
+def test_parse_tiers():
+    assert campaign.parse_tiers("all") == (1, 2, 3) and campaign.parse_tiers("1,3") == (1, 3)
+    with pytest.raises(ValueError):
+        campaign.parse_tiers("4")
+
+
+def test_commit_passed_in_names_a_tree_without_git(monkeypatch):
+    import importlib
+
+    provenance = importlib.import_module("normbench.results.provenance")
+
+    provenance.git_commit.cache_clear()
+    monkeypatch.setenv(provenance.GIT_COMMIT_ENV, "0123abcd" * 5)
+    try:
+        assert provenance.git_commit() == ("0123abcd" * 5, None)
+    finally:
+        provenance.git_commit.cache_clear()
+
+
+def test_script_dry_run_and_no_gpu_message(tmp_path):
+    env_py = sys.executable
+    out = subprocess.run(["bash", "scripts/gpu-campaign.sh", "--dry-run", "--json"], cwd=REPO, capture_output=True,
+                         text=True, env={"PATH": "/usr/bin:/bin", "PYTHON": env_py}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["1"]["cases"] == 4 * 6 * 3 * 3
+    run = subprocess.run(["bash", "scripts/gpu-campaign.sh", "--tier", "1", "--out", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHON": env_py},
+                         timeout=120)
+    assert run.returncode != 0 and "needs a CUDA device" in run.stderr
