@@ -6,14 +6,13 @@ from __future__ import annotations
 import gzip
 import importlib
 import json
-import math
 import multiprocessing
 import sys
 import textwrap
 
 import pytest
 import torch
-from test_results import _norm, _prov, kernel_record
+from test_results import _norm, kernel_record
 
 from normbench import results
 from normbench.cli import main

@@ -101,10 +101,16 @@ def test_compiled_module_keeps_eager_state_dict_and_results(one_thread):
     assert comp.watch.graphs_built == 1 and comp.watch.compiled_calls == 1
 
 
-def test_retained_compiled_backward_can_be_called_repeatedly(one_thread, monkeypatch):
+def test_retained_compiled_backward_can_be_called_repeatedly(one_thread):
     import torch._functorch.config as fconfig
 
-    monkeypatch.setattr(fconfig, "donated_buffer", True)
+    # fconfig.patch, not monkeypatch: a config module keeps its values outside __dict__, and monkeypatch's
+    # undo would delete the setting for every later test
+    with fconfig.patch(donated_buffer=True):
+        _retained_backward_twice(fconfig)
+
+
+def _retained_backward_twice(fconfig):
     torch._dynamo.reset()
     case = suite.case_for("rmsnorm", "compile", "quick-8x128x512", "float32", "bwd", harness="asv")
     prep, fn, pre, _ = suite.prepare(case, retain_graph=True)

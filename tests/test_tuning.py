@@ -19,7 +19,7 @@ from normbench.results.store import record_files
 from normbench.tasks import get_task
 from normbench.train.command import choose_lr
 from normbench.train.loop import Run, make_optimizer, run_config
-from normbench.train.recipes import Recipe, get_recipe, recipe_hash
+from normbench.train.recipes import Recipe, get_recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SHAPES = get_task("synth-shapes")
@@ -158,7 +158,8 @@ def test_validation_split_uses_the_loaders_split_else_a_fixed_carve():
     data = TaskData(task=SHAPES, train={"x": x, "y": y}, eval={"x": x[:5], "y": y[:5]})
     a, b = validation_split(data, 0.1), validation_split(data, 0.1)
     held, kept = a.eval["x"][:, 0, 0, 0].tolist(), a.train["x"][:, 0, 0, 0].tolist()
-    assert len(held) == 10 and len(kept) == 90 and not set(held) & set(kept) and set(held) | set(kept) == set(range(100))
+    assert len(held) == 10 and len(kept) == 90 and not set(held) & set(kept)
+    assert set(held) | set(kept) == set(range(100))
     assert torch.equal(a.eval["x"], b.eval["x"])  # the same examples every time (fixed seed)
     assert torch.equal(a.eval["y"], y[a.eval["x"][:, 0, 0, 0].long()])  # labels travel with their images
     own = TaskData(task=SHAPES, train={"x": x, "y": y}, eval={"x": x[:5], "y": y[:5]},
