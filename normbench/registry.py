@@ -182,7 +182,9 @@ def _eager_modules(spec: "NormSpec") -> set[str]:
             mod = importlib.import_module(name)
         except Exception:
             mod = None
-        for obj in vars(mod).values() if mod is not None else ():
+        for key, obj in vars(mod).items() if mod is not None else ():
+            if key.startswith("__"):  # torch.compile adds __compiled_fn_N / __resume_at_N to the globals it traces
+                continue
             owner = getattr(obj, "__module__", None) if (inspect.isfunction(obj) or inspect.isclass(obj)) else None
             if isinstance(owner, str) and owner != name and _top(owner) == _top(name):
                 names.add(owner)
