@@ -712,6 +712,22 @@ def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: 
     return out
 
 
+def _store_group(records: list, refused: list, group: list, out, summary: "SweepSummary", on_record) -> list[str]:
+    """Write one finished group's records (after ``on_record`` amends each) and count them in ``summary``; returns
+    the descriptions of the group's cases that were measured (not refused). Both sweep paths write through here."""
+    from normbench.results.store import write_records
+
+    if not records:
+        return []
+    for rec in records:
+        if on_record is not None:
+            on_record(rec)
+    summary.files.update(str(p) for p in write_records(records, out))
+    summary.written += len(records)
+    refused_ids = {c.describe() for c, _ in refused}
+    return [c.describe() for c in group if c.describe() not in refused_ids]
+
+
 def _run_sweep_remote(cases, out, force, settings, progress, command, log, executor, time_limit, on_record):
     """``run_sweep`` over an executor that runs many groups at once on other machines (Ray).
 
@@ -724,7 +740,7 @@ def _run_sweep_remote(cases, out, force, settings, progress, command, log, execu
 
     from normbench.executor import Task
     from normbench.results.provenance import utc_now
-    from normbench.results.store import iter_records, write_records
+    from normbench.results.store import iter_records
 
     summary = SweepSummary()
     if command is None:  # the driver's command line, not the Ray worker's
@@ -791,16 +807,8 @@ def _run_sweep_remote(cases, out, force, settings, progress, command, log, execu
                 ceilings.add(value["node"] + value["ceiling"])
                 say(f"ceiling on {value['node']}: {value['ceiling']}")
             summary.already_done += value["already"]
-            records, refused = value["records"], value["refused"]
-            refused_ids = {c.describe() for c, _ in refused}
-            if records:
-                for rec in records:
-                    if on_record is not None:
-                        on_record(rec)
-                paths = write_records(records, out)
-                summary.written += len(records)
-                summary.files.update(str(p) for p in paths)
-                measured[value["hardware_id"]] += [c.describe() for c in group if c.describe() not in refused_ids]
+            refused = value["refused"]
+            measured[value["hardware_id"]] += _store_group(value["records"], refused, group, out, summary, on_record)
             for c, reason in refused:
                 summary.skipped.append((c.describe(), reason))
                 skips[value["hardware_id"]].append(
@@ -839,7 +847,7 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
         return _run_sweep_remote(cases, out, force, settings, progress, command,
                                  log or (lambda msg: print(msg, file=sys.stderr)), executor, time_limit, on_record)
     from normbench.results.provenance import utc_now
-    from normbench.results.store import existing_ids, write_records
+    from normbench.results.store import existing_ids
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     summary = SweepSummary()
@@ -895,16 +903,8 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
                 continue
             outcome = executor.submit(Task(_group_task, (group, ctx), label=where, timeout=time_limit)).result()
             if outcome.ok:
-                records, refused = outcome.value["records"], outcome.value["refused"]
-                refused_ids = {c.describe() for c, _ in refused}
-                if records:
-                    for rec in records:
-                        if on_record is not None:
-                            on_record(rec)
-                    paths = write_records(records, out)
-                    summary.written += len(records)
-                    summary.files.update(str(p) for p in paths)
-                    measured += [c.describe() for c in group if c.describe() not in refused_ids]
+                refused = outcome.value["refused"]
+                measured += _store_group(outcome.value["records"], refused, group, out, summary, on_record)
             else:
                 msg = outcome.error
                 if outcome.status != "error":  # a hang or a dead process: this norm's other groups would do it too
