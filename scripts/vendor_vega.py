@@ -36,7 +36,8 @@ REGISTRY = "https://registry.npmjs.org"
 
 # name: (version, npm dist.integrity)
 PINS = {
-    "vega": ("6.2.0", "sha512-BIwalIcEGysJdQDjeVUmMWB3e50jPDNAMfLJscjEvpunU9bSt7X1OYnQxkg3uBwuRRI4nWfFZO9uIW910nLeGw=="),
+    "vega": ("6.2.0",
+             "sha512-BIwalIcEGysJdQDjeVUmMWB3e50jPDNAMfLJscjEvpunU9bSt7X1OYnQxkg3uBwuRRI4nWfFZO9uIW910nLeGw=="),
     "vega-lite": ("6.4.1",
                   "sha512-KO3ybHNouRK4A0al/+2fN9UqgTEfxrd/ntGLY933Hg5UOYotDVQdshR3zn7OfXwQ7uj0W96Vfa5R+QxO8am3IQ=="),
     "vega-embed": ("7.0.2",

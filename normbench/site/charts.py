@@ -114,7 +114,8 @@ def _kernel_tooltip() -> list[alt.Tooltip]:
 def _x_width(widths) -> alt.X:
     """Hidden size on a log2 axis, ticks at the measured widths (a sweep's widths are powers of two or LLM sizes)."""
     ticks = sorted({int(w) for w in widths if w and w > 0})
-    return alt.X("width:Q", title="hidden size (log2 scale)", scale=alt.Scale(type="log", base=2, nice=False, padding=12),
+    return alt.X("width:Q", title="hidden size (log2 scale)",
+                 scale=alt.Scale(type="log", base=2, nice=False, padding=12),
                  axis=alt.Axis(values=ticks, format="d", labelOverlap="greedy", labelAngle=-45 if len(ticks) > 6
                                else 0))
 
