@@ -11,10 +11,16 @@ import numpy as np
 import pytest
 import test_site_support as sup
 
+from markupsafe import escape
+
 from normbench.site import aggregate as agg
 from normbench.site import build_site, markdown
-from normbench.site.markup import esc, fmt_bytes, fmt_gbps, fmt_time, safe_url
+from normbench.site.fmt import fmt_bytes, fmt_gbps, fmt_time, safe_url
 from normbench.site.records import Entry
+
+
+def esc(v) -> str:
+    return str(escape(v))
 
 # --- aggregation ----------------------------------------------------------------------------------------------------
 
@@ -94,7 +100,7 @@ def test_safe_url_refuses_everything_but_http_links(url):
 
 def test_safe_url_and_escaping():
     assert safe_url("https://arxiv.org/abs/1607.06450") == "https://arxiv.org/abs/1607.06450"
-    assert esc('<a href="x">\'&') == "&lt;a href=&quot;x&quot;&gt;&#x27;&amp;"
+    assert esc('<a href="x">\'&') == "&lt;a href=&#34;x&#34;&gt;&#39;&amp;"
     assert fmt_time(1.5e-5) == "15.0 µs" and fmt_time(2.5e-3) == "2.50 ms" and fmt_time(None) == "–"
     assert fmt_gbps(1234.0) == "1.23 TB/s" and fmt_gbps(12.345) == "12.3 GB/s"
     assert fmt_bytes(3 * 2**20) == "3.00 MiB"
@@ -105,7 +111,7 @@ def test_markdown_renders_structure_and_never_raw_html():
           "\n\n| a | b |\n|---|---|\n| <script>x</script> | 2 |\n\n- one\n- two\n\n"
           "```\n<script>alert(1)</script>\n```\n"
           "<img src=x onerror=alert(1)>\n")
-    out = markdown.render(md)
+    out = markdown.render(md, heading_offset=1)
     assert "<h2" in out and "<table" in out and "<ul>" in out and "<pre><code>" in out
     assert '<a href="https://arxiv.org/abs/1"' in out
     assert "javascript:" not in out.replace("javascript:x", "")  # shown as text only
@@ -113,7 +119,8 @@ def test_markdown_renders_structure_and_never_raw_html():
     assert "<script" not in out and "<img" not in out
     assert "&lt;script&gt;" in out and "<code>code &lt;b&gt;</code>" in out
     assert markdown.inline("**same `state_dict`**") == "<strong>same <code>state_dict</code></strong>"
-    assert 'href' not in markdown.inline('[x](https://a.b/`"onmouseover=1`)')
+    assert 'onmouseover="' not in markdown.inline('[x](https://a.b/`"onmouseover=1`)')
+    assert "<h3>" in markdown.render("# a", heading_offset=2)
 
 
 # --- building the site ----------------------------------------------------------------------------------------------
@@ -135,6 +142,9 @@ class _Audit(HTMLParser):
             self.csp.append(a.get("content") or "")
         if tag == "script":
             self.scripts.append(a)
+            if "src" not in a and a.get("type") != "application/json":
+                self.problems.append("inline <script> that would run (only application/json data blocks may be "
+                                     "inline)")
         for k, v in attrs:
             if k.startswith("on"):
                 self.problems.append(f"<{tag} {k}=...>")
@@ -149,6 +159,10 @@ class _Audit(HTMLParser):
             self.problems.append(f"<{tag}>")
         if tag == "img":
             self.problems.append("<img> (the site draws no images)")
+
+    def handle_data(self, data):
+        if "<script" in data.lower() and self.lasttag == "script":
+            self.problems.append("a script block holds '<script'")
 
 
 def audit(html: str) -> _Audit:
@@ -172,39 +186,111 @@ def demo_site(tmp_path_factory):
     return root, report
 
 
+def _script_srcs(a: _Audit) -> list[str]:
+    return [s["src"] for s in a.scripts if "src" in s]
+
+
 def test_build_writes_every_page_and_each_row_links_to_its_record(demo_site):
     root, report = demo_site
     site = root / "site"
     assert report.records == len(sup.demo_records()) and not report.rejected
-    for name in ("index.html", "kernels.html", "accuracy.html", "claims.html", "norms.html", "hardware.html",
-                 "methodology.html",
-                 "rejected.html", "norms/layernorm.html", "norms/groupnorm.html", "assets/site.js", "assets/site.css"):
+    for name in ("index.html", "kernels.html", "devices.html", "accuracy.html", "claims.html", "norms.html",
+                 "softmax.html", "methodology.html", "methodology/measurement.html", "downloads.html",
+                 "rejected.html", "norms/layernorm.html", "norms/groupnorm.html", "assets/site.js", "assets/site.css",
+                 "normbench-record.schema.json", "downloads/records.csv", "downloads/records.parquet"):
         assert (site / name).is_file(), name
     kernels = (site / "kernels.html").read_text()
-    hrefs = set(re.findall(r'href="(records/[^"]+\.json)"', kernels))
+    hrefs = set(re.findall(r'href="(records/[^"]+\.html)"', kernels))
     assert len(hrefs) == report.kernel  # every kernel record has a row with a link
     for h in hrefs:
-        rec = json.loads((site / h).read_text())
-        assert rec["kind"] == "kernel" and h == f"records/{rec['id']}.json"
+        rec = json.loads((site / h.replace(".html", ".json")).read_text())
+        assert rec["kind"] == "kernel" and h == f"records/{rec['id']}.html"
     acc = (site / "accuracy.html").read_text()
-    assert len(set(re.findall(r'href="(records/a-[^"]+\.json)"', acc))) == report.accuracy
-    assert "offline task" in acc and re.search(r"\[\d+\.\d+ %, \d+\.\d+ %\]", acc)  # mean [95 % CI]
-    assert "Measurement" in (site / "methodology.html").read_text()
-    assert 'href="https://example.org"' in (site / "methodology.html").read_text()
+    assert "offline task" in acc and re.search(r"\d+\.\d+ % \[\d+\.\d+ %, \d+\.\d+ %\]", acc)  # mean [95 % CI]
+    cells = sorted((site / "accuracy").glob("*.html"))
+    assert len(cells) == 2
+    seeds = "".join(c.read_text() for c in cells)
+    assert len(set(re.findall(r'href="\.\./(records/a-[^"]+\.html)"', seeds))) == report.accuracy
+    assert "Measurement" in (site / "methodology" / "measurement.html").read_text()
+    assert 'href="https://example.org"' in (site / "methodology" / "measurement.html").read_text()
     for page in _pages(site):
         html = page.read_text()
         a = audit(html)
         assert not a.problems, (page, a.problems)
-        assert [s.get("src") for s in a.scripts] in (["assets/site.js"], ["../assets/site.js"]), page
+        up = "../" * len(page.relative_to(site).parent.parts)
+        srcs = _script_srcs(a)
+        assert srcs[0] == up + "assets/site.js" and all(s.startswith(up + "assets/") for s in srcs), page
         assert len(a.csp) == 1 and "default-src 'none'" in a.csp[0] and "script-src 'self';" in a.csp[0]
+        assert "style-src 'self';" in a.csp[0] and "unsafe-inline" not in a.csp[0]
         for link in a.links:  # no dangling relative links
             if not link.startswith(("http://", "https://", "#")):
                 target = (page.parent / link.split("#")[0]).resolve()
                 assert target.exists(), (page, link)
 
 
-def test_rebuild_replaces_the_site_and_refuses_foreign_directories(demo_site, tmp_path):
+def test_kernel_views_per_norm_and_device_with_width_figures(demo_site):
     root, _ = demo_site
+    site = root / "site"
+    norm = (site / "norms" / "layernorm.html").read_text()
+    # Per device, a GB/s and a %-of-ceiling figure against hidden size (static SVG plus its spec).
+    assert norm.count('class="nb-chart"') == 4  # 2 devices x (GB/s, % of ceiling)
+    assert "<svg" in norm and 'type="application/json"' in norm
+    index = (site / "index.html").read_text()
+    assert 'href="norms/layernorm.html"' in index  # overview -> norm page -> figures: two clicks
+    devices = sorted((site / "devices").glob("*.html"))
+    assert len(devices) == 2
+    from normbench.site import charts
+
+    if hasattr(charts, "device_compare_chart"):  # norms measured on both devices compared
+        assert 'class="nb-chart"' in (site / "devices.html").read_text()
+    # The never-checked legacy record (the fastest-looking one) is marked and ranked after every checked one.
+    kernels = (site / "kernels.html").read_text()
+    assert "unchecked (legacy)" in kernels and "suspect" in kernels
+    rows = re.findall(r'<tr( class="[^"]*")?[^>]*data-f-ranked="(\w+)"', kernels)
+    ranks = [r[1] for r in rows]
+    assert ranks.count("flagged") == 2 and ranks.index("flagged") == len(ranks) - 2
+
+
+def test_record_pages_show_the_reproducing_command(demo_site):
+    root, _ = demo_site
+    site = root / "site"
+    recs = [json.loads(p.read_text()) for p in (site / "records").glob("*.json")]
+    k = next(r for r in recs if r["kind"] == "kernel" and r["config"]["device"] == "cuda")
+    page = (site / "records" / f"{k['id']}.html").read_text()
+    c = k["config"]
+    assert (f"normbench bench --norm {k['norm']['name']} --backend {c['backend']} --shape-class {c['shape_class']} "
+            f"--layout tokens --dtype {c['dtype']} --pass {c['pass']} --device cuda --timing cold") in page
+    a = next(r for r in recs if r["kind"] == "accuracy" and r["config"]["seed"] == 2)
+    page = (site / "records" / f"{a['id']}.html").read_text()
+    assert (f"normbench train --norm {a['norm']['name']} --task {a['config']['task']} --model {a['config']['model']} "
+            "--seeds 1 --seed-start 2") in page
+
+
+def test_downloads_and_the_published_schema_hold_every_record(demo_site):
+    import jsonschema
+    import pandas as pd
+
+    root, report = demo_site
+    site = root / "site"
+    csv = pd.read_csv(site / "downloads" / "records.csv")
+    pq = pd.read_parquet(site / "downloads" / "records.parquet")
+    assert len(csv) == len(pq) == report.records
+    assert set(pq["id"]) == {json.loads(p.read_text())["id"] for p in (site / "records").glob("*.json")}
+    k = pq[pq["kind"] == "kernel"].set_index("id")
+    some = json.loads(next((site / "records").glob("k-*.json")).read_text())
+    assert k.loc[some["id"], "metrics.gbps"] == pytest.approx(some["metrics"]["gbps"])
+    schema = json.loads((site / "normbench-record.schema.json").read_text())
+    v = jsonschema.Draft202012Validator(schema)
+    for rec in sup.demo_records() + sup.hostile_records():
+        assert not list(v.iter_errors(rec))
+    for bad in sup.invalid_records()[:3]:  # what validation rejects, the published schema rejects too
+        assert list(v.iter_errors(bad))
+
+
+def test_rebuild_replaces_the_site_and_refuses_foreign_directories(tmp_path):
+    root = tmp_path
+    sup.write_records([sup.kernel("layernorm", "eager", [64, 512], 2e-5)], root / "results")
+    build_site(root / "results", root / "site")
     stale = root / "site" / "norms" / "stale.html"
     stale.write_text("old")
     build_site(root / "results", root / "site")
@@ -240,11 +326,13 @@ def test_hostile_and_invalid_records_are_escaped_reported_and_never_break_the_bu
         html = page.read_text()
         a = audit(html)
         assert not a.problems, (page, a.problems)
-        assert len(a.scripts) == 1 and a.scripts[0].get("src", "").endswith("assets/site.js"), page
+        assert _script_srcs(a)[0].endswith("assets/site.js"), page
         assert "<script>window" not in html and "<svg onload" not in html and "<img" not in html
     text = evil.read_text()
     assert "&lt;script&gt;window.__pwned" in text  # shown as text, not run
     assert 'href="javascript' not in text and "link not shown" in text
+    for page in (site / "records").glob("*.html"):  # the reproduce command quotes hostile values, escaped
+        assert "&lt;/script&gt;" in page.read_text() or "evilnorm" not in page.read_text()
     assert main(["site", "build", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "site"),
                  "--strict"]) == 1
 
@@ -270,7 +358,8 @@ def test_sparse_records_render(tmp_path):
     assert report.records == 9 and not report.rejected
     acc = (tmp_path / "site" / "accuracy.html").read_text()
     assert "no finished run" in acc and "2/2" in acc and "perplexity (lower is better)" in acc
-    assert acc.index("rmsnorm") < acc.index('norms/dyt.html">dyt')  # the diverged cell ranks last
+    ranking = acc[acc.index('<table class="lb sortable " id="at-'):]
+    assert ranking.index("rmsnorm") < ranking.index('norms/dyt.html">dyt')  # the diverged cell ranks last
     for page in _pages(tmp_path / "site"):
         assert not audit(page.read_text()).problems
 
@@ -290,10 +379,13 @@ def test_accuracy_page_shows_divergence_ranks_it_first_and_lists_tuning_runs_apa
     report = build_site(tmp_path / "results", tmp_path / "site")
     assert not report.rejected
     acc = (tmp_path / "site" / "accuracy.html").read_text()
-    table = acc[acc.index("<table"):acc.index("</table>")]
+    start = acc.index('id="at-')
+    table = acc[start:acc.index("</table>", start)]
     assert table.index("norms/layernorm.html") < table.index("norms/dyt.html")
-    assert '<span class="warn">2/5</span>' in table and ">0/5<" in table
+    assert re.search(r'class="num warn" data-v="0\.4">2/5<', table) and ">0/5<" in table
     assert "2 tuning runs" in acc and "never ranked" in acc
+    cell = next((tmp_path / "site" / "accuracy").glob("*.html")).read_text()
+    assert "Learning-rate search" in cell and ">0.3<" in cell  # the tuning runs' rate, listed apart
     assert "s0✗" in table  # a diverged seed is marked, not dropped
     # The tuning runs' 0.99 is in no ranked row: LayerNorm's row shows the mean of its five test-split seeds.
     assert "62.00 %" in table and "99.00 %" not in table

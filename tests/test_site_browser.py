@@ -22,8 +22,8 @@ CHROMIUM = os.environ.get("NORMBENCH_CHROMIUM", "/usr/bin/chromium")
 # The machine's network is closed; these keep Chromium from trying to reach it and from touching a real profile.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PAGES = ("index.html", "kernels.html", "accuracy.html", "norms.html", "hardware.html", "methodology.html",
-         "rejected.html")
+PAGES = ("index.html", "kernels.html", "devices.html", "accuracy.html", "claims.html", "norms.html", "softmax.html",
+         "methodology.html", "methodology/measurement.html", "downloads.html", "rejected.html")
 
 pytestmark = pytest.mark.slow
 
@@ -81,18 +81,24 @@ class Visit:
         self.page.close()
 
 
+SHOOT = os.environ.get("NORMBENCH_UPDATE_SCREENSHOTS") == "1"
+
+
 def _screens(site: Path, ctx, out: Path, pages, shoot=None) -> list[Path]:
-    """Open each page (failing on any console error) and screenshot those in ``shoot`` (default: all)."""
+    """Open each page (failing on any console error) and, with NORMBENCH_UPDATE_SCREENSHOTS=1, screenshot those in
+    ``shoot`` (default: all) at a small size for docs/screenshots/."""
     v = Visit(ctx)
     shots = []
     try:
         for name in pages:
             v.open(site / name)
             assert v.page.locator("h1").count() == 1, name
-            if shoot is not None and name not in shoot:
+            if not SHOOT or (shoot is not None and name not in shoot):
                 continue
             shot = out / (name.replace("/", "-").replace(".html", ".png"))
-            v.page.screenshot(path=str(shot), full_page=True)
+            v.page.set_viewport_size({"width": 1000, "height": 640})
+            v.page.screenshot(path=str(shot), type="png")
+            v.page.set_viewport_size({"width": 1360, "height": 900})
             shots.append(shot)
         assert not v.errors, v.errors
     finally:
@@ -101,7 +107,7 @@ def _screens(site: Path, ctx, out: Path, pages, shoot=None) -> list[Path]:
 
 
 def _keep(shots: list[Path], prefix: str) -> None:
-    if os.environ.get("NORMBENCH_UPDATE_SCREENSHOTS") == "1":
+    if SHOOT:
         dest = REPO / "docs" / "screenshots"
         dest.mkdir(parents=True, exist_ok=True)
         for s in shots:
@@ -114,18 +120,31 @@ def _column(page, table: str, index: int) -> list[str]:
 
 
 def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatch):
-    from normbench.site import layout
+    from normbench.site import tables
 
     sup.write_demo(tmp_path / "results")
-    monkeypatch.setattr(layout, "PAGE_ROWS", 40)
+    monkeypatch.setattr(tables, "PAGE_ROWS", 40)
+    # The kernels table (122 rows) is "big": its page holds the first rows, its data file all of them.
+    monkeypatch.setattr(tables, "INLINE_MAX", 100)
+    monkeypatch.setattr(tables, "PREVIEW", 30)
     build_site(tmp_path / "results", tmp_path / "site")
     site = tmp_path / "site"
+    assert (site / "data" / "kernels.js").is_file()
+    extra = ["norms/layernorm.html", "norms/groupnorm.html"] + [
+        p.relative_to(site).as_posix() for p in sorted((site / "devices").glob("*.html"))
+        + sorted((site / "accuracy").glob("*.html")) + sorted((site / "records").glob("*.html"))[:2]]
     v = Visit(browser)
     try:
-        for name in PAGES + ("norms/layernorm.html", "norms/groupnorm.html"):
+        for name in PAGES + tuple(extra):
             v.open(site / name)
             assert v.page.locator("h1").count() == 1, name
         assert not v.errors, v.errors  # includes any Content-Security-Policy violation
+
+        # Charts: the static SVG is in the page, and the script upgrades it (no error, no CSP violation).
+        v.open(site / "norms" / "layernorm.html")
+        assert v.page.locator("figure.nb-chart").count() == 4
+        assert v.page.locator("figure.nb-chart svg").count() >= 4
+        assert not v.errors, v.errors
 
         v.open(site / "kernels.html")
         table = v.page.get_attribute("table.sortable", "id")
@@ -141,6 +160,7 @@ def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatc
         assert vals == sorted(vals, reverse=True)
 
         total = v.page.locator(f"#{table} tbody tr").count()
+        assert total == len(sup.demo_records()) - 24  # every kernel row, loaded from the data file
         box = v.page.locator(f'.filters[data-table="{table}"]')
         # Long tables show their first rows and a button for the rest.
         assert total > 40 and v.page.locator(f"#{table} tbody tr:not([hidden])").count() == 40
@@ -155,6 +175,14 @@ def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatc
         assert 0 < shown.count() < total
         assert set(_column(v.page, table, dt)) == {"bfloat16"} and set(_column(v.page, table, ps)) == {"fwd+bwd"}
         assert f"{shown.count()} of {total} rows" in box.locator(".count").inner_text()
+        # The view is in the URL: opening the permalink restores the filters.
+        permalink = v.page.evaluate("location.hash")
+        assert "dtype=bfloat16" in permalink and "pass=fwd%2Bbwd" in permalink
+        n_filtered = shown.count()
+        v.page.goto((site / "kernels.html").as_uri() + permalink)
+        v.page.wait_for_function("document.documentElement.classList.contains('js')", timeout=5000)
+        assert v.page.locator(f"#{table} tbody tr:not([hidden])").count() == n_filtered
+        assert box.locator('select[data-filter="dtype"]').input_value() == "bfloat16"
         box.locator("input[data-search]").fill("rmsnorm")
         assert set(_column(v.page, table, labels.index("norm"))) == {"rmsnorm"}
         box.locator("input[data-search]").fill("")
@@ -162,16 +190,16 @@ def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatc
         box.locator('select[data-filter="pass"]').select_option("")
         assert v.page.locator(f"#{table} tbody tr:not([hidden])").count() == total
 
-        # A row's record link leads to the record itself.
-        href = v.page.get_attribute(f"#{table} tbody tr a.rec", "href")
-        v.page.goto((site / href).as_uri())
+        # A row's record link leads to the record's page, with the command that reproduces it and the JSON.
+        href = v.page.get_attribute(f"#{table} tbody tr:not([hidden]) td:last-child a", "href")
+        v.open(site / href)
+        assert v.page.inner_text("pre.command").startswith("normbench bench --norm ")
+        v.page.goto((site / href.replace(".html", ".json")).as_uri())
         assert '"schema": "normbench.record"' in v.page.content()
         assert not v.errors, v.errors
     finally:
         v.close()
-    shots = _screens(site, browser, tmp_path, ("index.html", "kernels.html", "accuracy.html", "norms/rmsnorm.html"))
-    assert all(s.stat().st_size > 10_000 for s in shots)
-    _keep(shots, "fixture-")
+    _keep(_screens(site, browser, tmp_path, ("norms/rmsnorm.html",)), "fixture-")
 
 
 def test_hostile_records_run_no_script(browser, tmp_path):
@@ -200,7 +228,9 @@ def test_hostile_records_run_no_script(browser, tmp_path):
               };
             }""")
             assert state["pwned"] is None, (page, state)
-            assert len(state["scripts"]) == 1 and state["scripts"][0].endswith("assets/site.js"), (page, state)
+            assert state["scripts"][0].endswith("assets/site.js"), (page, state)
+            assert all("/assets/" in s or s.startswith("assets/") or s == "inline:application/json"
+                       for s in state["scripts"]), (page, state)
             assert not state["handlers"] and not state["jsLinks"] and state["foreign"] == 0, (page, state)
         assert not v.dialogs, v.dialogs
         assert not v.errors, v.errors
@@ -210,7 +240,15 @@ def test_hostile_records_run_no_script(browser, tmp_path):
         assert v.page.locator("table tbody tr").count() == 6
     finally:
         v.close()
-    _keep(_screens(site, browser, tmp_path, ("norms/evilnorm.html", "rejected.html")), "hostile-")
+    v = Visit(browser)
+    try:
+        rec = next(p for p in (site / "records").glob("*.html") if "evilnorm" in p.read_text()
+                   and "suspect" in p.read_text())
+        v.open(rec)
+        assert "</script><script>" in v.page.inner_text("pre.command")  # the hostile shape label, as text
+        assert v.page.evaluate("typeof window.__pwned") == "undefined"
+    finally:
+        v.close()
 
 
 def test_committed_results_render(browser, tmp_path):
@@ -220,9 +258,8 @@ def test_committed_results_render(browser, tmp_path):
         pytest.skip(f"no result records in {results} yet")
     report = build_site(results, tmp_path / "site", docs=REPO / "docs" if (REPO / "docs").is_dir() else None)
     site = tmp_path / "site"
-    pages = list(PAGES) + [p.relative_to(site).as_posix() for p in sorted((site / "norms").glob("*.html"))]
-    shots = _screens(site, browser, tmp_path, pages, shoot={"index.html", "kernels.html", "accuracy.html",
-                                                            "methodology.html", "hardware.html",
-                                                            "norms/layernorm.html", "norms/rmsnorm.html"})
-    assert report.records > 0 and shots
+    pages = list(PAGES) + [p.relative_to(site).as_posix() for p in sorted((site / "norms").glob("*.html"))
+                           + sorted((site / "devices").glob("*.html")) + sorted((site / "accuracy").glob("*.html"))]
+    shots = _screens(site, browser, tmp_path, pages, shoot={"norms/layernorm.html"})
+    assert report.records > 0
     _keep(shots, "")

@@ -45,7 +45,7 @@ def prov(hw: dict, hardware_id: str, ts: str = "2025-11-21T10:00:00Z", **over) -
 
 def kernel(norm: str | dict, backend: str, shape: list[int], time_s: float, *, dtype="float32", pss="fwd",
            ceiling=20.0, hw=CPU_HW, hwid="cpu-test-cpu-9000-8c", suspect=False, ts="2025-11-21T10:00:00Z",
-           shape_class="llm", device="cpu", timing="cold", peak_mem=None) -> dict:
+           shape_class="llm", device="cpu", timing="cold", peak_mem=None, legacy=False) -> dict:
     meta = norm if isinstance(norm, dict) else norm_meta(norm)
     elem = 4 if dtype == "float32" else 2
     n = math.prod(shape)
@@ -60,7 +60,10 @@ def kernel(norm: str | dict, backend: str, shape: list[int], time_s: float, *, d
            "peak_mem_bytes": peak_mem if peak_mem is not None else n * elem, "saved_bytes": 0,
            "err": {"y": {"max_abs": 2e-7, "max_rel": 1e-6}, "dx": None, "dw": None}}
     flags = {"suspect": met["suspect_reason"]} if suspect else {}
-    return make_record("kernel", meta, cfg, met, prov(hw, hwid, ts), flags=flags, flag_reasons=flags)
+    # Passed `normbench check` unless ``legacy`` (a migrated v1 record: check null, never ranked).
+    check = None if legacy else {"status": "passed", "impl_hash": "0123456789abcdef", "detail": None}
+    return make_record("kernel", meta, cfg, met, prov(hw, hwid, ts), flags=flags, flag_reasons=flags, check=check,
+                       impl_hash="" if legacy else "0123456789abcdef")
 
 
 def accuracy(norm: str | dict, seed: int, final: float | None, *, task="cifar10", model="resnet18", offline=False,
@@ -106,6 +109,8 @@ def demo_records() -> list[dict]:
                                device="cuda", dtype="bfloat16"))
     recs.append(kernel(specs["rmsnorm"], "compile", [64, 256], 4.4e-6, ceiling=20.0, suspect=True,
                        shape_class="quick"))
+    # The fastest-looking record of all, but a migrated v1 one never checked: shown, never ranked.
+    recs.append(kernel(specs["dyt"], "compile", [512, 4096], 0.9e-3, legacy=True))
     finals = {"layernorm": (0.912, 0.915, 0.909), "rmsnorm": (0.918, 0.914, 0.916), "dyt": (0.905, None, 0.907),
               "groupnorm": (0.897, 0.901, 0.899)}
     walls = {"layernorm": 120.0, "rmsnorm": 110.0, "dyt": 100.0, "groupnorm": 140.0}
@@ -148,6 +153,9 @@ def hostile_records() -> list[dict]:
     k["config"]["bytes_model"] = {"formula": XSS, "note": CLOSE}
     s = kernel(meta, "compile", [64, 512], 8.9e-6, hw=hw, ceiling=25.0, suspect=True)
     s["metrics"]["suspect_reason"] = ATTR
+    s["flag_reasons"]["suspect"] = ATTR
+    s["check"]["detail"] = XSS
+    s["config"]["shape_label"] = CLOSE  # reaches the reproduce command
     out = [k, s]
     for seed in range(2):
         a = accuracy(meta, seed, 0.5 + seed / 10, task=XSS, model=ATTR, placement=SVG, hw=hw, metric=CLOSE)

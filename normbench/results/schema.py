@@ -548,3 +548,114 @@ def describe(rec: Any, index: int | None = None) -> str:
         if isinstance(norm, dict) and isinstance(norm.get("name"), str):
             parts.append(f"norm={norm['name']}")
     return " ".join(parts)
+
+
+# --- the published JSON Schema ---------------------------------------------------------------------------------------
+
+def _js_num(minimum=None, *, exclusive=False, nullable=False, integer=False) -> dict:
+    s: dict = {"type": "integer" if integer else "number"}
+    if minimum is not None:
+        s["exclusiveMinimum" if exclusive else "minimum"] = minimum
+    return {"anyOf": [s, {"type": "null"}]} if nullable else s
+
+
+def _js_str(*, nullable=False, choices=None, pattern=None) -> dict:
+    s: dict = {"type": "string", "minLength": 1}
+    if choices is not None:
+        s = {"enum": list(choices)}
+    if pattern is not None:
+        s["pattern"] = pattern.pattern
+    return {"anyOf": [s, {"type": "null"}]} if nullable else s
+
+
+def _js_obj(required, props: dict) -> dict:
+    return {"type": "object", "required": list(required), "properties": props}
+
+
+def json_schema() -> dict:
+    """The record schema as JSON Schema (draft 2020-12), built from this module's field lists, vocabularies and
+    patterns, for submitters' tools; ``normbench validate`` (:func:`validate_record`) checks the same fields plus what
+    JSON Schema cannot say (GB/s and percent of ceiling recomputed from the record's own numbers, the ceiling rules)."""
+    err_part = {"anyOf": [{"type": "null"}, {"type": "object", "properties": {
+        "max_abs": _js_num(0, nullable=True), "max_rel": _js_num(0, nullable=True)}}]}
+    kernel = {
+        "config": _js_obj(KERNEL_CONFIG, {
+            "backend": _js_str(pattern=NAME_RE), "layout": _js_str(choices=("tokens", "images")),
+            "shape": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}},
+            "num_features": _js_num(1, integer=True),
+            "dtype": _js_str(choices=("float32", "bfloat16", "float16", "float64")),
+            "pass": _js_str(choices=PASSES), "device": _js_str(choices=DEVICES), "timing": _js_str(choices=TIMINGS),
+            "threads": _js_num(1, integer=True), "shape_class": _js_str(),
+            "bytes_model": {"anyOf": [{"type": "null"}, _js_obj(("formula",), {"formula": {"type": "string"}})]}}),
+        "metrics": _js_obj(KERNEL_METRICS, {
+            "time_median_s": _js_num(0, exclusive=True), "time_iqr_s": _js_num(0), "reps": _js_num(1, integer=True),
+            "bytes_moved": _js_num(0, integer=True), "gbps": _js_num(0),
+            "ceiling_gbps": _js_num(0, exclusive=True, nullable=True), "pct_of_ceiling": _js_num(0, nullable=True),
+            "datasheet_peak_gbps": _js_num(0, exclusive=True, nullable=True),
+            "peak_mem_bytes": _js_num(0, integer=True, nullable=True),
+            "saved_bytes": _js_num(0, integer=True, nullable=True),
+            "err": {"type": "object", "additionalProperties": err_part},
+            "suspect": {"type": "boolean"}, "suspect_reason": {"type": ["string", "null"]}}),
+    }
+    curve_point = {"type": "array", "minItems": 3, "maxItems": 3, "prefixItems": [
+        {"type": "integer", "minimum": 0}, {"type": ["number", "null"]}, {"type": ["number", "null"]}]}
+    accuracy = {
+        "config": _js_obj(ACCURACY_CONFIG, {
+            "task": _js_str(), "task_offline": {"type": "boolean"}, "model": _js_str(),
+            "placement": _js_str(nullable=True), "seed": _js_num(integer=True), "recipe": {"type": "object"},
+            "quick": {"type": "boolean"}, "device": _js_str(), "batch_size": _js_num(1, integer=True),
+            "recipe_hash": {"type": "string"}, "model_hash": {"type": "string"}}),
+        "metrics": _js_obj(ACCURACY_METRICS, {
+            "metric": _js_str(), "higher_is_better": {"type": "boolean"}, "final": _js_num(nullable=True),
+            "best": _js_num(nullable=True), "target": _js_num(nullable=True), "steps": _js_num(0, integer=True),
+            "wall_time_s": _js_num(0), "time_to_target_s": _js_num(0, nullable=True),
+            "steps_to_target": _js_num(0, integer=True, nullable=True), "diverged": {"type": "boolean"},
+            "diverged_step": _js_num(0, integer=True, nullable=True),
+            "curve": {"type": "array", "items": curve_point}}),
+    }
+    hardware = _js_obj(HARDWARE_FIELDS, {
+        "cpu": _js_str(), "cores": _js_num(1, integer=True), "threads": _js_num(1, integer=True),
+        "gpu": _js_str(nullable=True), "gpu_memory_gb": _js_num(0, nullable=True), "driver": _js_str(nullable=True),
+        "cuda": _js_str(nullable=True)})
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "normbench-record.schema.json",
+        "title": f"{SCHEMA} v{SCHEMA_VERSION}",
+        "description": "One normbench result record (kind kernel or accuracy). Generated from "
+                       "normbench/results/schema.py; `normbench validate FILE` checks the same fields plus the rules "
+                       "JSON Schema cannot express (metrics.gbps = bytes_moved / time_median_s / 1e9, "
+                       "pct_of_ceiling = 100 * gbps / ceiling_gbps, a result above the ceiling must carry the "
+                       "'suspect' flag, a reason for every flag).",
+        "type": "object",
+        "required": list(TOP_FIELDS),
+        "properties": {
+            "schema": {"const": SCHEMA},
+            "schema_version": {"type": "integer", "minimum": 1, "maximum": SCHEMA_VERSION},
+            "kind": {"enum": list(KINDS)},
+            "id": _js_str(pattern=ID_RE),
+            "impl_hash": {"type": "string", "pattern": r"^([0-9a-f]{16})?$"},
+            "flags": {"type": "array", "items": {"enum": list(FLAGS)}, "uniqueItems": True},
+            "flag_reasons": {"type": "object", "propertyNames": {"enum": list(FLAGS)},
+                             "additionalProperties": {"type": "string", "minLength": 1}},
+            "check": {"anyOf": [{"type": "null"}, _js_obj(("status", "impl_hash", "detail"), {
+                "status": {"enum": list(CHECK_STATUSES)}, "impl_hash": {"type": "string"},
+                "detail": {"type": ["string", "null"]}})]},
+            "norm": _js_obj(NORM_FIELDS, {
+                "name": _js_str(pattern=NAME_RE), "title": _js_str(), "family": _js_str(), "kind": _js_str(),
+                "layouts": {"type": "array", "minItems": 1, "items": {"type": "string"}}}),
+            "config": {"type": "object"},
+            "metrics": {"type": "object"},
+            "provenance": _js_obj(PROVENANCE_FIELDS, {
+                "timestamp": {"type": "string", "format": "date-time"},
+                **{k: _js_str() for k in ("normbench_version", "python", "torch", "platform")},
+                "git_commit": _js_str(nullable=True), "triton": _js_str(nullable=True),
+                "hardware_id": _js_str(pattern=HARDWARE_ID_RE), "plugins": {"type": "object"},
+                "node": {"type": ["string", "null"]}, "command": {"type": "string"}, "hardware": hardware}),
+        },
+        "allOf": [
+            # Schema v2 adds the implementation hash, the flags with their reasons and the check status.
+            {"if": {"properties": {"schema_version": {"minimum": 2}}}, "then": {"required": list(TOP_FIELDS_V2)}},
+            {"if": {"properties": {"kind": {"const": "kernel"}}}, "then": {"properties": kernel}},
+            {"if": {"properties": {"kind": {"const": "accuracy"}}}, "then": {"properties": accuracy}},
+        ],
+    }

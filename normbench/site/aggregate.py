@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from normbench import stats as S
 from normbench.results.schema import INVALID_FLAGS, implied_flags
-from normbench.site.markup import num
+from normbench.site.fmt import num
 from normbench.site.records import Entry
 
 # --- kernels ---------------------------------------------------------------------------------------------------------

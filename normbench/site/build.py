@@ -11,13 +11,18 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from normbench.site.layout import SiteInfo
-from normbench.site.pages import Site, read_docs
+from normbench.site import fmt
+from normbench.site.pages import NAV, Site, SiteInfo, norm_file, read_docs
 from normbench.site.records import Rejected, load_results
 
 #: A directory holding this file was written by ``normbench site build`` and may be replaced by the next build.
 MARKER = ".normbench-site"
-ASSETS = ("site.css", "site.js", "favicon.svg")
+#: The record schema as published on the site (``normbench.results.schema.json_schema``).
+SCHEMA_FILE = "normbench-record.schema.json"
+# No inline script or style anywhere: scripts and styles come only from assets/ next to the pages (the only inline
+# scripts are type=application/json data blocks, which never run).
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+       "base-uri 'none'; form-action 'none'")
 
 
 @dataclass
@@ -41,6 +46,81 @@ class BuildReport:
         if self.superseded:
             s += f"; {self.superseded} superseded by newer records with the same id"
         return s + f" -> {self.out}"
+
+
+def environment():
+    """The Jinja environment of the site: templates from the package, every value autoescaped."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(loader=PackageLoader("normbench.site", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True),
+                      trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
+    env.filters["safe_url"] = fmt.safe_url
+    env.filters["metric"] = fmt.fmt_metric
+    env.globals["norm_file"] = norm_file
+    return env
+
+
+def _charts():
+    """The chart builders (``normbench.site.charts``: Altair + vl-convert), or None where they are not installed:
+    the pages then say so instead of drawing."""
+    try:
+        from normbench.site import charts
+    except ImportError:
+        return None
+    return charts
+
+
+def _copy_tree(src, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in src.iterdir():
+        if item.name.startswith((".", "__")):
+            continue
+        if item.is_dir():
+            _copy_tree(item, dest / item.name)
+        else:
+            (dest / item.name).write_bytes(item.read_bytes())
+
+
+def record_frame(entries):
+    """One row per record, config and metrics flattened (``config.*``, ``metrics.*``), for the downloads."""
+    import pandas as pd
+
+    rows = []
+    for e in entries:
+        rec = e.rec
+        row = {"id": rec["id"], "kind": rec["kind"], "norm": rec["norm"]["name"],
+               "hardware_id": rec["provenance"]["hardware_id"], "timestamp": rec["provenance"].get("timestamp"),
+               "schema_version": rec.get("schema_version"), "impl_hash": rec.get("impl_hash"),
+               "flags": ",".join(map(str, rec.get("flags") or [])),
+               "check": (rec.get("check") or {}).get("status") if isinstance(rec.get("check"), dict) else None,
+               "file": e.path}
+        for part in ("config", "metrics"):
+            for k, v in rec[part].items():
+                if k == "curve":
+                    continue
+                # Scalars stay typed; anything nested is kept as its JSON text so every column has one type.
+                row[f"{part}.{k}"] = v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(
+                    v, sort_keys=True, default=str)
+        rows.append(row)
+    df = pd.DataFrame.from_records(rows)
+    for col in df.columns:
+        # A column mixing numbers and text (a hostile or plugin record) is text in Parquet.
+        kinds = {type(v) for v in df[col] if v is not None and v == v}
+        if len(kinds) > 1 and not kinds <= {int, float}:
+            df[col] = df[col].map(lambda v: None if v is None or v != v else str(v))
+    return df
+
+
+def write_downloads(entries, dest: Path) -> None:
+    """All records as CSV, Parquet and JSON lines."""
+    dest.mkdir(parents=True, exist_ok=True)
+    df = record_frame(entries)
+    df.to_csv(dest / "records.csv", index=False)
+    df.to_parquet(dest / "records.parquet", index=False)
+    with open(dest / "records.jsonl", "w", encoding="utf-8") as f:
+        for e in entries:
+            f.write(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
 def _version() -> str:
@@ -86,27 +166,40 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
         n_rejected=len(loaded.rejected),
         taken=_taken(loaded.entries),
     )
-    site = Site(loaded, info, read_docs(docs_dir if docs_dir.is_dir() else None))
+    charts = _charts()
+    site = Site(loaded, info, read_docs(docs_dir if docs_dir.is_dir() else None), charts=charts)
+    env = environment()
+    common = {"info": info, "nav": NAV, "csp": CSP, "schema_file": SCHEMA_FILE,
+              "chart_scripts": getattr(charts, "SCRIPTS", ()), "chart_styles": getattr(charts, "STYLES", ())}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
         n_pages = 0
-        for rel, html in site.pages():
+        dirs: set[Path] = set()
+        for page in site.pages():
+            path = tmp / page.path
+            if path.parent not in dirs:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                dirs.add(path.parent)
+            ctx = {**common, **page.ctx, "title": page.title, "up": page.up, "active": page.active,
+                   "lead": page.lead, "crumbs": page.crumbs, "charts": page.charts}
+            path.write_text(env.get_template(page.template).render(ctx), encoding="utf-8")
+            n_pages += 1
+        for rel, text in site.data_files.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(html, encoding="utf-8")
-            n_pages += 1
-        assets = tmp / "assets"
-        assets.mkdir()
-        pkg = resources.files("normbench.site") / "assets"
-        for name in ASSETS:
-            (assets / name).write_bytes((pkg / name).read_bytes())
+            path.write_text(text, encoding="utf-8")
+        _copy_tree(resources.files("normbench.site") / "assets", tmp / "assets")
         # Re-serialised (not copied) so the published file is exactly the JSON that was validated.
         recs = tmp / "records"
-        recs.mkdir()
+        recs.mkdir(exist_ok=True)
         for e in loaded.entries:
             (recs / f"{e.key}.json").write_text(json.dumps(e.rec, indent=1, ensure_ascii=False, sort_keys=False)
                                                 + "\n", encoding="utf-8")
+        write_downloads(loaded.entries, tmp / "downloads")
+        from normbench.results.schema import json_schema
+
+        (tmp / SCHEMA_FILE).write_text(json.dumps(json_schema(), indent=1) + "\n", encoding="utf-8")
         (tmp / ".nojekyll").write_text("", encoding="utf-8")  # GitHub Pages: serve files as they are
         (tmp / MARKER).write_text("built by `normbench site build`; this directory is replaced on every build\n",
                                   encoding="utf-8")

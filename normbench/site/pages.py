@@ -1,4 +1,8 @@
-"""The leaderboard's pages: overview, kernels, accuracy, one per norm, hardware, methodology and rejected records."""
+"""The leaderboard's pages as (path, template, context): the data each page shows, shaped for its template.
+
+No HTML here: the templates in ``templates/`` render every value autoescaped, tables are ``tables.Table`` data and
+figures come from ``charts`` (Vega-Lite specs rendered to static SVG).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,17 @@ import hashlib
 import json
 import re
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from markupsafe import Markup
 
 from normbench import stats as S
 from normbench.gendocs import MARKER_LINE
+from normbench.results.schema import FLAGS, INVALID_FLAGS
 from normbench.site import aggregate as agg
 from normbench.site import markdown
-from normbench.site.layout import Col, Row, SiteInfo, page, table
-from normbench.site.markup import (
-    esc,
-    flag_badges,
+from normbench.site.fmt import (
     fmt_bytes,
     fmt_err,
     fmt_gbps,
@@ -25,19 +30,39 @@ from normbench.site.markup import (
     fmt_shape,
     fmt_time,
     fmt_x,
-    link,
     num,
     safe_url,
 )
-from normbench.site.records import Loaded
-from normbench.site.svg import Point, Series, bar_chart, line_plot, pareto_plot
+from normbench.site.records import Entry, Loaded
+from normbench.site.repro import command
+from normbench.site.tables import Col, Table, cell
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 
-#: Norms worth a plot on the kernels page itself when measured (the rest have theirs on their own pages).
-REFERENCE_NORMS = ("layernorm", "rmsnorm")
-MAX_PLOTS_PER_NORM = 12
+#: The pseudo-flag of a migrated v1 record (``check: null``): it never passed ``normbench check``, so it is shown
+#: and never ranked, like a flagged one.
+LEGACY = "legacy"
+LEGACY_REASON = ("migrated schema-v1 record: its implementation was never run through `normbench check` "
+                 "(check: null), so it is shown and never ranked")
+FLAG_LABELS = {LEGACY: "unchecked (legacy)"}
+PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
+
+NAV = (
+    ("index.html", "Overview"),
+    ("kernels.html", "Kernels"),
+    ("devices.html", "Devices"),
+    ("norms.html", "Norms"),
+    ("softmax.html", "Softmax"),
+    ("accuracy.html", "Accuracy"),
+    ("claims.html", "Claims"),
+    ("methodology.html", "Methodology"),
+)
+
+#: (page name, file in docs/, heading) of the methodology pages (a page says so when its file is missing).
+DOCS = (("measurement", "measurement.md", "Measurement"), ("accuracy", "accuracy.md", "Accuracy"),
+        ("kernels", "kernels.md", "Kernels"), ("norms", "norms.md", "The norm zoo"),
+        ("softmax", "softmax.md", "Softmax"), ("site", "site.md", "The leaderboard site"))
 
 
 def norm_file(name: str) -> str:
@@ -47,340 +72,395 @@ def norm_file(name: str) -> str:
     return f"norms/n-{hashlib.sha256(name.encode()).hexdigest()[:16]}.html"
 
 
-def slug(*parts: str) -> str:
+def slug(*parts) -> str:
     text = "-".join(str(p) for p in parts).lower()
     s = _SLUG_RE.sub("-", text).strip("-")[:60]
     return (s or "x") + "-" + hashlib.sha256(text.encode()).hexdigest()[:6]
+
+
+def device_file(hw: str) -> str:
+    return f"devices/{slug(hw)}.html"
 
 
 def _s(v) -> str:
     return v if isinstance(v, str) else ""
 
 
-def _metric_label(metric: str, higher: bool) -> str:
-    return f"{metric} ({'higher' if higher else 'lower'} is better)"
+def flag_badges(flags: dict) -> list[tuple[str, str, str]]:
+    """(label, flag, reason) per flag, for the templates' badges."""
+    return [(FLAG_LABELS.get(f, f), f, why) for f, why in sorted(flags.items())]
+
+
+@dataclass
+class SiteInfo:
+    built: str
+    version: str
+    n_records: int
+    n_rejected: int
+    taken: str
+
+
+@dataclass
+class Page:
+    path: str                  # relative to the site root
+    template: str
+    title: str
+    ctx: dict = field(default_factory=dict)
+    active: str = ""
+    lead: str = ""
+    crumbs: list = field(default_factory=list)
+    charts: bool = False       # the page has figures: load the chart scripts
+
+    @property
+    def up(self) -> str:
+        return "../" * self.path.count("/")
 
 
 class Site:
-    """All pages of one build; ``pages()`` yields (relative path, HTML)."""
+    """All pages of one build: ``pages()`` yields Page objects; ``data_files`` collects the big tables' rows."""
 
-    def __init__(self, loaded: Loaded, info: SiteInfo, docs: dict[str, str]):
+    def __init__(self, loaded: Loaded, info: SiteInfo, docs: dict[str, str], charts=None):
         self.loaded = loaded
         self.info = info
         self.docs = docs
-        self.kernels = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
+        self.charts = charts
+        self.data_files: dict[str, str] = {}
+        self.kernels = [self.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
         agg.add_speedups(self.kernels)
         self.acc_rows = [agg.accuracy_row(e) for e in loaded.entries if e.kind == "accuracy"]
         self.cells = agg.accuracy_cells(self.acc_rows)
-        # The newest record of a norm describes it (metadata can improve between versions).
         self.norm_meta: dict[str, dict] = {}
         self.hw_entries: dict[str, list] = {}   # oldest first, so [-1] describes a machine as last seen
         for e in sorted(loaded.entries, key=lambda e: _s(e.rec["provenance"].get("timestamp"))):
             self.norm_meta[e.rec["norm"]["name"]] = e.rec["norm"]
             self.hw_entries.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
+        self.by_norm: dict[str, list[dict]] = {}
+        self.by_hw: dict[str, list[dict]] = {}
+        for r in self.kernels:
+            self.by_norm.setdefault(r["norm"], []).append(r)
+            self.by_hw.setdefault(r["hardware"], []).append(r)
+        self.kernel_hws = sorted(self.by_hw)
 
-    # --- shared pieces -----------------------------------------------------------------------------------------
+    # --- rows ----------------------------------------------------------------------------------------------------
 
-    def norm_link(self, name: str, depth: int = 0) -> str:
-        return f'<a href="{"../" * depth}{esc(norm_file(name))}">{esc(name)}</a>'
+    @staticmethod
+    def kernel_row(e: Entry) -> dict:
+        """``aggregate.kernel_row`` plus the legacy mark: a record that never passed the check gate is not ranked."""
+        r = agg.kernel_row(e)
+        if e.rec.get("check") is None and LEGACY not in r["flags"]:
+            r["flags"] = {**r["flags"], LEGACY: LEGACY_REASON}
+            r["flagged"] = True
+        return r
 
-    def hw_link(self, hw: str, depth: int = 0) -> str:
-        return f'<a href="{"../" * depth}hardware.html#{esc(slug("hw", hw))}">{esc(hw)}</a>'
+    # --- links ---------------------------------------------------------------------------------------------------
 
     def hw_name(self, hw: str) -> str:
         entries = self.hw_entries.get(hw) or []
-        if not entries:
-            return ""
-        h = entries[-1].rec["provenance"].get("hardware")
+        h = entries[-1].rec["provenance"].get("hardware") if entries else None
         if not isinstance(h, dict):
             return ""
         if _s(h.get("gpu")):
             mem = num(h.get("gpu_memory_gb"))
-            return f"{h['gpu']}" + (f", {mem:g} GB" if mem else "")
+            return h["gpu"] + (f", {mem:g} GB" if mem else "")
         cores = num(h.get("cores"))
         return _s(h.get("cpu")) + (f", {int(cores)} cores" if cores else "")
 
     @staticmethod
-    def rec_link(e, depth: int = 0, text: str | None = None) -> str:
-        label = text if text is not None else e.rid[:10]
-        title = f"{e.path} [{e.index}] · id {e.rid}"
-        return f'<a class="rec" href="{"../" * depth}{esc(e.href)}" title="{esc(title)}">{esc(label)}</a>'
+    def rec_href(e: Entry, up: str) -> str:
+        return f"{up}records/{e.key}.html"
 
-    # --- kernel tables -------------------------------------------------------------------------------------------
+    # --- kernel table --------------------------------------------------------------------------------------------
 
-    KCOLS = [
-        Col("norm"), Col("backend"), Col("shape", title="layout and tensor shape"), Col("dtype"), Col("pass"),
-        Col("class", title="shape class"),
-        Col("time", True, "median over repetitions (hover: interquartile range)"),
-        Col("GB/s", True, "minimum bytes moved / median time"),
-        Col("% ceiling", True, "GB/s as a percentage of the copy bandwidth measured in the same run",
-            sorted="descending"),
-        Col("vs eager", True, "eager median time / this median time, same shape, dtype and pass"),
-        Col("peak mem", True, "peak memory above the inputs"),
-        Col("err y", True, "max |y - y_ref| against float64 (hover: dx, dw)"),
-        Col("record", title="the result record this row comes from"),
-    ]
-
-    def kernel_table(self, tid: str, rows: list[dict], depth: int = 0, with_hw: bool = False,
-                     with_norm: bool = True) -> str:
-        cols = list(self.KCOLS)
-        if not with_norm:
-            cols.pop(0)
-        if with_hw:
-            cols.insert(0, Col("hardware"))
-        out = []
+    def kernel_table(self, tid: str, rows: list[dict], up: str, *, with_hw: bool = True,
+                     with_norm: bool = True) -> Table:
+        cols = [Col("device")] if with_hw else []
+        cols += [Col("norm")] if with_norm else []
+        cols += [
+            Col("backend", title="hover a badge for why a record is flagged; flagged records are never ranked"),
+            Col("shape", title="layout and tensor shape"), Col("width", True, "hidden size C"), Col("dtype"),
+            Col("pass"), Col("class", title="shape class"),
+            Col("time", True, "median over repetitions (hover: interquartile range)"),
+            Col("GB/s", True, "minimum bytes moved / median time"),
+            Col("% ceiling", True, "GB/s as a percentage of the copy bandwidth measured in the same run",
+                sorted="descending"),
+            Col("vs eager", True, "eager median time / this median time, same shape, dtype and pass"),
+            Col("peak mem", True, "peak memory above the inputs"),
+            Col("err y", True, "max |y - y_ref| against float64 (hover: dx, dw)"),
+            Col("record", title="the result record this row comes from"),
+        ]
+        t = Table(tid, cols, filters=[("hardware", "device"), ("norm", "norm"), ("dtype", "dtype"), ("pass", "pass"),
+                                      ("shape_class", "shape class"), ("backend", "backend"), ("timing", "timing"),
+                                      ("layout", "layout"), ("harness", "harness"), ("ranked", "ranked")])
         for r in agg.rank_by_bandwidth(rows):
             e = r["entry"]
+            bad = r["invalid"]
             iqr = f"IQR {fmt_time(r['iqr'])} over {int(r['reps'])} reps" if r["reps"] else ""
-            gb = fmt_gbps(r["gbps"])
-            badges = flag_badges(r["flags"])
-            time_html = f'<span title="{esc(iqr)}">{fmt_time(r["time"])}</span>'
-            if r["invalid"]:
-                time_html = f'<span class="failed" title="{esc(iqr)}">failed</span>'
-                gb = '<span class="muted">–</span>'
             errt = (f"y max_rel {fmt_err(r['err_y_rel'])} · dx max_abs {fmt_err(r['err_dx'])} · "
                     f"dw max_abs {fmt_err(r['err_dw'])}")
-            shape_html = (f'<span class="muted">{esc(r["layout"])}</span> '
-                          f'<span class="shape">{esc(fmt_shape(r["shape"]))}</span>')
-            cells = [
-                (self.norm_link(r["norm"], depth), r["norm"]),
-                (esc(r["backend"]) + badges, r["backend"]),
-                (shape_html, float(r["elements"]) if r["elements"] else None),
-                (esc(r["dtype"]), r["dtype"]),
-                (esc(r["pass"]) + ("" if r["timing"] == "cold" or r["device"] == "cpu"
-                                   else f' <span class="muted">{esc(r["timing"])}</span>'), r["pass"]),
-                (esc(r["shape_class"]), r["shape_class"]),
-                (time_html, None if r["invalid"] else r["time"]),
-                (gb, None if r["invalid"] else r["gbps"]),
-                (fmt_pct(None if r["invalid"] else r["pct"]), None if r["invalid"] else r["pct"]),
-                (fmt_x(r["speedup"]), r["speedup"]),
-                (fmt_bytes(r["peak_mem"]), r["peak_mem"]),
-                (f'<span title="{esc(errt)}">{fmt_err(r["err_y"])}</span>', r["err_y"]),
-                (self.rec_link(e, depth), e.rid),
+            cells = [cell(r["hardware"], r["hardware"], href=f"{up}{device_file(r['hardware'])}")] if with_hw else []
+            if with_norm:
+                cells.append(cell(r["norm"], r["norm"], href=up + norm_file(r["norm"])))
+            cells += [
+                cell(r["backend"], r["backend"], flags=flag_badges(r["flags"])),
+                cell(fmt_shape(r["shape"]), float(r["elements"]) if r["elements"] else None, note=r["layout"]),
+                cell(int(r["num_features"]) if r["num_features"] else "–", r["num_features"]),
+                cell(r["dtype"], r["dtype"]),
+                cell(r["pass"], r["pass"], note=None if r["timing"] in ("cold", "hot") and r["device"] == "cpu"
+                     or r["timing"] == "cold" else r["timing"]),
+                cell(r["shape_class"], r["shape_class"]),
+                cell("failed", None, cls="failed", title=iqr) if bad else cell(fmt_time(r["time"]), r["time"],
+                                                                                title=iqr),
+                cell("–" if bad else fmt_gbps(r["gbps"]), None if bad else r["gbps"]),
+                cell(fmt_pct(None if bad else r["pct"]), None if bad else r["pct"]),
+                cell(fmt_x(r["speedup"]), r["speedup"]),
+                cell(fmt_bytes(r["peak_mem"]), r["peak_mem"]),
+                cell(fmt_err(r["err_y"]), r["err_y"], title=errt),
+                cell(e.rid[:10], e.rid, href=self.rec_href(e, up), title=f"{e.path} [{e.index}] · id {e.rid}"),
             ]
-            if not with_norm:
-                cells.pop(0)
-            if with_hw:
-                cells.insert(0, (self.hw_link(r["hardware"], depth), r["hardware"]))
-            out.append(Row(cells, filters={"dtype": r["dtype"], "pass": r["pass"], "shape_class": r["shape_class"],
-                                           "backend": r["backend"], "timing": r["timing"], "layout": r["layout"],
-                                           "hardware": r["hardware"], "harness": r["harness"]},
-                           cls="invalid" if r["invalid"] else ("flagged" if r["flagged"] else "")))
-        filters = [("dtype", "dtype"), ("pass", "pass"), ("shape_class", "shape class"), ("backend", "backend")]
-        for key, label in (("timing", "timing"), ("layout", "layout"), ("hardware", "hardware"),
-                           ("harness", "harness")):
-            if len({r.filters[key] for r in out}) > 1:
-                filters.append((key, label))
-        return table(tid, cols, out, filters=filters, search="find")
+            t.add(cells, {"hardware": r["hardware"], "norm": r["norm"], "dtype": r["dtype"], "pass": r["pass"],
+                          "shape_class": r["shape_class"], "backend": r["backend"], "timing": r["timing"],
+                          "layout": r["layout"], "harness": r["harness"],
+                          "ranked": "invalid" if bad else ("flagged" if r["flagged"] else "ranked")},
+                  "invalid" if bad else ("flagged" if r["flagged"] else ""))
+        if not with_hw:
+            t.filters = [f for f in t.filters if f[0] != "hardware"]
+        if not with_norm:
+            t.filters = [f for f in t.filters if f[0] != "norm"]
+        shard = t.shard(up)
+        if shard:
+            self.data_files[shard[0]] = shard[1]
+        return t
 
-    def gbps_plots(self, rows: list[dict], depth: int, limit: int, title_prefix: str = "",
-                   with_hw: bool = False) -> list[str]:
-        """GB/s against hidden size, one line per backend, the measured ceiling drawn; one plot per
-        (hardware, layout, dtype, pass, timing) with at least two hidden sizes."""
-        groups: dict[tuple, list[dict]] = {}
-        for r in rows:
-            if r["num_features"] and r["gbps"] is not None and not r["invalid"]:
-                groups.setdefault((r["hardware"], r["norm"], r["layout"], r["dtype"], r["pass"], r["timing"]),
-                                  []).append(r)
-        plots = []
-        for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], k[3], ("fwd", "bwd", "fwd+bwd").index(k[4])
-                                                 if k[4] in ("fwd", "bwd", "fwd+bwd") else 9, k[5])):
-            grp = groups[key]
-            if len({r["num_features"] for r in grp}) < 2:
-                continue
-            hw, norm, layout, dtype, pss, timing = key
-            series = []
-            for backend in sorted({r["backend"] for r in grp}, key=lambda b: (b != "eager", b)):
-                # Several shapes can share a hidden size; the largest is the one closest to steady-state bandwidth.
-                best: dict[float, dict] = {}
-                for r in grp:
-                    if r["backend"] != backend:
-                        continue
-                    cur = best.get(r["num_features"])
-                    if cur is None or (r["elements"] or 0) > (cur["elements"] or 0):
-                        best[r["num_features"]] = r
-                pts = [Point(r["num_features"], r["gbps"], "../" * depth + r["entry"].href,
-                             f"{norm} {backend} {fmt_shape(r['shape'])} {dtype} {pss}: {fmt_gbps(r['gbps'])}, "
-                             f"{fmt_time(r['time'])}" + (f" (flagged {', '.join(r['flags'])})" if r["flagged"] else ""))
-                       for r in best.values()]
-                series.append(Series(backend, pts))
-            ceilings = sorted(r["ceiling"] for r in grp if r["ceiling"])
-            hlines = []
-            if ceilings:
-                c = ceilings[len(ceilings) // 2]
-                hlines.append((c, f"measured copy ceiling {fmt_gbps(c)}"))
-            peaks = {r["datasheet"] for r in grp if r["datasheet"]}
-            if peaks:
-                p = max(peaks)
-                hlines.append((p, f"datasheet peak {fmt_gbps(p)}"))
-            t = f"{title_prefix}{norm} · {layout} · {dtype} · {pss}" + ("" if timing == "cold" else f" · {timing}")
-            if with_hw:
-                t += f" · {hw}"
-            plots.append(line_plot(series, xlabel="hidden size C (log scale)", ylabel="GB/s", title=t, xlog=True,
-                                   hlines=hlines))
-            if len(plots) >= limit:
-                break
-        return plots
+    # --- figures -------------------------------------------------------------------------------------------------
 
-    def shape_bars(self, rows: list[dict], depth: int, limit: int) -> list[str]:
-        """Where a machine measured a single hidden size (no curve to draw): GB/s of every backend, dtype and
-        pass at its largest shape, against the measured ceiling."""
-        plots = []
-        sizes: dict[tuple, set] = {}
+    def width_frame(self, rows: list[dict], up: str):
+        """One point per backend, dtype, pass (and timing) and hidden size for ``charts.kernel_width_chart``: the
+        largest shape of that width (closest to steady-state bandwidth); invalid records are left out."""
+        import pandas as pd
+
+        timings = {r["timing"] for r in rows}
+        best: dict[tuple, dict] = {}
         for r in rows:
-            sizes.setdefault((r["hardware"], r["layout"], r["dtype"], r["pass"]), set()).add(r["num_features"])
-        curves = {k[:2] for k, v in sizes.items() if len(v) > 1}
-        for hw, layout in sorted({(r["hardware"], r["layout"]) for r in rows}):
-            if (hw, layout) in curves or len(plots) >= limit:
+            if r["invalid"] or r["gbps"] is None or not r["num_features"]:
                 continue
-            grp = [r for r in rows if r["hardware"] == hw and r["layout"] == layout and r["gbps"] is not None
-                   and not r["invalid"]]
-            if not grp:
+            pss = r["pass"] + (f" · {r['timing']}" if len(timings) > 1 else "")
+            key = (r["backend"], r["dtype"], pss, r["layout"], int(r["num_features"]))
+            cur = best.get(key)
+            if cur is None or (r["elements"] or 0) > (cur[1]["elements"] or 0):
+                best[key] = (pss, r)
+        recs = []
+        for (backend, dtype, pss, layout, width), (_, r) in sorted(best.items()):
+            flags = ", ".join(FLAG_LABELS.get(f, f) for f in sorted(r["flags"]))
+            recs.append({
+                "width": width, "rows": int((r["elements"] or 0) // max(width, 1)), "gbps": r["gbps"],
+                "pct_ceiling": r["pct"], "ceiling_gbps": r["ceiling"], "backend": backend, "dtype": dtype,
+                "pass_": pss, "device": r["hardware"], "median_s": r["time"], "flags": flags,
+                "url": self.rec_href(r["entry"], up), "layout": layout,
+                "label": (f"{r['norm']} {backend} {fmt_shape(r['shape'])} {dtype} {pss}: {fmt_gbps(r['gbps'])}, "
+                          f"{fmt_pct(r['pct'])} of ceiling, {fmt_time(r['time'])}" + (f" [{flags}]" if flags else "")),
+            })
+        return pd.DataFrame.from_records(recs)
+
+    def figure(self, builder: str, df, chart_id: str, alt: str, **kw):
+        """A rendered chart (``charts.<builder>(df, **kw)``), or None without the charts module or data."""
+        if self.charts is None or df is None or len(df) == 0 or not hasattr(self.charts, builder):
+            return None
+        chart = getattr(self.charts, builder)(df, **kw)
+        # The charts module escapes every text it puts in the SVG and the spec (its own tests check hostile text).
+        return Markup(self.charts.render(chart, chart_id, alt_text=alt).html)
+
+    def width_figures(self, norm: str, hw: str, rows: list[dict], up: str) -> list:
+        """GB/s and % of ceiling against hidden size on one device, one figure pair per layout with two widths."""
+        figs = []
+        for layout in sorted({r["layout"] for r in rows}):
+            df = self.width_frame([r for r in rows if r["layout"] == layout], up)
+            if len(df) == 0 or df["width"].nunique() < 2:
                 continue
-            biggest = max(grp, key=lambda r: (r["elements"] or 0))["shape"]
-            grp = sorted((r for r in grp if r["shape"] == biggest),
-                         key=lambda r: (r["backend"] != "eager", r["backend"], r["dtype"], r["pass"], r["timing"]))
-            items = [(f"{r['backend']} · {r['dtype']} · {r['pass']}", r["gbps"], "../" * depth + r["entry"].href,
-                      f"{fmt_time(r['time'])}, {fmt_gbps(r['gbps'])}, {fmt_pct(r['pct'])} of ceiling"
-                      + "".join(f" ({f}: {why})" for f, why in r["flags"].items()), r["flagged"]) for r in grp]
-            ceilings = sorted(r["ceiling"] for r in grp if r["ceiling"])
-            ref = (ceilings[len(ceilings) // 2], "copy ceiling") if ceilings else None
-            plots.append(bar_chart(items, xlabel="GB/s", ref=ref, value_fmt=fmt_gbps,
-                                   title=f"{layout} {fmt_shape(biggest)} · {hw}"))
-        return [p for p in plots if p]
+            for metric, what in (("gbps", "GB/s"), ("pct_ceiling", "% of the measured copy ceiling")):
+                if metric == "pct_ceiling" and df["pct_ceiling"].isna().all():
+                    continue
+                alt = (f"{norm} on {hw} ({layout}): {what} against hidden size, one line per backend "
+                       f"({', '.join(sorted(df['backend'].unique()))}) per dtype and pass")
+                fig = self.figure("kernel_width_chart", df, slug("w", norm, hw, layout, metric), alt, metric=metric,
+                                  title=f"{norm} · {layout} · {what}")
+                if fig:
+                    figs.append(fig)
+        return figs
 
     # --- pages ---------------------------------------------------------------------------------------------------
 
-    def overview(self) -> str:
-        n_k, n_a = len(self.kernels), len(self.acc_rows)
-        norms = sorted(self.norm_meta)
-        body = ['<section class="intro"><p>normbench measures normalization layers (LayerNorm, RMSNorm, BatchNorm, '
-                "GroupNorm, DyT, Derf, PowerNorm, EvoNorm, weight reparameterizations, and any norm a plugin adds) two "
-                "ways: <strong>kernels</strong> (median time, effective bandwidth as a share of the copy bandwidth "
-                "measured on the same machine, memory, and error against a float64 reference, per backend, dtype and "
-                "pass) and <strong>accuracy</strong> (models trained with the norm as the only change, over several "
-                "seeds, with confidence intervals, time-to-target and divergence). Method: "
-                '<a href="methodology.html">methodology</a>.</p></section>']
-        body.append('<div class="stats">'
-                    f'<div><span class="big">{n_k}</span> kernel results</div>'
-                    f'<div><span class="big">{n_a}</span> training runs</div>'
-                    f'<div><span class="big">{len(norms)}</span> norms</div>'
-                    f'<div><span class="big">{len(self.hw_entries)}</span> machines</div>'
-                    f'<div><span class="big small">{esc(self.info.taken)}</span> data taken</div></div>')
-        if self.loaded.rejected:
-            body.append(f'<p class="notice">{len(self.loaded.rejected)} record(s) or file(s) were rejected and are '
-                        'not in these tables: see <a href="rejected.html">rejected records</a>.</p>')
-        if not self.loaded.entries:
-            body.append('<p class="notice">No results yet. Run <code>normbench bench --quick</code> and '
-                        "<code>normbench train --quick</code>, then <code>normbench site build</code>.</p>")
-        hws = sorted({r["hardware"] for r in self.kernels})
-        if hws:
-            body.append(self._norm_matrix(hws))
-            body.append("<h2>Closest to the bandwidth ceiling, per machine</h2>"
-                        '<p class="muted">The five kernel results with the highest share of the copy bandwidth '
-                        "measured in the same run (flagged measurements excluded).</p>")
-        for hw in hws:
-            rows = agg.best_by_bandwidth([r for r in self.kernels if r["hardware"] == hw], 5)
-            body.append(f'<h3>{self.hw_link(hw)} <span class="muted">{esc(self.hw_name(hw))}</span></h3>')
-            items = "".join(
-                f"<tr><td>{self.norm_link(r['norm'])}</td><td>{esc(r['backend'])}</td>"
-                f"<td>{esc(r['layout'])} {esc(fmt_shape(r['shape']))}</td><td>{esc(r['dtype'])}</td>"
-                f"<td>{esc(r['pass'])}</td><td class='num'>{fmt_time(r['time'])}</td>"
-                f"<td class='num'>{fmt_gbps(r['gbps'])}</td><td class='num'>{fmt_pct(r['pct'])}</td>"
-                f"<td>{self.rec_link(r['entry'])}</td></tr>" for r in rows)
-            body.append('<div class="table-wrap"><table class="lb compact"><thead><tr><th>norm</th><th>backend</th>'
-                        '<th>shape</th><th>dtype</th><th>pass</th><th class="num">time</th><th class="num">GB/s</th>'
-                        '<th class="num">% ceiling</th><th>record</th></tr></thead><tbody>' + items
-                        + "</tbody></table></div>")
-        tables = self._acc_tables()
-        if tables:
-            body.append("<h2>Best per task</h2>")
-        for key, cells in tables:
-            offline, task, model, quick, variant = key
-            ranked = agg.rank_cells(cells)[:3]
-            if not ranked:
-                continue  # only tuning runs so far
-            c0 = ranked[0]
-            badge = self._task_badges(offline, quick)
-            body.append(f'<h3><a href="accuracy.html#{esc(slug("t", *map(str, key)))}">{esc(task)} · {esc(model)}'
-                        f"{_variant_label(variant)}</a> {badge}</h3>")
-            items = "".join(
-                f"<tr><td>{i + 1}</td><td>{self.norm_link(c.norm)}</td><td>{esc(c.placement or '')}</td>"
-                f"<td class='num'>{self._mean_ci(c)}</td><td class='num'>{self._div(c)}</td>"
-                f"<td>{esc(c.hardware)}</td><td>{self._seed_links(c, 0)}</td></tr>" for i, c in enumerate(ranked))
-            body.append(f'<div class="table-wrap"><table class="lb compact"><thead><tr><th>#</th><th>norm</th>'
-                        f'<th>placement</th><th class="num">{esc(_metric_label(c0.metric, c0.higher))}</th>'
-                        '<th class="num">seeds</th><th>hardware</th><th>records</th></tr></thead><tbody>' + items
-                        + "</tbody></table></div>")
-        return page("Normalization layer leaderboard", "\n".join(body), self.info, active="index.html")
-
-    def _norm_matrix(self, hws: list[str]) -> str:
-        """Norms down, machines across: the best share of the ceiling any backend, dtype and pass reached."""
-        best = {hw: {r["norm"]: r for r in agg.best_backend_per_norm([r for r in self.kernels if r["hardware"] == hw])}
-                for hw in hws}
-        norms = sorted({n for hw in hws for n in best[hw]},
-                       key=lambda n: -max((best[hw][n]["pct"] or 0.0) for hw in hws if n in best[hw]))
-        rows = []
-        for n in norms:
-            cells = [(self.norm_link(n), n)]
+    def overview(self) -> Page:
+        hws = self.kernel_hws
+        best = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw])} for hw in hws}
+        matrix = Table("matrix", [Col("norm")] + [Col(hw, True, self.hw_name(hw)) for hw in hws], search=False,
+                       cls="narrow")
+        for n in sorted(self.by_norm, key=lambda n: (-max([best[hw][n]["pct"] or 0.0 for hw in hws
+                                                            if n in best[hw]] or [-1.0]), n)):
+            cells = [cell(n, n, href=norm_file(n))]
             for hw in hws:
                 r = best[hw].get(n)
                 if r is None:
-                    cells.append(("–", None))
+                    measured = any(x["norm"] == n for x in self.by_hw[hw])
+                    cells.append(cell("unranked" if measured else "–", None, cls="muted" if measured else None,
+                                      title="measured, but every record is flagged" if measured else None))
                 else:
-                    tip = f"{r['backend']} · {r['dtype']} · {r['pass']} · {r['layout']} {fmt_shape(r['shape'])}"
-                    cells.append((f'<a class="plain" href="{esc(r["entry"].href)}" title="{esc(tip)}">'
-                                  f"{fmt_pct(r['pct'])}</a> <span class='muted'>{esc(r['backend'])}</span>",
-                                  r["pct"]))
-            rows.append(Row(cells))
-        cols = [Col("norm")] + [Col(hw, True, self.hw_name(hw)) for hw in hws]
-        return ("<h2>Every norm on every machine</h2><p class='muted'>The best share of the measured copy bandwidth "
-                "that any backend, dtype and pass of each norm reached (hover for which; click for the record).</p>"
-                + table("matrix", cols, rows, cls="narrow"))
+                    cells.append(cell(fmt_pct(r["pct"]), r["pct"], href=self.rec_href(r["entry"], ""),
+                                      note=r["backend"], title=f"{r['backend']} · {r['dtype']} · {r['pass']} · "
+                                                               f"{r['layout']} {fmt_shape(r['shape'])}"))
+            matrix.add(cells)
+        top = {hw: agg.best_by_bandwidth(self.by_hw[hw], 5) for hw in hws}
+        tables = []
+        for key, cells in self._acc_tables():
+            ranked = agg.rank_cells(cells)[:3]
+            if ranked:
+                tables.append((key, self.cell_page_file(key), ranked))
+        return Page("index.html", "index.html", "Normalization layer leaderboard", active="index.html", ctx=dict(
+            n_kernel=len(self.kernels), n_acc=len(self.acc_rows), n_norms=len(self.norm_meta),
+            hws=[(hw, self.hw_name(hw), device_file(hw)) for hw in sorted(self.hw_entries)], matrix=matrix,
+            top=[(hw, self.hw_name(hw), device_file(hw), [self._top_row(r) for r in top[hw]]) for hw in hws],
+            acc_tables=tables, n_rejected=len(self.loaded.rejected), empty=not self.loaded.entries,
+            n_unranked=sum(r["flagged"] for r in self.kernels),
+            n_legacy=sum(LEGACY in r["flags"] for r in self.kernels)))
 
-    def kernels_page(self) -> str:
-        body = ['<p class="muted">One table per machine. Click a column header to sort; use the selects to filter. '
-                "Time is the median over repetitions; GB/s is the minimum bytes a norm must move divided by that "
-                "time; % ceiling compares it with the copy bandwidth measured in the same run. "
-                "A badge marks a flagged record, which is never ranked (hover for the reason): "
-                "<em>suspect</em> above the copy ceiling, <em>noisy</em> measured on a busy machine, <em>fell_back</em> "
-                "compiled code that ran eager, <em>unchecked</em>/<em>forced</em> not passing <code>normbench check</code>; "
-                "<em>non_finite</em> (output or gradient NaN/inf) is invalid and shown as failed.</p>"]
-        hws = sorted({r["hardware"] for r in self.kernels})
-        if not hws:
-            body.append('<p class="notice">No kernel results yet: run <code>normbench bench --quick</code>.</p>')
-        if len(hws) > 1:
-            body.append("<p>Machines: " + ", ".join(f'<a href="#{esc(slug("k", hw))}">{esc(hw)}</a>' for hw in hws)
-                        + "</p>")
-        for hw in hws:
-            rows = [r for r in self.kernels if r["hardware"] == hw]
-            body.append(f'<section id="{esc(slug("k", hw))}"><h2>{esc(hw)} <span class="muted">'
-                        f'{esc(self.hw_name(hw))}</span></h2>')
-            ceilings = sorted(r["ceiling"] for r in rows if r["ceiling"])
-            if ceilings:
-                body.append(f'<p>Measured copy bandwidth ceiling: <strong>{fmt_gbps(ceilings[len(ceilings) // 2])}'
-                            f"</strong> (median over runs; {self.hw_link(hw)} has the full provenance).</p>")
-            # The headline chart: the most measured dtype and pass on this machine.
-            combo = Counter((r["dtype"], r["pass"]) for r in rows).most_common(1)[0][0]
-            best = agg.best_backend_per_norm([r for r in rows if (r["dtype"], r["pass"]) == combo])
-            plots = []
-            if best and any(r["pct"] is not None for r in best):
-                items = [(r["norm"], r["pct"], r["entry"].href,
-                          f"{r['backend']}, {r['layout']} {fmt_shape(r['shape'])}: {fmt_gbps(r['gbps'])}, "
-                          f"{fmt_pct(r['pct'])} of ceiling", False) for r in best if r["pct"] is not None]
-                plots.append(bar_chart(items, xlabel="% of measured copy bandwidth",
-                                       title=f"Best result per norm · {combo[0]} · {combo[1]}",
-                                       ref=(100.0, "ceiling"), value_fmt=lambda v: f"{v:.0f} %"))
-            for name in REFERENCE_NORMS:
-                plots += self.gbps_plots([r for r in rows if r["norm"] == name and r["dtype"] == combo[0]
-                                          and r["pass"] == combo[1]], 0, 1)
-            if plots:
-                body.append('<div class="plots">' + "".join(plots) + "</div>")
-            body.append(self.kernel_table(slug("kt", hw), rows))
-            body.append("</section>")
-        return page("Kernel leaderboard", "\n".join(body), self.info, active="kernels.html")
+    def _top_row(self, r: dict) -> dict:
+        return {"norm": r["norm"], "norm_href": norm_file(r["norm"]), "backend": r["backend"],
+                "shape": f"{r['layout']} {fmt_shape(r['shape'])}", "dtype": r["dtype"], "pass": r["pass"],
+                "time": fmt_time(r["time"]), "gbps": fmt_gbps(r["gbps"]), "pct": fmt_pct(r["pct"]),
+                "href": self.rec_href(r["entry"], ""), "rid": r["entry"].rid[:10]}
 
-    # --- accuracy --------------------------------------------------------------------------------------------------
+    def kernels_page(self) -> Page:
+        table = self.kernel_table("kernels", self.kernels, "")
+        return Page("kernels.html", "kernels.html", "Kernel leaderboard", active="kernels.html", ctx=dict(
+            table=table, flags=[(FLAG_LABELS.get(f, f), f) for f in FLAGS + (LEGACY,)],
+            hws=[(hw, self.hw_name(hw), device_file(hw), len(self.by_hw[hw])) for hw in self.kernel_hws],
+            norms=[(n, norm_file(n), len(self.by_norm[n])) for n in sorted(self.by_norm)]))
+
+    def device_page(self, hw: str) -> Page:
+        p = Page(device_file(hw), "device.html", hw, active="devices.html", lead=self.hw_name(hw),
+                 crumbs=[("devices.html", "Devices")])
+        rows = self.by_hw.get(hw, [])
+        norms = sorted({r["norm"] for r in rows})
+        best = {r["norm"]: r for r in agg.best_backend_per_norm(rows)}
+        p.ctx = dict(facts=self.hw_facts(hw), n=len(rows),
+                     norms=[(n, "../" + norm_file(n) + "#" + slug("d", hw), best.get(n)) for n in norms],
+                     table=self.kernel_table(slug("kd", hw), rows, p.up, with_hw=False) if rows else None,
+                     fmt_pct=fmt_pct)
+        return p
+
+    def hw_facts(self, hw: str) -> list[tuple[str, str]]:
+        entries = self.hw_entries[hw]
+        provs = [e.rec["provenance"] for e in entries]
+        h = provs[-1].get("hardware") if isinstance(provs[-1].get("hardware"), dict) else {}
+
+        def seen(key):
+            return ", ".join(sorted({str(p.get(key)) for p in provs if p.get(key) not in (None, "")})) or "–"
+
+        ts = sorted(_s(p.get("timestamp")) for p in provs if _s(p.get("timestamp")))
+        kr = self.by_hw.get(hw, [])
+        ceil = sorted(r["ceiling"] for r in kr if r["ceiling"])
+        methods = sorted({m for r in kr if isinstance(m := r["entry"].rec["metrics"].get("ceiling_method"), str)})
+        peak = sorted({r["datasheet"] for r in kr if r["datasheet"]})
+        commits = sorted({_s(p.get("git_commit"))[:10] for p in provs if _s(p.get("git_commit"))})
+        plugins = sorted({f"{k} {v}" for p in provs if isinstance(p.get("plugins"), dict)
+                          for k, v in p["plugins"].items()})
+        commands = Counter(_s(p.get("command")) for p in provs if _s(p.get("command")))
+        return [
+            ("CPU", _s(h.get("cpu")) or "–"),
+            ("cores / threads", f"{h.get('cores', '–')} / {h.get('threads', '–')}"),
+            ("GPU", _s(h.get("gpu")) or "none"),
+            ("GPU memory", f"{h.get('gpu_memory_gb')} GB" if num(h.get("gpu_memory_gb")) else "–"),
+            ("driver / CUDA", f"{h.get('driver') or '–'} / {h.get('cuda') or '–'}"),
+            ("copy ceiling (measured)", (f"{fmt_gbps(ceil[len(ceil) // 2])} median, {fmt_gbps(ceil[0])} – "
+                                         f"{fmt_gbps(ceil[-1])}") if ceil else "–"),
+            ("ceiling method", "; ".join(methods[:5]) or "–"),
+            ("datasheet peak", ", ".join(fmt_gbps(p) for p in peak) or "–"),
+            ("platform", seen("platform")), ("Python", seen("python")), ("torch", seen("torch")),
+            ("Triton", seen("triton")),
+            ("normbench", seen("normbench_version") + (f" (commits {', '.join(commits)})" if commits else "")),
+            ("plugins", ", ".join(plugins) or "–"),
+            ("records", f"{len(kr)} kernel, {sum(r['hardware'] == hw for r in self.acc_rows)} accuracy"),
+            ("taken", f"{ts[0]} – {ts[-1]}" if ts else "–"),
+            ("commands", " | ".join(f"{c} (×{n})" for c, n in commands.most_common(3)) or "–"),
+        ]
+
+    def devices_page(self) -> Page:
+        hws = sorted(self.hw_entries)
+        figs = []
+        if len(self.kernel_hws) > 1:
+            for n in sorted(self.by_norm):
+                rows = self.by_norm[n]
+                if len({r["hardware"] for r in rows}) < 2:
+                    continue
+                frames = [self.width_frame([r for r in rows if r["hardware"] == hw], "") for hw in self.kernel_hws]
+                import pandas as pd
+
+                df = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) \
+                    else None
+                if df is None or df["width"].nunique() < 2:
+                    continue
+                fig = self.figure("device_compare_chart", df, slug("dc", n),
+                                  f"{n}: % of each device's copy ceiling against hidden size, one colour per device, "
+                                  "one panel per backend", title=f"{n} across devices")
+                if fig:
+                    figs.append((n, norm_file(n), fig))
+        matrix = self.overview().ctx["matrix"]
+        return Page("devices.html", "devices.html", "Devices", active="devices.html", charts=bool(figs), ctx=dict(
+            hws=[(hw, self.hw_name(hw), device_file(hw), self.hw_facts(hw)) for hw in hws], figs=figs,
+            matrix=matrix))
+
+    def norms_index(self) -> Page:
+        t = Table("norms", [Col("name"), Col("title"), Col("family"), Col("kind"), Col("paper"), Col("year", True),
+                            Col("kernel results", True), Col("training runs", True), Col("package")],
+                  filters=[("family", "family"), ("kind", "kind")], cls="wrapping")
+        for name in sorted(self.norm_meta):
+            m = self.norm_meta[name]
+            paper = m.get("paper") if isinstance(m.get("paper"), dict) else {}
+            year = paper.get("year") if isinstance(paper.get("year"), int) else None
+            url = safe_url(paper.get("url"))
+            nk = len(self.by_norm.get(name, []))
+            na = sum(r["norm"] == name for r in self.acc_rows)
+            t.add([cell(name, name, href=norm_file(name)), cell(_s(m.get("title")), _s(m.get("title"))),
+                   cell(_s(m.get("family")), _s(m.get("family"))), cell(_s(m.get("kind")), _s(m.get("kind"))),
+                   cell(_s(paper.get("title")) or "paper", _s(paper.get("title")), href=url, ext=bool(url)),
+                   cell(year or "–", float(year) if year else None), cell(nk, float(nk)), cell(na, float(na)),
+                   cell(_s(m.get("package")), _s(m.get("package")))],
+                  {"family": _s(m.get("family")), "kind": _s(m.get("kind"))})
+        return Page("norms.html", "norms.html", "Norms", active="norms.html", ctx=dict(table=t),
+                    lead="Every norm with results, as described by the records themselves (so a plugin's norm shows "
+                         "here even where the plugin is not installed). Each norm's page has its GB/s-against-hidden-"
+                         "size figures per device and its training results.")
+
+    def norm_page(self, name: str) -> Page:
+        m = self.norm_meta[name]
+        p = Page(norm_file(name), "norm.html", _s(m.get("title")) or name, active="norms.html",
+                 crumbs=[("norms.html", "Norms")])
+        up = p.up
+        paper = m.get("paper") if isinstance(m.get("paper"), dict) else {}
+        rows = self.by_norm.get(name, [])
+        devices = []
+        for hw in sorted({r["hardware"] for r in rows}):
+            hr = [r for r in rows if r["hardware"] == hw]
+            devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw),
+                            "href": up + device_file(hw), "figs": self.width_figures(name, hw, hr, up),
+                            "widths": len({r["num_features"] for r in hr}), "n": len(hr),
+                            "best": [self._top_row(r) | {"href": self.rec_href(r["entry"], up)}
+                                     for r in agg.best_by_bandwidth(hr, 3)]})
+        cells = [c for c in self.cells if c.norm == name and not c.tuning]
+        acc = []
+        for key in sorted({c.table_key for c in cells}, key=lambda k: (k[0], k[3], k[1], k[2], k[4])):
+            ranked = agg.rank_cells([c for c in self.cells if c.table_key == key])
+            for c in cells:
+                if c.table_key == key:
+                    acc.append(self._cell_summary(c, ranked.index(c) + 1, len(ranked), up, key))
+        p.charts = any(d["figs"] for d in devices)
+        p.ctx = dict(
+            name=name, meta=m, paper=paper, paper_url=paper.get("url"), devices=devices, acc=acc,
+            layouts=", ".join(str(x) for x in m.get("layouts") or [] if isinstance(x, (str, int))),
+            backends=", ".join(str(x) for x in m.get("backends") or [] if isinstance(x, (str, int))),
+            table=self.kernel_table(slug("kn", name), rows, up, with_norm=False) if rows else None)
+        return p
+
+    # --- accuracy ------------------------------------------------------------------------------------------------
 
     def _acc_tables(self) -> list[tuple[tuple, list]]:
         tables: dict[tuple, list] = {}
@@ -391,69 +471,65 @@ class Site:
                                                       kv[0][4]))
 
     @staticmethod
-    def _task_badges(offline: bool, quick: bool) -> str:
-        out = ""
-        if offline:
-            out += ('<span class="badge offline" title="a synthetic task that needs no download; not comparable '
-                    'with real tasks">offline task</span>')
-        if quick:
-            out += '<span class="badge quick" title="smoke-test budget, not a converged result">quick budget</span>'
-        return out
-
-    def _vs_ref(self, c) -> tuple[str, float | None]:
-        ref = agg.reference_cell(c, self.cells)
-        if ref is None:
-            is_ref = S.reference_of(c.model) == (c.norm, c.placement)
-            return ('<span class="muted">reference</span>' if is_ref else "", None)
-        d = S.versus(c.values, ref.values, log=S.is_log_metric(c.metric))
-        if d is None:
-            return ('<span class="muted">too few finished seeds</span>', None)
-        name = ref.norm + (f" ({ref.placement})" if ref.placement else "")
-        return (f'<span title="against {esc(name)}">{esc(S.versus_text(d, c.metric))}</span>', d.p)
+    def cell_page_file(key: tuple) -> str:
+        offline, task, model, quick, variant = key
+        return f"accuracy/{slug(task, model, variant, 'quick' if quick else 'full')}.html"
 
     @staticmethod
-    def _div(c) -> str:
-        """Diverged / counted runs, marked when any diverged (a diverged run is a result, never dropped)."""
-        text = f"{c.n_diverged}/{c.n}"
-        extra = f' <span class="muted" title="flagged runs: shown, never counted">+{c.n_flagged} flagged</span>' \
-            if c.n_flagged else ""
-        return (f'<span class="warn">{text}</span>' if c.n_diverged else text) + extra
+    def table_title(key: tuple) -> str:
+        offline, task, model, quick, variant = key
+        return f"{task} · {model}" + ("" if variant == "default" else f" · {variant}")
 
-    @staticmethod
-    def _mean_ci(c) -> str:
+    def _mean_ci(self, c) -> tuple[str, str]:
         st = c.final
         if st.mean is None:
-            return '<span class="muted">no finished run</span>'
+            return "no finished run", ""
         s = fmt_metric(st.mean, c.metric)
-        if st.low is not None:
-            lo, hi = fmt_metric(st.low, c.metric), fmt_metric(st.high, c.metric)
-            if st.log:
-                tip = (f"geometric mean over {st.n} finished seeds; 95 % CI from a t-interval of log values; "
-                       f"sd of log {st.std:.3g}")
-            else:
-                tip = f"mean over {st.n} finished seeds; 95 % CI (Student t); sd {fmt_metric(st.std, c.metric)}"
-            return f'<span title="{esc(tip)}">{s} <span class="muted">[{esc(lo)}, {esc(hi)}]</span></span>'
-        return f'<span title="one finished seed: no interval">{s}</span>'
+        if st.low is None:
+            return s, "one finished seed: no interval"
+        tip = (f"geometric mean over {st.n} finished seeds; 95 % CI from a t-interval of log values; sd of log "
+               f"{st.std:.3g}" if st.log else f"mean over {st.n} finished seeds; 95 % CI (Student t); "
+                                              f"sd {fmt_metric(st.std, c.metric)}")
+        return f"{s} [{fmt_metric(st.low, c.metric)}, {fmt_metric(st.high, c.metric)}]", tip
 
-    def _seed_links(self, c, depth: int) -> str:
+    def _vs_ref(self, c) -> tuple[str, str, float | None]:
+        ref = agg.reference_cell(c, self.cells)
+        if ref is None:
+            return ("reference" if S.reference_of(c.model) == (c.norm, c.placement) else ""), "", None
+        d = S.versus(c.values, ref.values, log=S.is_log_metric(c.metric))
+        if d is None:
+            return "too few finished seeds", "", None
+        name = ref.norm + (f" ({ref.placement})" if ref.placement else "")
+        return S.versus_text(d, c.metric), f"against {name}", d.p
+
+    @staticmethod
+    def _lr(c) -> str:
+        lrs = sorted({str(r["recipe"].get("lr")) for r in c.runs if r["recipe"].get("lr") is not None})
+        return ", ".join(lrs) or "–"
+
+    def _cell_summary(self, c, rank: int, of: int, up: str, key: tuple) -> dict:
+        mean, tip = self._mean_ci(c)
+        return {"title": self.table_title(key), "href": up + self.cell_page_file(key), "placement": c.placement,
+                "rank": rank, "of": of, "mean": mean, "tip": tip, "diverged": c.n_diverged, "n": c.n,
+                "lr": self._lr(c), "tuned": c.tuned, "metric": c.metric, "hardware": c.hardware,
+                "vs": self._vs_ref(c)[0], "offline": key[0], "quick": key[3]}
+
+    def seed_links(self, c, up: str) -> list[tuple[str, str, str]]:
         out = []
         for r in c.runs:
             label = f"s{int(r['seed'])}" if r["seed"] is not None else "run"
+            why = ""
             if r["status"] == "diverged":
-                label += "✗"
+                label, why = label + "✗", "diverged"
             elif r["status"] == "flagged":
-                label += "⚠"
-            link_html = self.rec_link(r["entry"], depth, label)
-            if r["status"] in ("diverged", "flagged"):
-                why = "diverged" if r["status"] == "diverged" else "flagged: " + ", ".join(r["flags"])
-                link_html = f'<span title="{esc(why)}">{link_html}</span>'
-            out.append(link_html)
-        return " ".join(out)
+                label, why = label + "⚠", "flagged: " + ", ".join(r["flags"])
+            out.append((label, self.rec_href(r["entry"], up), why))
+        return out
 
-    def acc_table(self, tid: str, cells: list, depth: int = 0) -> str:
+    def acc_table(self, tid: str, cells: list, up: str) -> Table:
         c0 = cells[0]
         centre = "geometric mean" if S.is_log_metric(c0.metric) else "mean"
-        cols = [Col("#", True, sorted="ascending"), Col("norm"), Col("placement"), Col("hardware"),
+        cols = [Col("#", True, sorted="ascending"), Col("norm"), Col("placement"), Col("device"),
                 Col(f"{c0.metric} {centre} [95 % CI]", True, _metric_label(c0.metric, c0.higher)),
                 Col("best", True, "best evaluation over training, mean over seeds"),
                 Col("time to target", True, "mean over the seeds that reached the target (k/n reached)"),
@@ -461,387 +537,231 @@ class Site:
                 Col("vs reference", True, "against the table's reference (LayerNorm, Pre-LN in GPT tables; BatchNorm "
                     "in ResNet tables): ratio of geometric means (perplexity) or difference (accuracy) with its 95 % "
                     "Welch interval; Welch p, Mann–Whitney p; not corrected for multiple comparisons"),
-                Col("wall time", True, "training wall time, mean over seeds"),
-                Col("seeds", True), Col("records")]
-        rows = []
+                Col("lr", True, "learning rate of the counted runs (chosen by the search on the validation split "
+                    "when tuned)"),
+                Col("wall time", True, "training wall time, mean over seeds"), Col("seeds", True), Col("records")]
+        t = Table(tid, cols, filters=[("placement", "placement"), ("hardware", "device")])
         for i, c in enumerate(agg.rank_cells(cells)):
-            tgt = ""
             if c.ttt.mean is not None:
-                tgt = f"{fmt_seconds_human(c.ttt.mean)} <span class='muted'>({c.n_reached}/{c.n})</span>"
+                tgt = cell(fmt_seconds_human(c.ttt.mean), c.ttt.mean, note=f"({c.n_reached}/{c.n})")
             elif c.target is not None:
-                tgt = f"<span class='muted'>not reached (0/{c.n})</span>"
+                tgt = cell(f"not reached (0/{c.n})", None, cls="muted")
             else:
-                tgt = "<span class='muted'>no target</span>"
-            recs = self._seed_links(c, depth)
-            cells_html = [
-                (str(i + 1), float(i + 1)),
-                (self.norm_link(c.norm, depth) + (f' <span class="muted">{esc(c.options)}</span>' if c.options
-                                                   else ""), f"{c.norm} {c.options}".strip()),
-                (esc(c.placement or "–"), c.placement or ""),
-                (self.hw_link(c.hardware, depth), c.hardware),
-                (self._mean_ci(c), c.final.mean),
-                (fmt_metric(c.best.mean, c.metric), c.best.mean),
-                (tgt, c.ttt.mean),
-                (self._div(c), c.divergence_rate),
-                self._vs_ref(c),
-                (fmt_seconds_human(c.wall.mean), c.wall.mean),
-                (str(c.n), float(c.n)),
-                (recs, None),
-            ]
-            rows.append(Row(cells_html, filters={"placement": c.placement or "", "hardware": c.hardware},
-                            cls="diverged" if c.final.mean is None else ""))
-        filters = [(k, k) for k in ("placement", "hardware") if len({r.filters[k] for r in rows}) > 1]
-        return table(tid, cols, rows, filters=filters, search="find")
+                tgt = cell("no target", None, cls="muted")
+            mean, tip = self._mean_ci(c)
+            vs, vtip, vp = self._vs_ref(c)
+            div = f"{c.n_diverged}/{c.n}"
+            seeds = self.seed_links(c, up)
+            t.add([
+                cell(i + 1, float(i + 1)),
+                cell(c.norm, f"{c.norm} {c.options}".strip(), href=up + norm_file(c.norm), note=c.options or None),
+                cell(c.placement or "–", c.placement or ""),
+                cell(c.hardware, c.hardware, href=up + device_file(c.hardware)),
+                cell(mean, c.final.mean, title=tip, cls="muted" if c.final.mean is None else None),
+                cell(fmt_metric(c.best.mean, c.metric), c.best.mean), tgt,
+                cell(div, c.divergence_rate, cls="warn" if c.n_diverged else None,
+                     note=f"+{c.n_flagged} flagged" if c.n_flagged else None),
+                cell(vs, vp, title=vtip, cls="muted" if vp is None else None),
+                cell(self._lr(c), num(c.runs[0]["recipe"].get("lr")), note="tuned" if c.tuned else None),
+                cell(fmt_seconds_human(c.wall.mean), c.wall.mean), cell(c.n, float(c.n)),
+                cell(" ".join(s[0] for s in seeds), None, href=seeds[0][1] if seeds else None,
+                     title="records: see the seed table on the cell page"),
+            ], {"placement": c.placement or "", "hardware": c.hardware}, "diverged" if c.final.mean is None else "")
+        return t
 
-    def tuning_list(self, cells: list, depth: int = 0) -> str:
+    def tuning_rows(self, cells: list, up: str) -> list[dict]:
         """The learning-rate search runs of a table: shown so the choice can be checked, never ranked."""
-        tuning = [c for c in cells if c.tuning]
-        if not tuning:
-            return ""
-        rows = []
-        for c in sorted(tuning, key=lambda c: (c.norm, c.placement or "", str(c.recipe.get("lr")))):
-            log = S.is_log_metric(c.metric)
+        out = []
+        for c in sorted((c for c in cells if c.tuning), key=lambda c: (c.norm, c.placement or "",
+                                                                       str(c.recipe.get("lr")))):
             fin = [r["final"] for r in c.runs if r["final"] is not None]
-            val = S.summarize(fin, log=log).mean
-            rows.append(f"<tr><td>{self.norm_link(c.norm, depth)}</td><td>{esc(c.placement or '–')}</td>"
-                        f"<td class='num'>{esc(c.recipe.get('lr', '–'))}</td>"
-                        f"<td class='num'>{fmt_metric(val, c.metric) if val is not None else '–'}</td>"
-                        f"<td class='num'>{sum(r['diverged'] for r in c.runs)}/{len(c.runs)}</td>"
-                        f"<td>{self._seed_links(c, depth)}</td></tr>")
-        return ("<details class='tuning'><summary>Learning-rate search: "
-                f"{sum(len(c.runs) for c in tuning)} tuning runs (validation split; never ranked)</summary>"
-                '<div class="table-wrap"><table class="lb compact"><thead><tr><th>norm</th><th>placement</th>'
-                '<th class="num">lr</th><th class="num">validation metric</th><th class="num">diverged</th>'
-                "<th>records</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div></details>")
+            val = S.summarize(fin, log=S.is_log_metric(c.metric)).mean
+            out.append({"norm": c.norm, "href": up + norm_file(c.norm), "placement": c.placement or "–",
+                        "lr": c.recipe.get("lr", "–"), "value": fmt_metric(val, c.metric) if val is not None else "–",
+                        "diverged": f"{sum(r['diverged'] for r in c.runs)}/{len(c.runs)}",
+                        "seeds": self.seed_links(c, up)})
+        return out
 
-    def acc_plots(self, cells: list, depth: int = 0, title_suffix: str = "") -> list[str]:
-        plots = []
-        c0 = cells[0]
-        for hw in sorted({c.hardware for c in cells}):
-            hc = [c for c in cells if c.hardware == hw and c.final.mean is not None and c.wall.mean is not None]
-            if len(hc) >= 2:
-                pts = []
-                for c in hc:
-                    name = c.norm + (f" ({c.placement})" if c.placement else "")
-                    tip = (f"{name}: {fmt_metric(c.final.mean, c.metric)} in {fmt_seconds_human(c.wall.mean)} "
-                           f"({c.final.n} seeds)")
-                    pts.append(Point(c.wall.mean, c.final.mean, "../" * depth + c.runs[0]["entry"].href, tip,
-                                     c.final.half_width, name))
-                front = agg.pareto_front([(p.x, p.y) for p in pts], c0.higher)
-                plots.append(pareto_plot(pts, front, xlabel=f"training wall time (s) on {hw}",
-                                         ylabel=c0.metric, title=f"Speed against {c0.metric}{title_suffix} · {hw}",
-                                         higher_is_better=c0.higher))
-        eval_series, loss_series = [], []
-        for c in agg.rank_cells(cells)[:16]:
-            name = c.norm + (f" ({c.placement})" if c.placement else "") + (f" · {c.hardware}"
-                                                                         if len({x.hardware for x in cells}) > 1
-                                                                         else "")
-            href = "../" * depth + c.runs[0]["entry"].href
-            ev = agg.mean_curve(c.runs, 2, log=S.is_log_metric(c.metric))
-            lo = agg.mean_curve(c.runs, 1)
-            if ev:
-                eval_series.append(Series(name, [Point(s, v, href, f"{name} step {int(s)}: {fmt_metric(v, c.metric)}")
-                                                 for s, v in ev]))
-            if lo:
-                loss_series.append(Series(name, [Point(s, v, href, f"{name} step {int(s)}: loss {v:.4g}")
-                                                 for s, v in lo]))
-        if any(len(s.points) > 1 for s in eval_series):
-            plots.append(line_plot(eval_series, xlabel="step", ylabel=c0.metric, ymin_zero=False,
-                                   title=f"Training curves: {c0.metric}{title_suffix} (mean over seeds)"))
-        if any(len(s.points) > 1 for s in loss_series):
-            plots.append(line_plot(loss_series, xlabel="step", ylabel="train loss", ymin_zero=False,
-                                   title=f"Training curves: train loss{title_suffix} (mean over seeds)"))
-        return [p for p in plots if p]
-
-    def accuracy_page(self) -> str:
-        body = ['<p class="muted">One table per task and model. Each row combines the seeds of one norm with '
-                "everything else equal. Rows rank by divergence rate first (diverged seeds are results, counted in "
-                "the <em>diverged</em> column), then by the final metric over the seeds that finished: the mean with "
-                "its 95 % Student-t interval for accuracy, the geometric mean with an interval on log values for "
-                "perplexity. Flagged runs are listed (⚠) and never counted; learning-rate search runs are listed "
-                "apart and never ranked. Offline tasks are synthetic smoke tests and never mix with real tasks. "
-                'Paper claims: <a href="claims.html">claims</a>.</p>']
-        tables = self._acc_tables()
-        if not tables:
-            body.append('<p class="notice">No accuracy results yet: run <code>normbench train --quick</code>.</p>')
-        else:
-            body.append("<ul class='toc'>" + "".join(
-                f'<li><a href="#{esc(slug("t", *map(str, k)))}">{esc(k[1])} · {esc(k[2])}{_variant_label(k[4])}</a> '
-                f"{self._task_badges(k[0], k[3])}</li>" for k, _ in tables) + "</ul>")
-        for key, cells in tables:
-            offline, task, model, quick, variant = key
-            c0 = cells[0]
-            body.append(f'<section id="{esc(slug("t", *map(str, key)))}"><h2>{esc(task)} · {esc(model)}'
-                        f"{_variant_label(variant)} {self._task_badges(offline, quick)}</h2>")
-            target = f"; target {fmt_metric(c0.target, c0.metric)}" if c0.target is not None else ""
-            body.append(f'<p class="muted">Metric: {esc(_metric_label(c0.metric, c0.higher))}{esc(target)}. '
-                        f'Recipe: <a href="methodology.html#{esc(slug("recipe", task, model))}">methodology</a>.</p>')
+    def accuracy_page(self) -> Page:
+        tables = []
+        for key, cells in self._acc_tables():
             ranked = [c for c in cells if not c.tuning]
-            if ranked:
-                body.append(self.acc_table(slug("at", *map(str, key)), ranked))
-            body.append(self.tuning_list(cells))
-            plots = self.acc_plots(ranked) if ranked else []
-            if plots:
-                body.append('<div class="plots">' + "".join(plots) + "</div>")
-            body.append("</section>")
-        return page("Accuracy leaderboard", "\n".join(body), self.info, active="accuracy.html")
+            c0 = cells[0]
+            tables.append({"key": key, "title": self.table_title(key), "href": self.cell_page_file(key),
+                           "anchor": slug("t", *map(str, key)), "offline": key[0], "quick": key[3],
+                           "metric": _metric_label(c0.metric, c0.higher),
+                           "table": self.acc_table(slug("at", *map(str, key)), ranked, "") if ranked else None,
+                           "n_tuning": sum(len(c.runs) for c in cells if c.tuning)})
+        # Per norm across cells: its rank and centre in every table it appears in.
+        summary = Table("acc-summary", [Col("norm")] + [Col(t["title"], True, t["metric"]) for t in tables],
+                        search=False, cls="narrow")
+        for n in sorted({c.norm for c in self.cells if not c.tuning}):
+            row = [cell(n, n, href=norm_file(n))]
+            for key, cells in self._acc_tables():
+                ranked = agg.rank_cells(cells)
+                mine = [c for c in ranked if c.norm == n]
+                if not mine:
+                    row.append(cell("–"))
+                    continue
+                c = mine[0]
+                mean, tip = self._mean_ci(c)
+                row.append(cell(f"#{ranked.index(c) + 1}/{len(ranked)}", float(ranked.index(c) + 1),
+                                href=self.cell_page_file(key), note=fmt_metric(c.final.mean, c.metric)
+                                if c.final.mean is not None else "no finished run",
+                                title=f"{mean}; {c.n_diverged}/{c.n} diverged" + (f" ({c.placement})"
+                                                                                   if c.placement else "")))
+            summary.add(row)
+        return Page("accuracy.html", "accuracy.html", "Accuracy leaderboard", active="accuracy.html",
+                    ctx=dict(tables=tables, summary=summary if tables else None))
 
-    # --- claims --------------------------------------------------------------------------------------------------
+    def cell_page(self, key: tuple, cells: list) -> Page:
+        p = Page(self.cell_page_file(key), "cell.html", self.table_title(key), active="accuracy.html",
+                 crumbs=[("accuracy.html", "Accuracy")])
+        up = p.up
+        ranked = agg.rank_cells(cells)
+        c0 = cells[0]
+        import pandas as pd
 
-    def claims_page(self) -> str:
-        """Each paper claim's verdict, from the same evaluation as ``normbench claims`` (normbench.claims)."""
+        seeds, curves = [], []
+        for order, c in enumerate(ranked):
+            name = c.norm + (f" ({c.placement})" if c.placement else "") + (f" {c.options}" if c.options else "")
+            for r in c.runs:
+                if r["status"] not in ("ok", "diverged"):
+                    continue
+                href = self.rec_href(r["entry"], up)
+                seeds.append({"norm": name, "order": order, "seed": int(r["seed"] or 0), "value": r["final"],
+                              "diverged": r["status"] == "diverged" or r["final"] is None,
+                              "centre": c.final.mean, "ci_lo": c.final.low, "ci_hi": c.final.high,
+                              "lr": num(r["recipe"].get("lr")), "url": href,
+                              "label": f"{name} seed {r['seed']}: " + ("diverged" if r["final"] is None
+                                                                       else fmt_metric(r["final"], c.metric))})
+                for step, _loss, ev in r["curve"]:
+                    if ev is not None:
+                        curves.append({"norm": name, "seed": int(r["seed"] or 0), "step": step, "value": ev,
+                                       "url": href})
+        figs = []
+        if seeds:
+            figs.append(self.figure("accuracy_seed_chart", pd.DataFrame(seeds), slug("seeds", *map(str, key)),
+                                    f"{self.table_title(key)}: final {c0.metric} of every seed per norm, with the "
+                                    "95 % interval; diverged seeds marked at the edge", metric=c0.metric,
+                                    higher_is_better=c0.higher, title=f"final {c0.metric} per seed"))
+        if curves:
+            figs.append(self.figure("training_curves_chart", pd.DataFrame(curves), slug("curves", *map(str, key)),
+                                    f"{self.table_title(key)}: {c0.metric} during training, one line per seed, one "
+                                    "colour per norm", metric=c0.metric, log_y=S.is_log_metric(c0.metric),
+                                    title=f"{c0.metric} during training"))
+        scatter = []
+        for c in ranked:
+            if c.final.mean is not None and c.wall.mean is not None:
+                scatter.append({"norm": c.norm + (f" ({c.placement})" if c.placement else ""), "x": c.wall.mean,
+                                "y": c.final.mean})
+        if len(scatter) >= 2:
+            figs.append(self.figure("scatter_chart", pd.DataFrame(scatter), slug("sc", *map(str, key)),
+                                    f"{self.table_title(key)}: training wall time against final {c0.metric}",
+                                    x="x", y="y", label="norm", x_title="training wall time (s)",
+                                    y_title=c0.metric, title=f"time against {c0.metric}"))
+        figs = [f for f in figs if f]
+        seed_rows = []
+        for c in ranked:
+            for r in c.runs:
+                seed_rows.append({"norm": c.norm, "placement": c.placement or "–", "seed": r["seed"],
+                                  "status": r["status"], "final": fmt_metric(r["final"], c.metric),
+                                  "lr": r["recipe"].get("lr", "–"), "steps": r["steps"],
+                                  "wall": fmt_seconds_human(r["wall"]), "href": self.rec_href(r["entry"], up),
+                                  "flags": ", ".join(r["flags"])})
+        p.charts = bool(figs)
+        p.ctx = dict(key=key, offline=key[0], quick=key[3], metric=_metric_label(c0.metric, c0.higher),
+                     target=fmt_metric(c0.target, c0.metric) if c0.target is not None else None,
+                     table=self.acc_table(slug("ac", *map(str, key)), [c for c in cells if not c.tuning], up)
+                     if ranked else None, tuning=self.tuning_rows(cells, up), figs=figs, seeds=seed_rows,
+                     recipe_href=f"{up}methodology.html#{slug('recipe', key[1], key[2])}")
+        return p
+
+    # --- claims, softmax -----------------------------------------------------------------------------------------
+
+    def claim_results(self) -> list[dict]:
+        if not hasattr(self, "_claims"):
+            from normbench import claims as C
+
+            self._claims = C.evaluate(e.rec for e in self.loaded.entries)
+        return self._claims
+
+    def claims_page(self) -> Page:
         from normbench import claims as C
 
-        results = C.evaluate(e.rec for e in self.loaded.entries)
-        counts = {v: sum(c["verdict"] == v for c in results) for v in C.VERDICTS}
-        body = [f"<p>{len(results)} claims from the papers behind the norm zoo, each decided by rules fixed before the "
-                f"runs ({esc(', '.join(f'{n} {v}' for v, n in counts.items()))}). Effects are A against B: a ratio "
-                "of geometric means for perplexity and steps (below 1: A lower), a difference for accuracy, a "
-                "speed-up for kernels. p(claim) and p(refute) are Holm-corrected over all "
-                f"{sum(len(c['comparisons']) for c in results)} comparisons; α = {C.ALPHA}. Same output: "
-                "<code>normbench claims --json</code>. Rules: "
-                '<a href="methodology.html#accuracy-method">methodology</a>.</p>']
-        rows = []
+        by_id = {e.rid: e for e in self.loaded.entries}
+        results = self.claim_results()
+        claims = []
         for c in results:
             comps = []
             for r in c["comparisons"]:
-                if r["decidable"]:
-                    fail = (f"; failed {r['failed_a']}/{r['failed_b']}" if r["type"] == "accuracy"
-                            and (r["failed_a"] or r["failed_b"]) else "")
-                    detail = (f"{esc(r.get('effect_text') or '–')} · n {r['n_a']}/{r['n_b']}{esc(fail)} · "
-                              f"test {esc(r['test'])} · {'Welch' if r['type'] == 'accuracy' else 't'} p "
-                              f"{C._p(r.get('p_welch'))}, "
-                              f"{'Mann–Whitney' if r['type'] == 'accuracy' else 'Wilcoxon'} p "
-                              f"{C._p(r.get('p_mann_whitney'))} · p(claim) {C._p(r['p_for_holm'])}, "
-                              f"p(refute) {C._p(r['p_against_holm'])} · {esc(r.get('hardware') or '')}")
-                else:
-                    detail = "cannot decide yet: " + esc(r["reason"])
-                comps.append(f"<li><strong>{esc(r['label'])}</strong> → <span class='verdict "
-                             f"{esc(_slug_verdict(r['verdict']))}'>{esc(r['verdict'])}</span><br>"
-                             f"<span class='muted'>{detail}</span></li>")
-            missing = "".join(f"<li><code>{esc(m)}</code></li>" for m in c["missing"])
-            rows.append(
-                f"<tr id='{esc(slug('claim', c['id']))}'><td><strong>{esc(c['claim'])}</strong><br>"
-                f"<span class='muted'>{link(c['url'], c['paper'])}</span></td>"
-                f"<td><span class='verdict {esc(_slug_verdict(c['verdict']))}'>{esc(c['verdict'])}</span><br>"
-                f"<span class='muted'>{esc(c['why'])}</span></td>"
-                f"<td><ul class='comparisons'>{''.join(comps)}</ul>"
-                + (f"<div class='muted'>missing runs:</div><ul>{missing}</ul>" if missing else "")
-                + f"</td><td class='muted'>{esc(c['scale_caveat'])}"
-                + (f"<br>{esc(c['note'])}" if c["note"] else "") + "</td></tr>")
-        body.append('<div class="table-wrap"><table class="lb wrapping claims"><thead><tr><th>claim</th>'
-                    "<th>verdict</th><th>comparisons</th><th>scale caveat</th></tr></thead><tbody>"
-                    + "".join(rows) + "</tbody></table></div>")
-        return page("Paper claims", "\n".join(body), self.info, active="claims.html")
+                recs = [(rid[:10], self.rec_href(by_id[rid], "")) for rid in r.get("records", []) if rid in by_id]
+                comps.append({**r, "p_welch_s": C._p(r.get("p_welch")), "p_mw_s": C._p(r.get("p_mann_whitney")),
+                              "p_for_s": C._p(r.get("p_for_holm")), "p_against_s": C._p(r.get("p_against_holm")),
+                              "recs": recs})
+            claims.append({**c, "anchor": slug("claim", c["id"]), "comps": comps,
+                           "p_holm_s": C._p(c.get("p_holm")), "vslug": c["verdict"].replace(" ", "-")})
+        counts = {v: sum(c["verdict"] == v for c in results) for v in C.VERDICTS}
+        return Page("claims.html", "claims.html", "Paper claims", active="claims.html", ctx=dict(
+            claims=claims, counts=counts, alpha=C.ALPHA, n_comp=sum(len(c["comparisons"]) for c in results)))
 
-    # --- norms ---------------------------------------------------------------------------------------------------
+    def softmax_page(self) -> Page:
+        rows = [r for r in self.kernels if r["entry"].rec["norm"].get("family") == "softmax"
+                or r["norm"] in ("softmax", "log_softmax")]
+        algorithms: dict[str, str] = {}
+        if rows:
+            try:
+                from normbench.softmax import ALGORITHM_BACKENDS as algorithms
+            except Exception:  # the algorithm notes are a nicety; the records are what is shown
+                algorithms = {}
+        backends = []
+        for b in sorted({r["backend"] for r in rows}):
+            br = [r for r in rows if r["backend"] == b]
+            passes = sorted({f"{r['pass']}: {int(p)}" for r in br
+                             if (p := num(r["entry"].rec["metrics"].get("row_passes"))) is not None})
+            backends.append({"backend": b, "algorithm": algorithms.get(b, "not defined by normbench (library "
+                                                                           "kernel)"),
+                             "passes": ", ".join(passes) or "–", "n": len(br)})
+        sections = []
+        for n in sorted({r["norm"] for r in rows}):
+            for hw in sorted({r["hardware"] for r in rows if r["norm"] == n}):
+                hr = [r for r in rows if r["norm"] == n and r["hardware"] == hw]
+                sections.append({"norm": n, "hw": hw, "href": norm_file(n), "figs": self.width_figures(n, hw, hr, ""),
+                                 "best": [self._top_row(r) for r in agg.best_by_bandwidth(hr, 5)]})
+        claim = next((c for c in self.claim_results() if "softmax" in c["id"]), None)
+        return Page("softmax.html", "softmax.html", "Softmax kernels", active="softmax.html",
+                    charts=any(s["figs"] for s in sections), ctx=dict(
+                        backends=backends, sections=sections, claim=claim,
+                        claim_anchor=slug("claim", claim["id"]) if claim else "", n=len(rows),
+                        table=self.kernel_table("softmax", rows, "") if rows else None))
 
-    def norms_index(self) -> str:
-        rows = []
-        for name in sorted(self.norm_meta):
-            m = self.norm_meta[name]
-            paper = m.get("paper") if isinstance(m.get("paper"), dict) else {}
-            year = paper.get("year") if isinstance(paper.get("year"), int) else None
-            nk = sum(r["norm"] == name for r in self.kernels)
-            na = sum(r["norm"] == name for r in self.acc_rows)
-            rows.append(Row([
-                (self.norm_link(name), name),
-                (esc(_s(m.get("title"))), _s(m.get("title"))),
-                (esc(_s(m.get("family"))), _s(m.get("family"))),
-                (esc(_s(m.get("kind"))), _s(m.get("kind"))),
-                (link(paper.get("url"), _s(paper.get("title")) or "paper"), _s(paper.get("title"))),
-                (str(year or "–"), float(year) if year else None),
-                (str(nk), float(nk)), (str(na), float(na)),
-                (esc(_s(m.get("package"))), _s(m.get("package"))),
-            ], filters={"family": _s(m.get("family")), "kind": _s(m.get("kind"))}))
-        cols = [Col("name"), Col("title"), Col("family"), Col("kind"), Col("paper"), Col("year", True),
-                Col("kernel results", True), Col("training runs", True), Col("package")]
-        body = table("norms", cols, rows, filters=[("family", "family"), ("kind", "kind")], search="find",
-                     cls="wrapping")
-        return page("Norms", body, self.info, active="norms.html",
-                    lead="Every norm with results, as described by the records themselves (so a plugin's norm shows "
-                         "here even where the plugin is not installed).")
+    # --- records -------------------------------------------------------------------------------------------------
 
-    def norm_page(self, name: str) -> str:
-        m = self.norm_meta[name]
-        paper = m.get("paper") if isinstance(m.get("paper"), dict) else {}
-        authors, ptitle = _s(paper.get("authors")), _s(paper.get("title"))
-        year = paper.get("year") if isinstance(paper.get("year"), int) else ""
-        url = paper.get("url")
-        body = ['<div class="norm-meta"><dl>']
-        layouts = m.get("layouts") if isinstance(m.get("layouts"), list) else []
-        backends = m.get("backends") if isinstance(m.get("backends"), list) else []
-        facts = [
-            ("name", f"<code>{esc(name)}</code>"),
-            ("family", esc(_s(m.get("family")))),
-            ("kind", esc(_s(m.get("kind")))),
-            ("layouts", esc(", ".join(str(x) for x in layouts))),
-            ("backends", esc(", ".join(str(x) for x in backends))),
-            ("batch dependent", "yes" if m.get("batch_dependent") is True else "no"),
-            ("running state", "yes" if m.get("running_state") is True else "no"),
-            ("package", esc(_s(m.get("package"))) + (f" {esc(_s(m.get('package_version')))}"
-                                                    if _s(m.get("package_version")) else "")),
-        ]
-        for k, v in facts:
-            body.append(f"<dt>{esc(k)}</dt><dd>{v or '–'}</dd>")
-        paper_html = link(url, ptitle or "paper")
-        if url and safe_url(url) is None:
-            paper_html += ' <span class="muted">(link not shown: not an http(s) address)</span>'
-        body.append(f"<dt>paper</dt><dd>{paper_html}<br><span class='muted'>{esc(authors)}"
-                    f"{', ' if authors and year else ''}{esc(year)}</span></dd>")
-        body.append("</dl>")
-        formula = _s(m.get("formula"))
-        if formula:
-            body.append(f'<div class="formula"><div class="muted">formula</div><pre>{esc(formula)}</pre></div>')
-        body.append("</div>")
-        if _s(m.get("notes")):
-            body.append(f'<p class="notes">{esc(m["notes"])}</p>')
-        krows = [r for r in self.kernels if r["norm"] == name]
-        body.append("<h2>Kernel results</h2>")
-        if krows:
-            plots = self.gbps_plots(krows, 1, MAX_PLOTS_PER_NORM, "", with_hw=True)
-            plots += self.shape_bars(krows, 1, MAX_PLOTS_PER_NORM - len(plots))
-            if plots:
-                body.append('<div class="plots">' + "".join(plots) + "</div>")
-            body.append(self.kernel_table("kernels-" + slug(name), krows, depth=1,
-                                          with_hw=len({r["hardware"] for r in krows}) > 1, with_norm=False))
-        else:
-            body.append('<p class="muted">No kernel results for this norm yet.</p>')
-        cells = [c for c in self.cells if c.norm == name]
-        body.append("<h2>Accuracy results</h2>")
-        if cells:
-            by_table: dict[tuple, list] = {}
-            for c in cells:
-                by_table.setdefault(c.table_key, []).append(c)
-            for key in sorted(by_table, key=lambda k: (k[0], k[3], k[1], k[2])):
-                offline, task, model, quick, variant = key
-                cs = by_table[key]
-                body.append(f"<h3>{esc(task)} · {esc(model)}{_variant_label(variant)} "
-                            f"{self._task_badges(offline, quick)}</h3>")
-                ranked = [c for c in cs if not c.tuning]
-                if ranked:
-                    body.append(self.acc_table("acc-" + slug(name, *map(str, key)), ranked, depth=1))
-                body.append(self.tuning_list(cs, depth=1))
-                cs = ranked or cs
-                all_cells = [c for c in self.cells if c.table_key == key]
-                plots = self.acc_plots(cs, depth=1) if len(all_cells) < 2 else \
-                    [p for p in self.acc_plots(cs, depth=1) if "Training curves" in p]
-                if plots:
-                    body.append('<div class="plots">' + "".join(plots) + "</div>")
-                body.append(f'<p><a href="../accuracy.html#{esc(slug("t", *map(str, key)))}">Compare with the other '
-                            "norms on this task</a></p>")
-        else:
-            body.append('<p class="muted">No training runs with this norm yet.</p>')
-        title = _s(m.get("title")) or name
-        return page(title, "\n".join(body), self.info, depth=1, active="norms.html")
+    def record_page(self, e: Entry) -> Page:
+        rec = e.rec
+        p = Page(f"records/{e.key}.html", "record.html", f"Record {e.rid}", crumbs=[(norm_file(rec["norm"]["name"]),
+                                                                                   rec["norm"]["name"])])
+        flags = (self.kernel_row(e)["flags"] if e.kind == "kernel"
+                 else {f: _s((rec.get("flag_reasons") or {}).get(f)) for f in rec.get("flags") or []})
+        chk = rec.get("check")
+        p.ctx = dict(e=e, rec=rec, command=command(rec), flags=flag_badges(flags), json_href=f"{e.key}.json",
+                     check=chk if isinstance(chk, dict) else None,
+                     config=_flat(rec.get("config")), metrics=_flat({k: v for k, v in rec["metrics"].items()
+                                                                     if k != "curve"}),
+                     provenance=_flat(rec.get("provenance")), ranked=not flags,
+                     invalid=any(f in INVALID_FLAGS for f in flags),
+                     hw_href=f"../{device_file(rec['provenance']['hardware_id'])}",
+                     norm_href=f"../{norm_file(rec['norm']['name'])}")
+        return p
 
-    # --- hardware, methodology, rejected -----------------------------------------------------------------------
+    # --- methodology, downloads, rejected -------------------------------------------------------------------------
 
-    def hardware_page(self) -> str:
-        body = ['<p class="muted">Where each result was measured. A machine is identified by its hardware id; '
-                "all software versions seen in its records are listed.</p>"]
-        if not self.hw_entries:
-            body.append('<p class="notice">No results yet.</p>')
-        for hw in sorted(self.hw_entries):
-            entries = self.hw_entries[hw]
-            provs = [e.rec["provenance"] for e in entries]
-            h = provs[-1].get("hardware") if isinstance(provs[-1].get("hardware"), dict) else {}
-
-            def seen(key, ps=provs):
-                return ", ".join(sorted({str(p.get(key)) for p in ps if p.get(key) not in (None, "")})) or "–"
-
-            ts = sorted(_s(p.get("timestamp")) for p in provs if _s(p.get("timestamp")))
-            kr = [r for r in self.kernels if r["hardware"] == hw]
-            ceil = sorted(r["ceiling"] for r in kr if r["ceiling"])
-            methods = sorted({m for r in kr if isinstance(m := r["entry"].rec["metrics"].get("ceiling_method"), str)})
-            peak = sorted({r["datasheet"] for r in kr if r["datasheet"]})
-            commits = sorted({_s(p.get("git_commit"))[:10] for p in provs if _s(p.get("git_commit"))})
-            plugins = sorted({f"{k} {v}" for p in provs if isinstance(p.get("plugins"), dict)
-                              for k, v in p["plugins"].items()})
-            commands = Counter(_s(p.get("command")) for p in provs if _s(p.get("command")))
-            facts = [
-                ("CPU", esc(_s(h.get("cpu")))),
-                ("cores / threads", f"{esc(h.get('cores'))} / {esc(h.get('threads'))}"),
-                ("GPU", esc(_s(h.get("gpu")) or "none")),
-                ("GPU memory", f"{esc(h.get('gpu_memory_gb'))} GB" if num(h.get("gpu_memory_gb")) else "–"),
-                ("driver / CUDA", f"{esc(h.get('driver') or '–')} / {esc(h.get('cuda') or '–')}"),
-                ("copy ceiling (measured)", (f"{fmt_gbps(ceil[len(ceil) // 2])} median, {fmt_gbps(ceil[0])} – "
-                                             f"{fmt_gbps(ceil[-1])}") if ceil else "–"),
-                ("ceiling method", "<br>".join(esc(m) for m in methods[:5]) or "–"),
-                ("datasheet peak", ", ".join(fmt_gbps(p) for p in peak) or "–"),
-                ("platform", esc(seen("platform"))),
-                ("Python", esc(seen("python"))), ("torch", esc(seen("torch"))), ("Triton", esc(seen("triton"))),
-                ("normbench", esc(seen("normbench_version")) + (f" (commits {esc(', '.join(commits))})"
-                                                                if commits else "")),
-                ("plugins", esc(", ".join(plugins)) or "–"),
-                ("records", f"{len(kr)} kernel, {sum(r['hardware'] == hw for r in self.acc_rows)} accuracy"),
-                ("taken", esc(f"{ts[0]} – {ts[-1]}") if ts else "–"),
-                ("commands", "<br>".join(f"<code>{esc(c)}</code> <span class='muted'>×{n}</span>"
-                                         for c, n in commands.most_common(5)) or "–"),
-            ]
-            body.append(f'<section id="{esc(slug("hw", hw))}" class="hw"><h2>{esc(hw)}</h2><dl>'
-                        + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl></section>")
-        return page("Hardware", "\n".join(body), self.info, active="hardware.html")
-
-    def methodology_page(self) -> str:
-        toc = [("reading", "Reading the tables")] + [(a, t) for a, k, t in DOCS if k in self.docs or k in REQUIRED_DOCS]
-        toc += [("bytes", "Bytes models in the records"), ("recipes", "Recipes in the records")]
-        body = ['<nav class="toc">' + " · ".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in toc) + "</nav>"]
-        body.append("""<section id="reading"><h2>Reading the tables</h2><ul>
-<li><strong>time</strong>: median over timed repetitions (hover for the interquartile range and the count). CPU timings
-use <code>time.perf_counter</code> with a fixed thread count; GPU timings use CUDA events with the L2 cache flushed
-between repetitions (<em>cold</em>) unless labelled <em>hot</em> (events, no flush) or <em>host</em> (a host clock
-around a synchronised call, as pytest-benchmark and ASV time: launch overhead included, no flush).</li>
-<li><strong>GB/s</strong>: the minimum bytes the norm must move for that pass (its documented formula) divided by the
-median time.</li>
-<li><strong>% ceiling</strong>: GB/s as a share of the copy bandwidth measured on the same machine in the same run.
-A result above the ceiling means the data stayed in cache: it is flagged <em>suspect</em> and never ranked.</li>
-<li><strong>flags</strong>: a badge next to the backend marks a record that is shown but never ranked (hover for the
-reason): <em>suspect</em> (above the copy ceiling), <em>noisy</em> (measured on a busy machine: background load or an
-unsteady copy ceiling), <em>fell_back</em> (compiled code that ran eager), <em>unchecked</em>/<em>forced</em> (not
-passing <code>normbench check</code>), <em>tuning</em>. A <em>non_finite</em> record (NaN or inf in the output or a
-gradient) is invalid: its row reads <em>failed</em> and its numbers are used nowhere.</li>
-<li><strong>vs eager</strong>: eager PyTorch's median time divided by this backend's, same norm, shape, dtype and pass.
-</li>
-<li><strong>err y</strong>: maximum absolute error of the output against a float64 reference (hover for dx and dw).</li>
-<li><strong>mean [95 % CI]</strong>: over the seeds that finished; mean ± t<sub>0.975, n−1</sub>·s/√n (Student t).
-Perplexity uses the <strong>geometric mean</strong> and the same interval on log perplexity, mapped back. Seeds combine
-only when every other setting is equal. Diverged seeds count in the divergence rate, which ranks before the metric.
-Flagged runs (⚠) are shown and never counted; learning-rate search runs are listed apart and never ranked.</li>
-<li><strong>Pareto front</strong>: the norms no other norm beats on both training time and final quality.</li>
-</ul></section>""")
-        for anchor, key, title in DOCS:
-            if key not in self.docs and key not in REQUIRED_DOCS:
-                continue
-            text = self.docs.get(key)
-            if text is not None:
-                # The document's own title, when it has one, heads its section.
-                m = re.match(r"\s*#\s+(.+?)\s*#*\s*(\n|$)", text)
-                if m:
-                    title, text = m.group(1), text[m.end():]
-            body.append(f'<section id="{anchor}" class="doc"><h2>{markdown.inline(title)}</h2>')
-            if text is not None:
-                body.append(markdown.render(text, heading_offset=1))
-            else:
-                body.append(f'<p class="muted">docs/{esc(key)} is not written yet.</p>')
-            body.append("</section>")
+    def methodology_page(self) -> Page:
         bm: dict[str, dict] = {}
         for r in self.kernels:
-            cfg = r["entry"].rec["config"]
-            model = cfg.get("bytes_model")
+            model = r["entry"].rec["config"].get("bytes_model")
             if isinstance(model, dict) and isinstance(model.get("formula"), str):
                 bm.setdefault(model["formula"], {"norms": set(), "example": model})["norms"].add(r["norm"])
-        body.append('<section id="bytes"><h2>Bytes models in the records</h2>')
-        if bm:
-            for formula in sorted(bm):
-                norms = ", ".join(sorted(bm[formula]["norms"]))
-                body.append(f"<h3><code>{esc(formula)}</code></h3><p class='muted'>used by {esc(norms)}</p>"
-                            f"<pre>{esc(json.dumps(bm[formula]['example'], indent=1, sort_keys=True, default=str))}"
-                            "</pre>")
-        else:
-            body.append('<p class="muted">No record states its bytes model.</p>')
-        body.append("</section>")
-        body.append('<section id="recipes"><h2>Recipes in the records</h2>')
         recipes: dict[tuple, set] = {}
         for r in self.acc_rows:
             try:
@@ -849,54 +769,79 @@ Flagged runs (⚠) are shown and never counted; learning-rate search runs are li
             except (TypeError, ValueError):
                 text = str(r["recipe"])
             recipes.setdefault((r["task"], r["model"]), set()).add(text)
-        if not recipes:
-            body.append('<p class="muted">No training runs yet.</p>')
-        for (task, model), texts in sorted(recipes.items()):
-            body.append(f'<h3 id="{esc(slug("recipe", task, model))}">{esc(task)} · {esc(model)}</h3>')
-            for text in sorted(texts):
-                body.append(f"<pre>{esc(text)}</pre>")
-        body.append("</section>")
-        return page("Methodology", "\n".join(body), self.info, active="methodology.html")
+        docs = [(f"methodology/{name}.html", title, key in self.docs) for name, key, title in DOCS]
+        return Page("methodology.html", "methodology.html", "Methodology", active="methodology.html", ctx=dict(
+            docs=docs,
+            bytes_models=[(f, ", ".join(sorted(v["norms"])), json.dumps(v["example"], indent=1, sort_keys=True,
+                                                                       default=str)) for f, v in sorted(bm.items())],
+            recipes=[(slug("recipe", t, m), f"{t} · {m}", sorted(texts)) for (t, m), texts in sorted(recipes.items())]))
 
-    def rejected_page(self) -> str:
-        body = []
-        rej = self.loaded.rejected
-        if rej:
-            body.append(f"<p>{len(rej)} file(s) or record(s) failed validation. They are not on the leaderboard. "
-                        "Fix or remove them; <code>normbench validate PATH</code> lists the same problems.</p>")
-            rows = "".join(
-                f"<tr><td><code>{esc(r.path)}</code></td><td>{esc(r.label)}</td><td><ul>"
-                + "".join(f"<li>{esc(p)}</li>" for p in r.problems[:20])
-                + (f"<li>… and {len(r.problems) - 20} more</li>" if len(r.problems) > 20 else "")
-                + "</ul></td></tr>" for r in rej)
-            body.append('<div class="table-wrap"><table class="lb wrapping rejected"><thead><tr><th>file</th>'
-                        f"<th>record</th><th>problems</th></tr></thead><tbody>{rows}</tbody></table></div>")
-        else:
-            body.append("<p>Every record is valid.</p>")
-        if self.loaded.superseded:
-            body.append("<h2>Superseded</h2><p class='muted'>Records sharing an id with a newer record; the newer one "
-                        "is shown.</p><ul>" + "".join(
-                            f"<li><code>{esc(old.path)}</code> [{old.index}] id {esc(old.rid)} → "
-                            f"{self.rec_link(new, 0, new.path)}</li>" for old, new in self.loaded.superseded) + "</ul>")
-        return page("Rejected records", "\n".join(body), self.info, active="rejected.html")
+    def doc_page(self, name: str, key: str, title: str) -> Page:
+        text = self.docs.get(key)
+        if text is not None:
+            m = re.match(r"\s*#\s+(.+?)\s*#*\s*(\n|$)", text)
+            if m:  # the document's own title heads its page
+                title, text = m.group(1), text[m.end():]
+        return Page(f"methodology/{name}.html", "doc.html", title, active="methodology.html",
+                    crumbs=[("methodology.html", "Methodology")],
+                    ctx=dict(html=markdown.render(text, heading_offset=1) if text is not None else None, key=key))
+
+    def downloads_page(self) -> Page:
+        return Page("downloads.html", "downloads.html", "Downloads", ctx=dict(
+            n=len(self.loaded.entries), n_kernel=len(self.kernels), n_acc=len(self.acc_rows)))
+
+    def rejected_page(self) -> Page:
+        return Page("rejected.html", "rejected.html", "Rejected records", active="rejected.html", ctx=dict(
+            rejected=self.loaded.rejected,
+            superseded=[(old, new, self.rec_href(new, "")) for old, new in self.loaded.superseded]))
 
     def pages(self):
-        yield "index.html", self.overview()
-        yield "kernels.html", self.kernels_page()
-        yield "accuracy.html", self.accuracy_page()
-        yield "claims.html", self.claims_page()
-        yield "norms.html", self.norms_index()
+        yield self.overview()
+        yield self.kernels_page()
+        yield self.devices_page()
+        for hw in sorted(self.hw_entries):
+            yield self.device_page(hw)
+        yield self.norms_index()
         for name in sorted(self.norm_meta):
-            yield norm_file(name), self.norm_page(name)
-        yield "hardware.html", self.hardware_page()
-        yield "methodology.html", self.methodology_page()
-        yield "rejected.html", self.rejected_page()
+            yield self.norm_page(name)
+        yield self.softmax_page()
+        yield self.accuracy_page()
+        for key, cells in self._acc_tables():
+            yield self.cell_page(key, cells)
+        yield self.claims_page()
+        yield self.methodology_page()
+        for name, key, title in DOCS:
+            yield self.doc_page(name, key, title)
+        yield self.downloads_page()
+        yield self.rejected_page()
+        for e in self.loaded.entries:
+            yield self.record_page(e)
 
 
-#: (anchor, file in docs/, heading) rendered on the methodology page; the required ones say when they are missing.
-DOCS = (("measurement", "measurement.md", "Measurement"), ("accuracy-method", "accuracy.md", "Accuracy"),
-        ("kernels-doc", "kernels.md", "Kernels"), ("norms-doc", "norms.md", "The norm zoo"))
-REQUIRED_DOCS = ("measurement.md", "accuracy.md")
+def _metric_label(metric: str, higher: bool) -> str:
+    return f"{metric} ({'higher' if higher else 'lower'} is better)"
+
+
+def _flat(obj, prefix: str = "", depth: int = 0, out: list | None = None) -> list[tuple[str, str]]:
+    """(dotted key, value as text) of a record part, two levels deep, for the record page's tables."""
+    out = [] if out is None else out
+    if not isinstance(obj, dict):
+        return out
+    for k, v in obj.items():
+        if isinstance(v, dict) and depth < 1 and v:
+            _flat(v, f"{prefix}{k}.", depth + 1, out)
+        else:
+            out.append((f"{prefix}{k}", _text(v)))
+    return out
+
+
+def _text(v) -> str:
+    if isinstance(v, str):
+        return v
+    try:
+        return json.dumps(v, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(v)
 
 
 def read_docs(docs_dir: Path | None) -> dict[str, str]:
@@ -912,11 +857,3 @@ def read_docs(docs_dir: Path | None) -> dict[str, str]:
             except (OSError, UnicodeDecodeError):
                 pass
     return out
-
-
-def _slug_verdict(v: str) -> str:
-    return v.replace(" ", "-")
-
-
-def _variant_label(variant: str) -> str:
-    return "" if variant == "default" else f" · {esc(variant)}"

@@ -1,6 +1,137 @@
-// normbench leaderboard: sortable, filterable, paged tables. No data is injected as HTML; only textContent is written.
+// normbench leaderboard: sortable, filterable, paged tables whose view is kept in the URL (permalinks); a big table's
+// rows come from its data file (data/<id>.js, same origin). No data is injected as HTML: only textContent and
+// vetted attributes are written.
 (function () {
   "use strict";
+
+  var loaders = {};
+
+  // Only links the site builds itself: relative paths or absolute http(s) addresses.
+  function safeHref(h) {
+    return typeof h === "string" && (/^https?:\/\//i.test(h) || /^[A-Za-z0-9_.\/#-]+$/.test(h) && !/^[a-z]+:/i.test(h))
+      ? h : null;
+  }
+
+  function makeCell(c, col) {
+    var td = document.createElement("td");
+    var cls = (col.num ? "num " : "") + (c.k || "");
+    if (cls.trim()) td.className = cls.trim();
+    if (c.v !== undefined && c.v !== null) td.setAttribute("data-v", String(c.v));
+    var href = c.h ? safeHref(c.h) : null, inner;
+    if (href) {
+      inner = document.createElement("a");
+      inner.setAttribute("href", href);
+      if (c.x) inner.setAttribute("rel", "noopener noreferrer nofollow");
+      if (c.ti) inner.setAttribute("title", c.ti);
+    } else if (c.ti) {
+      inner = document.createElement("span");
+      inner.setAttribute("title", c.ti);
+    }
+    if (inner) { inner.textContent = c.t; td.appendChild(inner); } else td.appendChild(document.createTextNode(c.t));
+    if (c.n) {
+      td.appendChild(document.createTextNode(" "));
+      var n = document.createElement("span"); n.className = "muted"; n.textContent = c.n; td.appendChild(n);
+    }
+    (c.b || []).forEach(function (b) {
+      td.appendChild(document.createTextNode(" "));
+      var s = document.createElement("span");
+      s.className = "flag flag-" + String(b[1]).replace(/[^a-z_]/g, "");
+      s.setAttribute("title", b[1] + ": " + b[2]);
+      s.textContent = b[0];
+      td.appendChild(s);
+    });
+    return td;
+  }
+
+  // Called by a table's data file: replace the page's first rows with all of them.
+  window.nbData = function (id, data) {
+    var table = document.getElementById(id);
+    if (!table || !data || !data.rows) return;
+    var cols = Array.prototype.map.call(table.tHead.rows[0].cells, function (th) {
+      return { num: th.getAttribute("data-sort") === "num" };
+    });
+    var frag = document.createDocumentFragment();
+    data.rows.forEach(function (r) {
+      var tr = document.createElement("tr");
+      if (r.k) tr.className = r.k;
+      Object.keys(r.f || {}).forEach(function (k) {
+        if (/^[a-z_]+$/.test(k)) tr.setAttribute("data-f-" + k, String(r.f[k]));
+      });
+      r.c.forEach(function (c, i) { tr.appendChild(makeCell(c, cols[i] || {})); });
+      frag.appendChild(tr);
+    });
+    var body = table.tBodies[0];
+    while (body.firstChild) body.removeChild(body.firstChild);
+    body.appendChild(frag);
+    table.setAttribute("data-loaded", "1");
+    var done = loaders[id];
+    delete loaders[id];
+    if (done) done();
+  };
+
+  function load(table, then) {
+    var src = table.getAttribute("data-src");
+    if (!src || table.getAttribute("data-loaded")) { then(); return; }
+    loaders[table.id] = then;
+    var s = document.createElement("script");
+    s.src = src;
+    s.onerror = function () { delete loaders[table.id]; then(); };
+    document.head.appendChild(s);
+  }
+
+  // The view of a table as URL fragment: #t=<table id>&<filter>=<value>&q=<text>&sort=<column>:<a|d>.
+  function readState() {
+    var h = location.hash.replace(/^#/, "");
+    if (h.indexOf("t=") !== 0) return null;
+    var out = {};
+    h.split("&").forEach(function (kv) {
+      var i = kv.indexOf("=");
+      if (i > 0) out[decodeURIComponent(kv.slice(0, i))] = decodeURIComponent(kv.slice(i + 1).replace(/\+/g, " "));
+    });
+    return out;
+  }
+
+  function writeState(table) {
+    var box = filterBox(table);
+    var parts = ["t=" + encodeURIComponent(table.id)];
+    if (box) {
+      box.querySelectorAll("select[data-filter]").forEach(function (s) {
+        if (s.value) parts.push(encodeURIComponent(s.getAttribute("data-filter")) + "=" + encodeURIComponent(s.value));
+      });
+      var q = box.querySelector("input[data-search]");
+      if (q && q.value.trim()) parts.push("q=" + encodeURIComponent(q.value.trim()));
+    }
+    var heads = table.tHead.rows[0].cells;
+    for (var i = 0; i < heads.length; i++) {
+      var dir = heads[i].getAttribute("aria-sort");
+      if (table._nbSorted && (dir === "ascending" || dir === "descending"))
+        parts.push("sort=" + i + ":" + (dir === "ascending" ? "a" : "d"));
+    }
+    var hash = "#" + parts.join("&");
+    if (history.replaceState) history.replaceState(null, "", hash);
+    var link = document.querySelector('a[data-permalink-for="' + table.id + '"]');
+    if (link) { link.setAttribute("href", hash); link.hidden = false; }
+  }
+
+  function applyState(table, st) {
+    var box = filterBox(table);
+    if (box) {
+      box.querySelectorAll("select[data-filter]").forEach(function (s) {
+        var want = st[s.getAttribute("data-filter")];
+        if (want !== undefined && Array.prototype.some.call(s.options, function (o) { return o.value === want; }))
+          s.value = want;
+      });
+      var q = box.querySelector("input[data-search]");
+      if (q && st.q) q.value = st.q;
+    }
+    if (st.sort) {
+      var m = /^(\d+):([ad])$/.exec(st.sort), th = m && table.tHead.rows[0].cells[+m[1]];
+      if (th) {
+        th.setAttribute("aria-sort", m[2] === "a" ? "descending" : "ascending");  // sortTable flips it
+        sortTable(table, th, true);
+      }
+    }
+  }
 
   function cellValue(row, index, numeric) {
     var cell = row.cells[index];
@@ -61,7 +192,7 @@
     }
   }
 
-  function sortTable(table, th) {
+  function sortTable(table, th, quiet) {
     var index = Array.prototype.indexOf.call(th.parentNode.children, th);
     var numeric = th.getAttribute("data-sort") === "num";
     var current = th.getAttribute("aria-sort");
@@ -88,10 +219,13 @@
     var frag = document.createDocumentFragment();
     items.forEach(function (it) { frag.appendChild(it.row); });
     body.appendChild(frag);
+    table._nbSorted = true;
     refresh(table);
+    if (!quiet) writeState(table);
   }
 
   function init() {
+    var pending = 1;  // this function itself, so tables done at once do not mark the page ready early
     var tables = document.querySelectorAll("table.sortable");
     for (var t = 0; t < tables.length; t++) {
       (function (table) {
@@ -104,15 +238,26 @@
         }
         var box = filterBox(table);
         if (box) {
-          box.addEventListener("change", function () { refresh(table); });
-          box.addEventListener("input", function () { refresh(table); });
+          box.addEventListener("change", function () { refresh(table); writeState(table); });
+          box.addEventListener("input", function () { refresh(table); writeState(table); });
         }
         var more = moreButton(table);
         if (more) more.addEventListener("click", function () { table._nbAll = true; refresh(table); });
-        refresh(table);
+        pending++;
+        load(table, function () {
+          var st = readState();
+          if (st && st.t === table.id) {
+            applyState(table, st);
+            var link = document.querySelector('a[data-permalink-for="' + table.id + '"]');
+            if (link) { link.setAttribute("href", location.hash); link.hidden = false; }
+            table.scrollIntoView();
+          }
+          refresh(table);
+          if (--pending === 0) document.documentElement.classList.add("js");
+        });
       })(tables[t]);
     }
-    document.documentElement.classList.add("js");
+    if (--pending === 0) document.documentElement.classList.add("js");
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);

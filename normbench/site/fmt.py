@@ -1,24 +1,15 @@
-"""Safe HTML building blocks: escaping, link vetting and number formatting with units.
+"""Number formatting with units and link vetting, used as Jinja filters (the templates autoescape every value).
 
-Every string that reaches a page goes through ``esc`` (text and attribute values alike); every
-link goes through ``safe_url``. Records come from third parties, so nothing here trusts its input.
+Records come from third parties: only absolute http(s) links pass ``safe_url``; nothing here returns HTML.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from urllib.parse import urlsplit
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def esc(value) -> str:
-    """Text or attribute value, escaped for HTML (quotes included); ``None`` becomes ''."""
-    if value is None:
-        return ""
-    return html.escape(_CONTROL.sub("", str(value)), quote=True)
 
 
 def safe_url(url) -> str | None:
@@ -36,27 +27,6 @@ def safe_url(url) -> str | None:
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
         return None
     return url
-
-
-def link(url, text, cls: str | None = None) -> str:
-    """An external link when ``url`` is http(s), otherwise just the escaped text."""
-    good = safe_url(url)
-    label = esc(text)
-    if good is None:
-        return label
-    c = f' class="{esc(cls)}"' if cls else ""
-    return f'<a href="{esc(good)}"{c} rel="noopener noreferrer nofollow">{label}</a>'
-
-
-def attrs(**kwargs) -> str:
-    """`` k="v"`` pairs (escaped); ``data_x`` becomes ``data-x``; ``None``/``False`` values are left out."""
-    out = []
-    for key, value in kwargs.items():
-        if value is None or value is False:
-            continue
-        name = key.rstrip("_").replace("_", "-")
-        out.append(f' {name}' if value is True else f' {name}="{esc(value)}"')
-    return "".join(out)
 
 
 def num(x) -> float | None:
@@ -94,14 +64,6 @@ def fmt_gbps(gbps) -> str:
     if g >= 1000:
         return f"{sig(g / 1000)} TB/s"
     return f"{sig(g)} GB/s"
-
-
-def flag_badges(flags: dict) -> str:
-    """A badge per record flag (schema v2), its reason on hover; empty for an unflagged record."""
-    if not flags:
-        return ""
-    return "".join(f' <span class="flag flag-{esc(f)}" title="{esc(f)}: {esc(why)}">{esc(f)}</span>'
-                   for f, why in sorted(flags.items()))
 
 
 def fmt_pct(p) -> str:

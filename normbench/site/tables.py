@@ -1,0 +1,89 @@
+"""Tables as data: columns, rows of cells and filters, rendered by the templates; a big table keeps its first rows
+in the page and all of them in a data file that ``assets/site.js`` loads, so no page grows with the records."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+#: A table with more rows than this keeps only its first PREVIEW rows in the page (readable with JavaScript off)
+#: and all rows in ``data/<id>.js``.
+INLINE_MAX = 400
+PREVIEW = 100
+#: Rows the script shows before its "show all" button.
+PAGE_ROWS = 250
+
+
+@dataclass
+class Col:
+    """A table column; ``num`` columns sort numerically on each cell's sort value."""
+
+    label: str
+    num: bool = False
+    title: str = ""
+    sorted: str = "none"   # "ascending"/"descending" when the rows come sorted by this column
+
+
+def cell(text="", v=None, *, href: str | None = None, title: str | None = None, note: str | None = None,
+         flags=None, cls: str | None = None, ext: bool = False) -> dict:
+    """One table cell: text, sort value ``v``, a link (a site-relative URL, or a vetted http(s) one with ``ext``),
+    a hover title, a muted note after the text, flag badges [(label, flag, reason)] and a CSS class."""
+    c: dict = {"t": "" if text is None else str(text)}
+    if v is not None:
+        c["v"] = v
+    if href:
+        c["h"] = href
+        if ext:
+            c["x"] = 1
+    if title:
+        c["ti"] = title
+    if note:
+        c["n"] = note
+    if flags:
+        c["b"] = [list(f) for f in flags]
+    if cls:
+        c["k"] = cls
+    return c
+
+
+@dataclass
+class Table:
+    id: str
+    cols: list[Col]
+    rows: list[dict] = field(default_factory=list)   # {"c": [cells], "f": {filter: value}, "k": row class}
+    filters: list[tuple[str, str]] = field(default_factory=list)
+    search: bool = True
+    page: int | None = None   # rows shown before "show all" (default PAGE_ROWS)
+    cls: str = ""
+    src: str | None = None    # the data file with every row, relative to the page (set by ``shard``)
+
+    def per_page(self) -> int:
+        return self.page or PAGE_ROWS
+
+    def add(self, cells: list[dict], filters: dict | None = None, cls: str = "") -> None:
+        self.rows.append({"c": cells, "f": filters or {}, "k": cls})
+
+    def options(self) -> list[tuple[str, str, list[str]]]:
+        """(key, label, distinct values) of each filter that has more than one value."""
+        out = []
+        for key, label in self.filters:
+            values = sorted({str(r["f"].get(key, "")) for r in self.rows})
+            if len(values) > 1:
+                out.append((key, label, values))
+        return out
+
+    @property
+    def inline(self) -> list[dict]:
+        return self.rows if self.src is None else self.rows[:PREVIEW]
+
+    def shard(self, up: str) -> tuple[str, str] | None:
+        """For a big table: (site-relative path, text) of the data file holding every row; None for a small one."""
+        if len(self.rows) <= INLINE_MAX:
+            return None
+        path = f"data/{self.id}.js"
+        self.src = up + path
+        # A data file is a script the page's own script loads (same origin, so the strict CSP allows it, also from
+        # file://); JSON with ASCII escapes cannot leave its string literals.
+        text = ("window.nbData(" + json.dumps(self.id) + "," + json.dumps({"rows": self.rows}, ensure_ascii=True,
+                                                                           separators=(",", ":")) + ");\n")
+        return path, text
