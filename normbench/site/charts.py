@@ -81,7 +81,8 @@ def _clean(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
         out["url"] = out["url"].map(safe_href)
     for c in out.columns:
         if pd.api.types.is_float_dtype(out[c]):
-            out[c] = out[c].where(out[c].map(lambda v: v is not None and math.isfinite(v)), None).astype(object)
+            col = out[c].astype(object)
+            out[c] = col.where(col.map(lambda v: v is not None and math.isfinite(v)), None)
     return out.reset_index(drop=True)
 
 
@@ -109,6 +110,15 @@ def _kernel_tooltip() -> list[alt.Tooltip]:
             _tip("device", "device"), _tip("width", "hidden size", "d", "Q"), _tip("rows", "rows", "d", "Q"),
             _tip("gbps", "GB/s", ".4~g", "Q"), _tip("pct_ceiling", "% of ceiling", ".3~g", "Q"),
             _tip("median_s", "median time (s)", ".3~g", "Q"), _tip("flags", "flags")]
+
+
+def _title(title: str, data: pd.DataFrame) -> alt.TitleParams | str:
+    """The title, with a subtitle saying what the hollow triangles are when any record is flagged."""
+    n = int((data["flags"] != "").sum())
+    if not n:
+        return title or ""
+    return alt.TitleParams(text=title or "", subtitle=f"△ {n} flagged record{'s' * (n > 1)}: shown, never ranked",
+                           anchor="start")
 
 
 def _x_width(widths) -> alt.X:
@@ -152,7 +162,226 @@ def kernel_width_chart(df: pd.DataFrame, *, metric: str = "gbps", title: str = "
                                                           format=".4~g")]))
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     return chart.facet(row=alt.Row("dtype:N", title="dtype"), column=alt.Column("pass_:N", title="pass")).properties(
-        title=title or "", description=title or f"{y_title} against hidden size")
+        title=_title(title, data), description=title or f"{y_title} against hidden size")
+
+
+def device_compare_chart(df: pd.DataFrame, *, title: str = "") -> alt.Chart:
+    """Several devices: % of each run's measured ceiling against hidden size, one line per device and dtype/pass
+    (dash), one panel per backend. The percentage is the one measure that compares machines of different
+    bandwidth; flagged records are hollow triangles on no line."""
+    data = _clean(df, KERNEL_COLUMNS)
+    data = data[data["pct_ceiling"].notna()] if "pct_ceiling" in data.columns else data.iloc[0:0]
+    if data.empty:
+        return no_data_chart(title)
+    data["flags"] = data["flags"].fillna("") if "flags" in data.columns else ""
+    data["case"] = data["dtype"].astype(str) + " · " + data["pass_"].astype(str)
+    x, y = _x_width(data["width"]), alt.Y("pct_ceiling:Q", title="% of measured ceiling")
+    colour = alt.Color("device:N", title="device", scale=alt.Scale(range=PALETTE))
+    dash = alt.StrokeDash("case:N", title="dtype · pass")
+    base = alt.Chart(data)
+    ranked = base.transform_filter(RANKED)
+    layers = [
+        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, strokeDash=dash, detail="case:N"),
+        ranked.mark_point(filled=True, size=36, opacity=1).encode(
+            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="points"),
+        base.transform_filter(f"!({RANKED})").mark_point(filled=False, shape="triangle-up", size=60, opacity=1).encode(
+            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="flagged"),
+    ]
+    chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
+    return chart.facet(facet=alt.Facet("backend:N", title="backend"), columns=3).properties(
+        title=_title(title, data), description=title or "% of measured ceiling against hidden size, per device")
+
+
+ACCURACY_COLUMNS = ["norm", "order", "seed", "value", "diverged", "centre", "ci_lo", "ci_hi", "lr", "url", "label"]
+
+
+def _norm_axis_label(norm: str, lr, n_div: int, n: int) -> str:
+    parts = [str(norm)]
+    if lr is not None and isinstance(lr, (int, float)) and math.isfinite(lr):
+        parts.append(f"lr {lr:.2g}")
+    if n_div:
+        parts.append(f"✗ {n_div}/{n} diverged")
+    return " · ".join(parts)
+
+
+def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool, title: str = "") -> alt.Chart:
+    """One task cell: each seed's final ``metric`` per norm (points side by side), the interval ``ci_lo..ci_hi``
+    as a bar and ``centre`` as a tick; diverged seeds are red crosses on the worst edge of the axis (bottom when
+    higher is better). The axis label of each norm carries its learning rate and divergence count."""
+    data = _clean(df, ACCURACY_COLUMNS)
+    if data.empty:
+        return no_data_chart(title)
+    data["diverged"] = data["diverged"].fillna(False).astype(bool) if "diverged" in data.columns else False
+    for c in ("value", "centre", "ci_lo", "ci_hi", "lr"):
+        if c not in data.columns:
+            data[c] = None
+    data = data.sort_values(["order", "norm", "seed"], kind="stable").reset_index(drop=True)
+    counts = data.groupby("norm", sort=False)["diverged"].agg(["sum", "size"])
+    lrs = data.groupby("norm", sort=False)["lr"].first()
+    data["norm_label"] = [_norm_axis_label(n, lrs[n], int(counts.loc[n, "sum"]), int(counts.loc[n, "size"]))
+                          for n in data["norm"]]
+    order = list(dict.fromkeys(data["norm_label"]))
+    finite = data[~data["diverged"] & data["value"].notna()].copy()
+    shown = pd.concat([finite["value"], data["centre"], data["ci_lo"], data["ci_hi"]]).dropna().astype(float)
+    lo, hi = (float(shown.min()), float(shown.max())) if len(shown) else (0.0, 1.0)
+    pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
+    lo, hi = lo - pad, hi + pad
+    # Diverged seeds have no value: they sit on the worst edge so they are seen, never read as a number.
+    edge = lo if higher_is_better else hi
+    dvg = data[data["diverged"]].copy()
+    dvg["edge"] = edge
+    cells = data.drop_duplicates("norm").copy()
+    cells = cells[cells["ci_lo"].notna() & cells["ci_hi"].notna()]
+    x = alt.X("norm_label:N", title=None, sort=order, axis=alt.Axis(labelAngle=-30, labelLimit=260))
+    x_mid = alt.X("norm_label:N", title=None, sort=order, bandPosition=0.5)   # interval and centre mid-band
+    y_scale = alt.Scale(domain=[lo, hi], nice=False, zero=False)
+    y_title = f"{metric} ({'higher' if higher_is_better else 'lower'} is better)"
+    tip = [_tip("label", "run"), _tip("norm", "norm"), _tip("seed", "seed", "d", "Q"),
+           _tip("value", metric, ".5~g", "Q"), _tip("lr", "learning rate", ".3~g", "Q")]
+    layers = []
+    if not cells.empty:
+        layers += [
+            alt.Chart(cells).mark_rule(strokeWidth=3, opacity=0.45, color="#333").encode(
+                x=x_mid, y=alt.Y("ci_lo:Q", scale=y_scale, title=y_title), y2="ci_hi:Q",
+                tooltip=[_tip("norm", "norm"), _tip("centre", "centre", ".5~g", "Q"),
+                         _tip("ci_lo", "95% CI low", ".5~g", "Q"), _tip("ci_hi", "95% CI high", ".5~g", "Q")],
+            ).properties(name="interval"),
+            alt.Chart(cells[cells["centre"].notna()]).mark_tick(thickness=2, color="#000").encode(
+                x=x_mid, y=alt.Y("centre:Q", scale=y_scale, title=y_title)).properties(name="centre")]
+    if not finite.empty:
+        layers.append(alt.Chart(finite).mark_point(filled=True, size=45, opacity=0.9).encode(
+            x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("value:Q", scale=y_scale, title=y_title),
+            color=alt.value(PALETTE[0]), tooltip=tip, href="url:N").properties(name="seeds"))
+    if not dvg.empty:
+        layers.append(alt.Chart(dvg).mark_point(shape="cross", filled=True, size=70, color="#C00", opacity=1).encode(
+            x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("edge:Q", scale=y_scale, title=y_title),
+            tooltip=[_tip("label", "run"), _tip("norm", "norm"), _tip("seed", "seed", "d", "Q"),
+                     alt.Tooltip("diverged:N", title="diverged")], href="url:N").properties(name="diverged"))
+    return alt.layer(*layers).properties(width=max(WIDTH, 60 * len(order)), height=HEIGHT + 40,
+                                         title=title or "", description=title or f"final {metric} per seed")
+
+
+def training_curves_chart(df: pd.DataFrame, *, metric: str, log_y: bool = False, title: str = "") -> alt.Chart:
+    """Training curves overlaid: ``metric`` against step, one line per norm (colour) and seed. On a log axis the
+    non-positive values are left out (they have no place there) and the title says how many."""
+    data = _clean(df, ["norm", "seed", "step", "value", "url"])
+    if not data.empty:
+        data = data[data["value"].notna() & data["step"].notna()]
+    dropped = 0
+    if log_y and not data.empty:
+        keep = data["value"].astype(float) > 0
+        dropped, data = int((~keep).sum()), data[keep]
+    if data.empty:
+        return no_data_chart(title)
+    data = data.sort_values(["norm", "seed", "step"], kind="stable").reset_index(drop=True)
+    y = alt.Y("value:Q", title=metric, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False))
+    chart = alt.Chart(data).mark_line(strokeWidth=1.2, opacity=0.85).encode(
+        x=alt.X("step:Q", title="step"), y=y,
+        color=alt.Color("norm:N", title="norm", scale=alt.Scale(range=PALETTE)), detail="seed:N",
+        tooltip=[_tip("norm", "norm"), _tip("seed", "seed", "d", "Q")], href="url:N").properties(name="curves")
+    note = f" ({dropped} non-positive values not drawn on the log axis)" if dropped else ""
+    return chart.properties(width=WIDTH * 2, height=HEIGHT + 40, title=(title or "") + note,
+                            description=(title or f"{metric} against step") + note)
+
+
+# Conservative advance widths (em) of the site's sans-serif, so estimated label boxes are never smaller than drawn.
+_NARROW, _SEMI, _WIDE = set("ijl.,:;'|!()[]{}/\\ `"), set("ftrI-1"), set("mwMW@%")
+
+
+def text_width(text: str, size: float = LABEL_FONT_SIZE) -> float:
+    """Upper estimate of ``text``'s width in pixels at ``size`` px (DejaVu/Liberation Sans metrics, rounded up)."""
+    em = 0.0
+    for ch in str(text):
+        em += (0.36 if ch in _NARROW else 0.5 if ch in _SEMI else 1.0 if ch in _WIDE
+               else 0.8 if ch.isupper() else 0.66 if ch.isascii() else 1.05)
+    return em * size + 2
+
+
+def _overlaps(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def place_labels(px, py, texts, width: float, height: float, size: float = LABEL_FONT_SIZE,
+                 point_radius: float = 5.0) -> list[tuple[float, float, float, float]]:
+    """Top-left corners and sizes ``(x, y, w, h)`` of one label per point, in pixels, such that no two labels and
+    no label and point overlap. Deterministic: points are taken in a fixed order and each label takes the first
+    free candidate on rings of growing radius around its point; a label that finds no room inside the plot goes
+    to a list below it (always free). Labels that stand away from their point get a leader line (see caller)."""
+    h = size * 1.25
+    pts = [(x - point_radius, y - point_radius, x + point_radius, y + point_radius) for x, y in zip(px, py)]
+    placed: list[tuple[float, float, float, float]] = []
+    out: list[tuple[float, float, float, float] | None] = [None] * len(texts)
+    below = height + 34.0   # under the axis title
+    for i in sorted(range(len(texts)), key=lambda k: (py[k], px[k], str(texts[k]))):
+        w = text_width(texts[i], size)
+        x0, y0 = px[i], py[i]
+        spot = None
+        for r in (3.0, 8.0, 14.0, 22.0, 32.0, 46.0, 64.0, 90.0):
+            d = point_radius + r
+            for cx, cy in ((x0 + d, y0 - h / 2), (x0 - d - w, y0 - h / 2), (x0 - w / 2, y0 - d - h),
+                           (x0 - w / 2, y0 + d), (x0 + d * .7, y0 - d * .7 - h), (x0 - d * .7 - w, y0 - d * .7 - h),
+                           (x0 + d * .7, y0 + d * .7), (x0 - d * .7 - w, y0 + d * .7)):
+                box = (cx, cy, cx + w, cy + h)
+                if box[0] < 0 or box[1] < 0 or box[2] > width or box[3] > height:
+                    continue
+                if any(_overlaps(box, b) for b in placed) or any(_overlaps(box, p) for p in pts):
+                    continue
+                spot = box
+                break
+            if spot:
+                break
+        if spot is None:
+            spot = (0.0, below, w, below + h)
+            below += h + 2
+        placed.append(spot)
+        out[i] = (spot[0], spot[1], w, h)
+    return out
+
+
+def scatter_chart(df: pd.DataFrame, *, x: str, y: str, label: str, x_title: str, y_title: str,
+                  title: str = "") -> alt.Chart:
+    """Labelled points (e.g. training time against quality). Labels are placed in Python (``place_labels``) at
+    fixed pixel positions, so they never overlap each other or a point, in the static SVG and the live view."""
+    cols = [c for c in dict.fromkeys([x, y, label, "url", "label"]) if c in df.columns]
+    data = _clean(df, cols)
+    if not data.empty:
+        data = data[data[x].notna() & data[y].notna()].reset_index(drop=True)
+    if data.empty:
+        return no_data_chart(title)
+    w, h = WIDTH * 2, HEIGHT + 100
+
+    def domain(v):
+        lo, hi = float(v.min()), float(v.max())
+        pad = (hi - lo) * 0.06 or abs(hi) * 0.05 or 1.0
+        return lo - pad, hi + pad
+
+    (xl, xh), (yl, yh) = domain(data[x].astype(float)), domain(data[y].astype(float))
+    px = [(float(v) - xl) / (xh - xl) * w for v in data[x]]
+    py = [h - (float(v) - yl) / (yh - yl) * h for v in data[y]]
+    texts = [str(t) for t in data[label]]
+    boxes = place_labels(px, py, texts, w, h)
+    lab = pd.DataFrame({"text": texts, "lx": [b[0] for b in boxes], "ly": [b[1] for b in boxes],
+                        "px": px, "py": py})
+    # A label that had to move away from its point is tied to it by a leader line.
+    far = [math.hypot(b[0] + b[2] / 2 - p, b[1] + b[3] / 2 - q) > 40 for b, p, q in zip(boxes, px, py)]
+    lead = lab[far].assign(ex=[b[0] + b[2] / 2 for b, f in zip(boxes, far) if f],
+                           ey=[b[1] + b[3] / 2 for b, f in zip(boxes, far) if f])
+    tips = [_tip(label, label), _tip(x, x_title, ".4~g", "Q"), _tip(y, y_title, ".4~g", "Q")]
+    if "label" in data.columns and label != "label":
+        tips.insert(0, _tip("label", "run"))
+    layers = [alt.Chart(data).mark_point(filled=True, size=50, opacity=1, color=PALETTE[0]).encode(
+        x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(domain=[xl, xh], nice=False, zero=False)),
+        y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(domain=[yl, yh], nice=False, zero=False)),
+        tooltip=tips, **({"href": "url:N"} if "url" in data.columns else {})).properties(name="points")]
+    if not lead.empty:
+        layers.append(alt.Chart(lead).mark_rule(color="#999", strokeWidth=0.8).encode(
+            x=alt.X("px:Q", scale=None), y=alt.Y("py:Q", scale=None), x2="ex:Q", y2="ey:Q"))
+    layers.append(alt.Chart(lab).mark_text(align="left", baseline="top", fontSize=LABEL_FONT_SIZE,
+                                           color="#222").encode(
+        x=alt.X("lx:Q", scale=None), y=alt.Y("ly:Q", scale=None), text="text:N").properties(name="labels"))
+    # Vega's default autosize ("pad") grows the view to hold labels listed below the plot.
+    return alt.layer(*layers).properties(width=w, height=h, title=title or "",
+                                         description=title or f"{y_title} against {x_title}")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -229,6 +458,10 @@ def render(chart: alt.TopLevelMixin, chart_id: str, *, alt_text: str) -> Figure:
     """Compile ``chart`` and draw it: the static SVG (vl-convert, pinned Vega-Lite) and the spec for the browser."""
     spec = chart.to_dict()
     spec.setdefault("description", alt_text)
+    for row in _rows(spec):   # JSON has no NaN/inf: a missing number is null (drawn as no mark, not as 0)
+        for k, v in row.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                row[k] = None
     svg = _static_svg(spec)
     _audit_svg(svg)
     sj = spec_json(spec)
