@@ -1,4 +1,4 @@
-"""Turning records into leaderboard rows: kernel rows with speed-ups, accuracy cells, rankings and Pareto fronts.
+"""Turning records into leaderboard rows: kernel rows with speed-ups, accuracy cells and rankings.
 
 Pure functions over plain data; no HTML here. The statistics themselves (how seeds combine, what ranks first) are
 ``normbench.stats``, shared with ``normbench claims``, the ``train`` summary and the generated docs.
@@ -109,12 +109,6 @@ def add_speedups(rows: list[dict]) -> None:
     for r in rows:
         base = eager.get(_same_measurement(r))
         r["speedup"] = base / r["time"] if base and r["time"] and not r["invalid"] else None
-
-
-def rank_kernels(rows: list[dict]) -> list[dict]:
-    """Fastest first: lowest median time; unflagged before flagged before invalid; then id for a stable order."""
-    return sorted(rows, key=lambda r: (r["invalid"], r["flagged"], r["time"] if r["time"] is not None else math.inf,
-                                       r["entry"].rid))
 
 
 def rank_by_bandwidth(rows: list[dict]) -> list[dict]:
@@ -311,33 +305,3 @@ def rank_cells(cells: list[Cell]) -> list[Cell]:
     not ranked (left out)."""
     return sorted((c for c in cells if not c.tuning),
                   key=lambda c: (S.rank_key(c.divergence_rate, c.final.mean, c.higher), -c.final.n, c.norm))
-
-
-def pareto_front(points: list[tuple[float, float]], higher_is_better: bool = True) -> list[int]:
-    """Indices of the points no other point beats on both cost (x, lower is better) and quality (y).
-
-    Returned in order of increasing x. Ties in x keep only the best y.
-    """
-    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1] if higher_is_better
-                                                      else points[i][1]))
-    front, best = [], None
-    for i in order:
-        y = points[i][1]
-        if best is None or (y > best if higher_is_better else y < best):
-            front.append(i)
-            best = y
-    return front
-
-
-def mean_curve(runs: list[dict], column: int, log: bool = False) -> list[tuple[float, float]]:
-    """(step, mean over seeds) of curve ``column`` (1 = train loss, 2 = eval metric) at steps any seed logged;
-    the geometric mean when ``log`` (perplexity), as everywhere else. Tuning and flagged runs are left out."""
-    by_step: dict[int, list[float]] = {}
-    for r in runs:
-        if r.get("status", "ok") not in ("ok", "diverged"):
-            continue
-        for point in r["curve"]:
-            v = point[column]
-            if v is not None and (not log or v > 0):
-                by_step.setdefault(point[0], []).append(v)
-    return [(float(s), S.summarize(vs, log=log).mean) for s, vs in sorted(by_step.items())]

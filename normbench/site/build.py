@@ -194,7 +194,7 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
         recs = tmp / "records"
         recs.mkdir(exist_ok=True)
         for e in loaded.entries:
-            (recs / f"{e.key}.json").write_text(json.dumps(e.rec, indent=1, ensure_ascii=False, sort_keys=False)
+            (recs / f"{e.key}.json").write_text(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":"))
                                                 + "\n", encoding="utf-8")
         write_downloads(loaded.entries, tmp / "downloads")
         from normbench.results.schema import json_schema

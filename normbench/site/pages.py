@@ -328,10 +328,21 @@ class Site:
                 "time": fmt_time(r["time"]), "gbps": fmt_gbps(r["gbps"]), "pct": fmt_pct(r["pct"]),
                 "href": self.rec_href(r["entry"], ""), "rid": r["entry"].rid[:10]}
 
+    @staticmethod
+    def best_per_case(rows: list[dict]) -> list[dict]:
+        """One row per device, norm, backend, dtype, pass, shape class, layout and timing: its shape closest to the
+        ceiling (a flagged one only where the case has no ranked record). The leaderboard's unit; every record is
+        on its norm's page."""
+        best: dict[tuple, dict] = {}
+        for r in agg.rank_by_bandwidth(rows):
+            best.setdefault((r["hardware"], r["norm"], r["backend"], r["dtype"], r["pass"], r["shape_class"],
+                             r["layout"], r["timing"], r["harness"]), r)
+        return list(best.values())
+
     def kernels_page(self) -> Page:
-        table = self.kernel_table("kernels", self.kernels, "")
+        table = self.kernel_table("kernels", self.best_per_case(self.kernels), "")
         return Page("kernels.html", "kernels.html", "Kernel leaderboard", active="kernels.html", ctx=dict(
-            table=table, flags=[(FLAG_LABELS.get(f, f), f) for f in FLAGS + (LEGACY,)],
+            table=table, n=len(self.kernels), flags=[(FLAG_LABELS.get(f, f), f) for f in FLAGS + (LEGACY,)],
             hws=[(hw, self.hw_name(hw), device_file(hw), len(self.by_hw[hw])) for hw in self.kernel_hws],
             norms=[(n, norm_file(n), len(self.by_norm[n])) for n in sorted(self.by_norm)]))
 
@@ -343,7 +354,8 @@ class Site:
         best = {r["norm"]: r for r in agg.best_backend_per_norm(rows)}
         p.ctx = dict(facts=self.hw_facts(hw), n=len(rows),
                      norms=[(n, "../" + norm_file(n) + "#" + slug("d", hw), best.get(n)) for n in norms],
-                     table=self.kernel_table(slug("kd", hw), rows, p.up, with_hw=False) if rows else None,
+                     table=self.kernel_table(slug("kd", hw), self.best_per_case(rows), p.up, with_hw=False)
+                     if rows else None,
                      fmt_pct=fmt_pct)
         return p
 
@@ -748,7 +760,8 @@ class Site:
                      check=chk if isinstance(chk, dict) else None,
                      config=_flat(rec.get("config")), metrics=_flat({k: v for k, v in rec["metrics"].items()
                                                                      if k != "curve"}),
-                     provenance=_flat(rec.get("provenance")), ranked=not flags,
+                     provenance=_flat({k: v for k, v in rec["provenance"].items() if k != "hardware"}),
+                     ranked=not flags,
                      invalid=any(f in INVALID_FLAGS for f in flags),
                      hw_href=f"../{device_file(rec['provenance']['hardware_id'])}",
                      norm_href=f"../{norm_file(rec['norm']['name'])}")
