@@ -121,6 +121,12 @@ def _title(title: str, data: pd.DataFrame) -> alt.TitleParams | str:
                            anchor="start")
 
 
+def _kernel_marks() -> dict:
+    """Tooltip, link and accessible name of a kernel record's point (the name is the one-line label, so the
+    static SVG's aria-labels stay short)."""
+    return {"tooltip": _kernel_tooltip(), "href": "url:N", "description": "label:N"}
+
+
 def _x_width(widths) -> alt.X:
     """Hidden size on a log2 axis, ticks at the measured widths (a sweep's widths are powers of two or LLM sizes)."""
     ticks = sorted({int(w) for w in widths if w and w > 0})
@@ -150,11 +156,12 @@ def kernel_width_chart(df: pd.DataFrame, *, metric: str = "gbps", title: str = "
     ranked = base.transform_filter(RANKED)
     flagged = base.transform_filter(f"!({RANKED})")
     layers = [
-        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, detail="backend:N"),
+        # One line per backend and row count: records of other row counts at the same width are other curves.
+        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, detail=["backend:N", "rows:N"]),
         ranked.mark_point(filled=True, size=40, opacity=1).encode(
-            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="points"),
+            x=x, y=y, color=colour, **_kernel_marks()).properties(name="points"),
         flagged.mark_point(filled=False, shape="triangle-up", size=60, strokeWidth=1.5, opacity=1).encode(
-            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="flagged"),
+            x=x, y=y, color=colour, **_kernel_marks()).properties(name="flagged"),
     ]
     if metric == "gbps" and "ceiling_gbps" in data.columns and data["ceiling_gbps"].notna().any():
         layers.append(base.mark_rule(strokeDash=[4, 3], color="#777").encode(
@@ -181,11 +188,12 @@ def device_compare_chart(df: pd.DataFrame, *, title: str = "") -> alt.Chart:
     base = alt.Chart(data)
     ranked = base.transform_filter(RANKED)
     layers = [
-        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, strokeDash=dash, detail="case:N"),
+        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, strokeDash=dash,
+                                                 detail=["case:N", "rows:N"]),
         ranked.mark_point(filled=True, size=36, opacity=1).encode(
-            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="points"),
+            x=x, y=y, color=colour, **_kernel_marks()).properties(name="points"),
         base.transform_filter(f"!({RANKED})").mark_point(filled=False, shape="triangle-up", size=60, opacity=1).encode(
-            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="flagged"),
+            x=x, y=y, color=colour, **_kernel_marks()).properties(name="flagged"),
     ]
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     return chart.facet(facet=alt.Facet("backend:N", title="backend"), columns=3).properties(
@@ -251,12 +259,13 @@ def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool
     if not finite.empty:
         layers.append(alt.Chart(finite).mark_point(filled=True, size=45, opacity=0.9).encode(
             x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("value:Q", scale=y_scale, title=y_title),
-            color=alt.value(PALETTE[0]), tooltip=tip, href="url:N").properties(name="seeds"))
+            color=alt.value(PALETTE[0]), tooltip=tip, href="url:N", description="label:N").properties(name="seeds"))
     if not dvg.empty:
         layers.append(alt.Chart(dvg).mark_point(shape="cross", filled=True, size=70, color="#C00", opacity=1).encode(
             x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("edge:Q", scale=y_scale, title=y_title),
             tooltip=[_tip("label", "run"), _tip("norm", "norm"), _tip("seed", "seed", "d", "Q"),
-                     alt.Tooltip("diverged:N", title="diverged")], href="url:N").properties(name="diverged"))
+                     alt.Tooltip("diverged:N", title="diverged")], href="url:N",
+            description="label:N").properties(name="diverged"))
     return alt.layer(*layers).properties(width=max(WIDTH, 60 * len(order)), height=HEIGHT + 40,
                                          title=title or "", description=title or f"final {metric} per seed")
 
@@ -372,7 +381,8 @@ def scatter_chart(df: pd.DataFrame, *, x: str, y: str, label: str, x_title: str,
     layers = [alt.Chart(data).mark_point(filled=True, size=50, opacity=1, color=PALETTE[0]).encode(
         x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(domain=[xl, xh], nice=False, zero=False)),
         y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(domain=[yl, yh], nice=False, zero=False)),
-        tooltip=tips, **({"href": "url:N"} if "url" in data.columns else {})).properties(name="points")]
+        tooltip=tips, description=f"{label}:N",
+        **({"href": "url:N"} if "url" in data.columns else {})).properties(name="points")]
     if not lead.empty:
         layers.append(alt.Chart(lead).mark_rule(color="#999", strokeWidth=0.8).encode(
             x=alt.X("px:Q", scale=None), y=alt.Y("py:Q", scale=None), x2="ex:Q", y2="ey:Q"))
