@@ -137,6 +137,12 @@ def test_accuracy_seeds_interval_and_divergence():
         labels = layers["seeds"]["encoding"]["x"]["sort"]
         assert labels[0].startswith("layernorm") and "✗ 2/4 diverged" in labels[2] and "lr 0.003" in labels[2]
         assert "✗ 2/4 diverged" in fig.svg
+    # A seed that finished without a value is drawn (grey ring on the edge), never dropped and never a number.
+    df.loc[0, "value"] = float("nan")
+    fig = C.render(C.accuracy_seed_chart(df, metric="top-1", higher_is_better=True), "acc", alt_text="seeds")
+    assert count_items(fig.svg, "missing") == 1 and count_items(fig.svg, "seeds") == int((~df["diverged"]).sum()) - 1
+    only = C.accuracy_seed_chart(df.iloc[:1], metric="top-1", higher_is_better=True)
+    assert count_items(C.render(only, "one", alt_text="one").svg, "missing") == 1
 
 
 def test_training_curves_one_line_per_norm_and_seed():

@@ -215,7 +215,8 @@ def _norm_axis_label(norm: str, lr, n_div: int, n: int) -> str:
 def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool, title: str = "") -> alt.Chart:
     """One task cell: each seed's final ``metric`` per norm (points side by side), the interval ``ci_lo..ci_hi``
     as a bar and ``centre`` as a tick; diverged seeds are red crosses on the worst edge of the axis (bottom when
-    higher is better). The axis label of each norm carries its learning rate and divergence count."""
+    higher is better), seeds that finished without a value grey rings there. The axis label of each norm carries
+    its learning rate and divergence count."""
     data = _clean(df, ACCURACY_COLUMNS)
     if data.empty:
         return no_data_chart(title)
@@ -234,10 +235,10 @@ def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool
     lo, hi = (float(shown.min()), float(shown.max())) if len(shown) else (0.0, 1.0)
     pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
     lo, hi = lo - pad, hi + pad
-    # Diverged seeds have no value: they sit on the worst edge so they are seen, never read as a number.
+    # Diverged seeds, and seeds with no final value, sit on the worst edge: seen, never read as a number.
     edge = lo if higher_is_better else hi
-    dvg = data[data["diverged"]].copy()
-    dvg["edge"] = edge
+    dvg = data[data["diverged"]].assign(edge=edge, status="diverged")
+    missing = data[~data["diverged"] & data["value"].isna()].assign(edge=edge, status="no final value")
     cells = data.drop_duplicates("norm").copy()
     cells = cells[cells["ci_lo"].notna() & cells["ci_hi"].notna()]
     x = alt.X("norm_label:N", title=None, sort=order, axis=alt.Axis(labelAngle=-30, labelLimit=260))
@@ -260,12 +261,13 @@ def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool
         layers.append(alt.Chart(finite).mark_point(filled=True, size=45, opacity=0.9).encode(
             x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("value:Q", scale=y_scale, title=y_title),
             color=alt.value(PALETTE[0]), tooltip=tip, href="url:N", description="label:N").properties(name="seeds"))
-    if not dvg.empty:
-        layers.append(alt.Chart(dvg).mark_point(shape="cross", filled=True, size=70, color="#C00", opacity=1).encode(
-            x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("edge:Q", scale=y_scale, title=y_title),
-            tooltip=[_tip("label", "run"), _tip("norm", "norm"), _tip("seed", "seed", "d", "Q"),
-                     alt.Tooltip("diverged:N", title="diverged")], href="url:N",
-            description="label:N").properties(name="diverged"))
+    edge_tip = [_tip("label", "run"), _tip("norm", "norm"), _tip("seed", "seed", "d", "Q"), _tip("status", "status")]
+    for rows, name, mark in ((dvg, "diverged", dict(shape="cross", filled=True, size=70, color="#C00")),
+                             (missing, "missing", dict(shape="circle", filled=False, size=50, color="#777"))):
+        if not rows.empty:
+            layers.append(alt.Chart(rows).mark_point(opacity=1, **mark).encode(
+                x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("edge:Q", scale=y_scale, title=y_title),
+                tooltip=edge_tip, href="url:N", description="label:N").properties(name=name))
     return alt.layer(*layers).properties(width=max(WIDTH, 60 * len(order)), height=HEIGHT + 40,
                                          title=title or "", description=title or f"final {metric} per seed")
 
