@@ -167,6 +167,9 @@ def kernel_width_chart(df: pd.DataFrame, *, metric: str = "gbps", title: str = "
         layers.append(base.mark_rule(strokeDash=[4, 3], color="#777").encode(
             y="max(ceiling_gbps):Q", tooltip=[alt.Tooltip("max(ceiling_gbps):Q", title="measured ceiling (GB/s)",
                                                           format=".4~g")]))
+    elif metric == "pct_ceiling":   # 100 % is the same-run ceiling; a point above it read from cache
+        layers.append(base.transform_aggregate(n="count()").mark_rule(strokeDash=[4, 3], color="#777").encode(
+            y=alt.datum(100.0)))
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     return chart.facet(row=alt.Row("dtype:N", title="dtype"), column=alt.Column("pass_:N", title="pass")).properties(
         title=_title(title, data), description=title or f"{y_title} against hidden size")
@@ -352,8 +355,9 @@ def place_labels(px, py, texts, width: float, height: float, size: float = LABEL
 def scatter_chart(df: pd.DataFrame, *, x: str, y: str, label: str, x_title: str, y_title: str,
                   title: str = "") -> alt.Chart:
     """Labelled points (e.g. training time against quality). Labels are placed in Python (``place_labels``) at
-    fixed pixel positions, so they never overlap each other or a point, in the static SVG and the live view."""
-    cols = [c for c in dict.fromkeys([x, y, label, "url", "label"]) if c in df.columns]
+    fixed pixel positions, so they never overlap each other or a point, in the static SVG and the live view.
+    An optional boolean column ``front`` marks the Pareto front, drawn as a dashed line through those points."""
+    cols = [c for c in dict.fromkeys([x, y, label, "url", "label", "front"]) if c in df.columns]
     data = _clean(df, cols)
     if not data.empty:
         data = data[data[x].notna() & data[y].notna()].reset_index(drop=True)
@@ -380,7 +384,13 @@ def scatter_chart(df: pd.DataFrame, *, x: str, y: str, label: str, x_title: str,
     tips = [_tip(label, label), _tip(x, x_title, ".4~g", "Q"), _tip(y, y_title, ".4~g", "Q")]
     if "label" in data.columns and label != "label":
         tips.insert(0, _tip("label", "run"))
-    layers = [alt.Chart(data).mark_point(filled=True, size=50, opacity=1, color=PALETTE[0]).encode(
+    layers = []
+    if "front" in data.columns:   # optional column: the points on the Pareto front, joined in x order
+        front = data[data["front"].fillna(False).astype(bool)]
+        if len(front) > 1:
+            layers.append(alt.Chart(front.sort_values(x)).mark_line(color="#999", strokeDash=[5, 3]).encode(
+                x=f"{x}:Q", y=f"{y}:Q", order=f"{x}:Q").properties(name="front"))
+    layers += [alt.Chart(data).mark_point(filled=True, size=50, opacity=1, color=PALETTE[0]).encode(
         x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(domain=[xl, xh], nice=False, zero=False)),
         y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(domain=[yl, yh], nice=False, zero=False)),
         tooltip=tips, description=f"{label}:N",
