@@ -93,7 +93,8 @@ def test_kernel_spec_has_the_encodings_and_every_record(kernel_fig):
     assert sorted((r["backend"], r["dtype"], r["pass_"], r["width"], r["gbps"]) for r in rows) == sorted(
         df[["backend", "dtype", "pass_", "width", "gbps"]].itertuples(index=False, name=None))
     pct = C.kernel_width_chart(df, metric="pct_ceiling").to_dict()
-    assert {lay["mark"]["type"] for lay in pct["spec"]["layer"]} == {"line", "point"}  # no ceiling rule in %
+    rules = [lay["encoding"]["y"] for lay in pct["spec"]["layer"] if lay["mark"]["type"] == "rule"]
+    assert rules == [{"datum": 100.0}]  # in % the ceiling is 100
     with pytest.raises(ValueError, match="metric"):
         C.kernel_width_chart(df, metric="seconds")
 
@@ -137,6 +138,12 @@ def test_accuracy_seeds_interval_and_divergence():
         labels = layers["seeds"]["encoding"]["x"]["sort"]
         assert labels[0].startswith("layernorm") and "✗ 2/4 diverged" in labels[2] and "lr 0.003" in labels[2]
         assert "✗ 2/4 diverged" in fig.svg
+    # A seed that finished without a value is drawn (grey ring on the edge), never dropped and never a number.
+    df.loc[0, "value"] = float("nan")
+    fig = C.render(C.accuracy_seed_chart(df, metric="top-1", higher_is_better=True), "acc", alt_text="seeds")
+    assert count_items(fig.svg, "missing") == 1 and count_items(fig.svg, "seeds") == int((~df["diverged"]).sum()) - 1
+    only = C.accuracy_seed_chart(df.iloc[:1], metric="top-1", higher_is_better=True)
+    assert count_items(C.render(only, "one", alt_text="one").svg, "missing") == 1
 
 
 def test_training_curves_one_line_per_norm_and_seed():
@@ -187,6 +194,10 @@ def test_scatter_labels_in_the_spec_do_not_overlap():
         assert not boxes_overlap(a, b)
     fig = C.render(chart, "sc", alt_text="scatter")
     assert count_items(fig.svg, "points") == 8 and count_items(fig.svg, "labels", "text") == 8
+    df["front"] = [True, False, False, False, True, False, False, False]
+    front = C.scatter_chart(df, x="t", y="q", label="norm", x_title="time", y_title="top-1").to_dict()
+    line = next(lay for lay in front["layer"] if lay.get("name") == "front")
+    assert sorted(r["norm"] for r in front["datasets"][line["data"]["name"]]) == ["derf", "layernorm"]
 
 
 class _Audit(HTMLParser):

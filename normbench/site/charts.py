@@ -121,6 +121,12 @@ def _title(title: str, data: pd.DataFrame) -> alt.TitleParams | str:
                            anchor="start")
 
 
+def _kernel_marks() -> dict:
+    """Tooltip, link and accessible name of a kernel record's point (the name is the one-line label, so the
+    static SVG's aria-labels stay short)."""
+    return {"tooltip": _kernel_tooltip(), "href": "url:N", "description": "label:N"}
+
+
 def _x_width(widths) -> alt.X:
     """Hidden size on a log2 axis, ticks at the measured widths (a sweep's widths are powers of two or LLM sizes)."""
     ticks = sorted({int(w) for w in widths if w and w > 0})
@@ -150,16 +156,20 @@ def kernel_width_chart(df: pd.DataFrame, *, metric: str = "gbps", title: str = "
     ranked = base.transform_filter(RANKED)
     flagged = base.transform_filter(f"!({RANKED})")
     layers = [
-        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, detail="backend:N"),
+        # One line per backend and row count: records of other row counts at the same width are other curves.
+        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, detail=["backend:N", "rows:N"]),
         ranked.mark_point(filled=True, size=40, opacity=1).encode(
-            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="points"),
+            x=x, y=y, color=colour, **_kernel_marks()).properties(name="points"),
         flagged.mark_point(filled=False, shape="triangle-up", size=60, strokeWidth=1.5, opacity=1).encode(
-            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="flagged"),
+            x=x, y=y, color=colour, **_kernel_marks()).properties(name="flagged"),
     ]
     if metric == "gbps" and "ceiling_gbps" in data.columns and data["ceiling_gbps"].notna().any():
         layers.append(base.mark_rule(strokeDash=[4, 3], color="#777").encode(
             y="max(ceiling_gbps):Q", tooltip=[alt.Tooltip("max(ceiling_gbps):Q", title="measured ceiling (GB/s)",
                                                           format=".4~g")]))
+    elif metric == "pct_ceiling":   # 100 % is the same-run ceiling; a point above it read from cache
+        layers.append(base.transform_aggregate(n="count()").mark_rule(strokeDash=[4, 3], color="#777").encode(
+            y=alt.datum(100.0)))
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     return chart.facet(row=alt.Row("dtype:N", title="dtype"), column=alt.Column("pass_:N", title="pass")).properties(
         title=_title(title, data), description=title or f"{y_title} against hidden size")
@@ -181,11 +191,12 @@ def device_compare_chart(df: pd.DataFrame, *, title: str = "") -> alt.Chart:
     base = alt.Chart(data)
     ranked = base.transform_filter(RANKED)
     layers = [
-        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, strokeDash=dash, detail="case:N"),
+        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, strokeDash=dash,
+                                                 detail=["case:N", "rows:N"]),
         ranked.mark_point(filled=True, size=36, opacity=1).encode(
-            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="points"),
+            x=x, y=y, color=colour, **_kernel_marks()).properties(name="points"),
         base.transform_filter(f"!({RANKED})").mark_point(filled=False, shape="triangle-up", size=60, opacity=1).encode(
-            x=x, y=y, color=colour, tooltip=_kernel_tooltip(), href="url:N").properties(name="flagged"),
+            x=x, y=y, color=colour, **_kernel_marks()).properties(name="flagged"),
     ]
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     return chart.facet(facet=alt.Facet("backend:N", title="backend"), columns=3).properties(
@@ -207,7 +218,8 @@ def _norm_axis_label(norm: str, lr, n_div: int, n: int) -> str:
 def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool, title: str = "") -> alt.Chart:
     """One task cell: each seed's final ``metric`` per norm (points side by side), the interval ``ci_lo..ci_hi``
     as a bar and ``centre`` as a tick; diverged seeds are red crosses on the worst edge of the axis (bottom when
-    higher is better). The axis label of each norm carries its learning rate and divergence count."""
+    higher is better), seeds that finished without a value grey rings there. The axis label of each norm carries
+    its learning rate and divergence count."""
     data = _clean(df, ACCURACY_COLUMNS)
     if data.empty:
         return no_data_chart(title)
@@ -226,10 +238,10 @@ def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool
     lo, hi = (float(shown.min()), float(shown.max())) if len(shown) else (0.0, 1.0)
     pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
     lo, hi = lo - pad, hi + pad
-    # Diverged seeds have no value: they sit on the worst edge so they are seen, never read as a number.
+    # Diverged seeds, and seeds with no final value, sit on the worst edge: seen, never read as a number.
     edge = lo if higher_is_better else hi
-    dvg = data[data["diverged"]].copy()
-    dvg["edge"] = edge
+    dvg = data[data["diverged"]].assign(edge=edge, status="diverged")
+    missing = data[~data["diverged"] & data["value"].isna()].assign(edge=edge, status="no final value")
     cells = data.drop_duplicates("norm").copy()
     cells = cells[cells["ci_lo"].notna() & cells["ci_hi"].notna()]
     x = alt.X("norm_label:N", title=None, sort=order, axis=alt.Axis(labelAngle=-30, labelLimit=260))
@@ -251,12 +263,14 @@ def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool
     if not finite.empty:
         layers.append(alt.Chart(finite).mark_point(filled=True, size=45, opacity=0.9).encode(
             x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("value:Q", scale=y_scale, title=y_title),
-            color=alt.value(PALETTE[0]), tooltip=tip, href="url:N").properties(name="seeds"))
-    if not dvg.empty:
-        layers.append(alt.Chart(dvg).mark_point(shape="cross", filled=True, size=70, color="#C00", opacity=1).encode(
-            x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("edge:Q", scale=y_scale, title=y_title),
-            tooltip=[_tip("label", "run"), _tip("norm", "norm"), _tip("seed", "seed", "d", "Q"),
-                     alt.Tooltip("diverged:N", title="diverged")], href="url:N").properties(name="diverged"))
+            color=alt.value(PALETTE[0]), tooltip=tip, href="url:N", description="label:N").properties(name="seeds"))
+    edge_tip = [_tip("label", "run"), _tip("norm", "norm"), _tip("seed", "seed", "d", "Q"), _tip("status", "status")]
+    for rows, name, mark in ((dvg, "diverged", dict(shape="cross", filled=True, size=70, color="#C00")),
+                             (missing, "missing", dict(shape="circle", filled=False, size=50, color="#777"))):
+        if not rows.empty:
+            layers.append(alt.Chart(rows).mark_point(opacity=1, **mark).encode(
+                x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("edge:Q", scale=y_scale, title=y_title),
+                tooltip=edge_tip, href="url:N", description="label:N").properties(name=name))
     return alt.layer(*layers).properties(width=max(WIDTH, 60 * len(order)), height=HEIGHT + 40,
                                          title=title or "", description=title or f"final {metric} per seed")
 
@@ -341,8 +355,9 @@ def place_labels(px, py, texts, width: float, height: float, size: float = LABEL
 def scatter_chart(df: pd.DataFrame, *, x: str, y: str, label: str, x_title: str, y_title: str,
                   title: str = "") -> alt.Chart:
     """Labelled points (e.g. training time against quality). Labels are placed in Python (``place_labels``) at
-    fixed pixel positions, so they never overlap each other or a point, in the static SVG and the live view."""
-    cols = [c for c in dict.fromkeys([x, y, label, "url", "label"]) if c in df.columns]
+    fixed pixel positions, so they never overlap each other or a point, in the static SVG and the live view.
+    An optional boolean column ``front`` marks the Pareto front, drawn as a dashed line through those points."""
+    cols = [c for c in dict.fromkeys([x, y, label, "url", "label", "front"]) if c in df.columns]
     data = _clean(df, cols)
     if not data.empty:
         data = data[data[x].notna() & data[y].notna()].reset_index(drop=True)
@@ -369,10 +384,17 @@ def scatter_chart(df: pd.DataFrame, *, x: str, y: str, label: str, x_title: str,
     tips = [_tip(label, label), _tip(x, x_title, ".4~g", "Q"), _tip(y, y_title, ".4~g", "Q")]
     if "label" in data.columns and label != "label":
         tips.insert(0, _tip("label", "run"))
-    layers = [alt.Chart(data).mark_point(filled=True, size=50, opacity=1, color=PALETTE[0]).encode(
+    layers = []
+    if "front" in data.columns:   # optional column: the points on the Pareto front, joined in x order
+        front = data[data["front"].fillna(False).astype(bool)]
+        if len(front) > 1:
+            layers.append(alt.Chart(front.sort_values(x)).mark_line(color="#999", strokeDash=[5, 3]).encode(
+                x=f"{x}:Q", y=f"{y}:Q", order=f"{x}:Q").properties(name="front"))
+    layers += [alt.Chart(data).mark_point(filled=True, size=50, opacity=1, color=PALETTE[0]).encode(
         x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(domain=[xl, xh], nice=False, zero=False)),
         y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(domain=[yl, yh], nice=False, zero=False)),
-        tooltip=tips, **({"href": "url:N"} if "url" in data.columns else {})).properties(name="points")]
+        tooltip=tips, description=f"{label}:N",
+        **({"href": "url:N"} if "url" in data.columns else {})).properties(name="points")]
     if not lead.empty:
         layers.append(alt.Chart(lead).mark_rule(color="#999", strokeWidth=0.8).encode(
             x=alt.X("px:Q", scale=None), y=alt.Y("py:Q", scale=None), x2="ex:Q", y2="ey:Q"))
