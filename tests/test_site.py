@@ -80,6 +80,12 @@ def test_kernel_ranking_speedups_and_suspects():
     assert [r["norm"] for r in agg.best_backend_per_norm(rows)] == ["layernorm", "rmsnorm"]
 
 
+def test_pareto_front():
+    pts = [(100, 0.90), (110, 0.92), (120, 0.91), (90, 0.85), (130, 0.93), (95, 0.84)]
+    assert agg.pareto_front(pts) == [3, 0, 1, 4]
+    assert agg.pareto_front([(1, 30.0), (2, 25.0), (3, 28.0)], higher_is_better=False) == [0, 1]
+
+
 # --- safe HTML -------------------------------------------------------------------------------------------------------
 
 
@@ -232,7 +238,12 @@ def test_kernel_views_per_norm_and_device_with_width_figures(demo_site):
     assert norm.count('class="nb-chart"') == 4  # 2 devices x (GB/s, % of ceiling)
     assert "<svg" in norm and 'type="application/json"' in norm
     index = (site / "index.html").read_text()
-    assert 'href="norms/layernorm.html"' in index  # overview -> norm page -> figures: two clicks
+    assert 'href="norms/layernorm.html"' in index  # overview -> norm page (figures of every device): one click
+    # ... and each (norm, device) cell of the overview's matrix opens that device's figures, with the records.
+    per_device = re.findall(r'href="(norms/layernorm--[^"]+\.html)"', index)
+    assert len(per_device) == 2
+    page = (site / per_device[0]).read_text()
+    assert page.count('class="nb-chart"') == 2 and 'href="../records/k-' in page
     devices = sorted((site / "devices").glob("*.html"))
     assert len(devices) == 2
     from normbench.site import charts

@@ -1,4 +1,4 @@
-"""Turning records into leaderboard rows: kernel rows with speed-ups, accuracy cells and rankings.
+"""Turning records into leaderboard rows: kernel rows with speed-ups, accuracy cells, rankings and Pareto fronts.
 
 Pure functions over plain data; no HTML here. The statistics themselves (how seeds combine, what ranks first) are
 ``normbench.stats``, shared with ``normbench claims``, the ``train`` summary and the generated docs.
@@ -305,3 +305,20 @@ def rank_cells(cells: list[Cell]) -> list[Cell]:
     not ranked (left out)."""
     return sorted((c for c in cells if not c.tuning),
                   key=lambda c: (S.rank_key(c.divergence_rate, c.final.mean, c.higher), -c.final.n, c.norm))
+
+
+def pareto_front(points: list[tuple[float, float]], higher_is_better: bool = True) -> list[int]:
+    """Indices of the points no other point beats on both cost (x, lower is better) and quality (y).
+
+    Returned in order of increasing x. Ties in x keep only the best y.
+    """
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1] if higher_is_better
+                                                      else points[i][1]))
+    front, best = [], None
+    for i in order:
+        y = points[i][1]
+        if best is None or (y > best if higher_is_better else y < best):
+            front.append(i)
+            best = y
+    return front
+

@@ -46,6 +46,9 @@ LEGACY = "legacy"
 LEGACY_REASON = ("migrated schema-v1 record: its implementation was never run through `normbench check` "
                  "(check: null), so it is shown and never ranked")
 FLAG_LABELS = {LEGACY: "unchecked (legacy)"}
+#: A norm's page shows its figures for every device while they hold at most this many points in all (each point
+#: is in the SVG and in the spec); beyond that each device's figures are one click away on their own page.
+INLINE_POINTS = 1500
 PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
 
 NAV = (
@@ -80,6 +83,11 @@ def slug(*parts) -> str:
 
 def device_file(hw: str) -> str:
     return f"devices/{slug(hw)}.html"
+
+
+def norm_device_file(name: str, hw: str) -> str:
+    """The figures of a norm on one device, beside the norm's page (same depth, so figures are shared)."""
+    return norm_file(name)[:-len(".html")] + f"--{slug(hw)}.html"
 
 
 def _s(v) -> str:
@@ -140,6 +148,7 @@ class Site:
             self.by_norm.setdefault(r["norm"], []).append(r)
             self.by_hw.setdefault(r["hardware"], []).append(r)
         self.kernel_hws = sorted(self.by_hw)
+        self._wfig: dict[tuple, tuple[list, int]] = {}
 
     # --- rows ----------------------------------------------------------------------------------------------------
 
@@ -271,7 +280,13 @@ class Site:
 
     def width_figures(self, norm: str, hw: str, rows: list[dict], up: str) -> list:
         """GB/s and % of ceiling against hidden size on one device, one figure pair per layout with two widths."""
-        figs = []
+        return self._width_figures(norm, hw, rows, up)[0]
+
+    def _width_figures(self, norm: str, hw: str, rows: list[dict], up: str) -> tuple[list, int]:
+        key = (norm, hw, up)
+        if key in self._wfig:  # the norm's page and its device page show the same figures: drawn once
+            return self._wfig[key]
+        figs, points = [], 0
         for layout in sorted({r["layout"] for r in rows}):
             df = self.width_frame([r for r in rows if r["layout"] == layout], up)
             if len(df) == 0 or df["width"].nunique() < 2:
@@ -285,7 +300,9 @@ class Site:
                                   title=f"{norm} · {layout} · {what}")
                 if fig:
                     figs.append(fig)
-        return figs
+                    points += len(df)
+        self._wfig[key] = (figs, points)
+        return figs, points
 
     # --- pages ---------------------------------------------------------------------------------------------------
 
@@ -302,11 +319,13 @@ class Site:
                 if r is None:
                     measured = any(x["norm"] == n for x in self.by_hw[hw])
                     cells.append(cell("unranked" if measured else "–", None, cls="muted" if measured else None,
+                                      href=norm_device_file(n, hw) if measured else None,
                                       title="measured, but every record is flagged" if measured else None))
                 else:
-                    cells.append(cell(fmt_pct(r["pct"]), r["pct"], href=self.rec_href(r["entry"], ""),
-                                      note=r["backend"], title=f"{r['backend']} · {r['dtype']} · {r['pass']} · "
-                                                               f"{r['layout']} {fmt_shape(r['shape'])}"))
+                    cells.append(cell(fmt_pct(r["pct"]), r["pct"], href=norm_device_file(n, hw),
+                                      note=r["backend"], title=f"best: {r['backend']} · {r['dtype']} · {r['pass']} · "
+                                                               f"{r['layout']} {fmt_shape(r['shape'])}; click for "
+                                                               f"{n}'s figures on {hw}"))
             matrix.add(cells)
         top = {hw: agg.best_by_bandwidth(self.by_hw[hw], 5) for hw in hws}
         tables = []
@@ -353,7 +372,7 @@ class Site:
         norms = sorted({r["norm"] for r in rows})
         best = {r["norm"]: r for r in agg.best_backend_per_norm(rows)}
         p.ctx = dict(facts=self.hw_facts(hw), n=len(rows),
-                     norms=[(n, "../" + norm_file(n) + "#" + slug("d", hw), best.get(n)) for n in norms],
+                     norms=[(n, "../" + norm_device_file(n, hw), best.get(n)) for n in norms],
                      table=self.kernel_table(slug("kd", hw), self.best_per_case(rows), p.up, with_hw=False)
                      if rows else None,
                      fmt_pct=fmt_pct)
@@ -452,11 +471,15 @@ class Site:
         devices = []
         for hw in sorted({r["hardware"] for r in rows}):
             hr = [r for r in rows if r["hardware"] == hw]
-            devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw),
-                            "href": up + device_file(hw), "figs": self.width_figures(name, hw, hr, up),
+            figs, points = self._width_figures(name, hw, hr, up)
+            devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw), "figs": figs,
+                            "points": points, "href": up + device_file(hw),
+                            "fig_href": up + norm_device_file(name, hw),
                             "widths": len({r["num_features"] for r in hr}), "n": len(hr),
                             "best": [self._top_row(r) | {"href": self.rec_href(r["entry"], up)}
                                      for r in agg.best_by_bandwidth(hr, 3)]})
+        # Figures inline while the page stays small; with many devices each has its figure page (one click).
+        inline = sum(d["points"] for d in devices) <= INLINE_POINTS
         cells = [c for c in self.cells if c.norm == name and not c.tuning]
         acc = []
         for key in sorted({c.table_key for c in cells}, key=lambda k: (k[0], k[3], k[1], k[2], k[4])):
@@ -464,12 +487,24 @@ class Site:
             for c in cells:
                 if c.table_key == key:
                     acc.append(self._cell_summary(c, ranked.index(c) + 1, len(ranked), up, key))
-        p.charts = any(d["figs"] for d in devices)
+        p.charts = inline and any(d["figs"] for d in devices)
         p.ctx = dict(
-            name=name, meta=m, paper=paper, paper_url=paper.get("url"), devices=devices, acc=acc,
+            name=name, meta=m, paper=paper, paper_url=paper.get("url"), devices=devices, acc=acc, inline=inline,
             layouts=", ".join(str(x) for x in m.get("layouts") or [] if isinstance(x, (str, int))),
             backends=", ".join(str(x) for x in m.get("backends") or [] if isinstance(x, (str, int))),
             table=self.kernel_table(slug("kn", name), rows, up, with_norm=False) if rows else None)
+        return p
+
+    def norm_device_page(self, name: str, hw: str) -> Page:
+        """One norm on one device: its GB/s and %-of-ceiling figures and the records behind them."""
+        p = Page(norm_device_file(name, hw), "norm_device.html", f"{name} on {hw}", active="norms.html",
+                 lead=self.hw_name(hw), crumbs=[("norms.html", "Norms"), (norm_file(name), name)])
+        hr = [r for r in self.by_norm.get(name, []) if r["hardware"] == hw]
+        figs, _ = self._width_figures(name, hw, hr, p.up)
+        p.charts = bool(figs)
+        p.ctx = dict(name=name, hw=hw, figs=figs, device_href=p.up + device_file(hw), n=len(hr),
+                     widths=len({r["num_features"] for r in hr}),
+                     table=self.kernel_table(slug("knd", name, hw), hr, p.up, with_norm=False, with_hw=False))
         return p
 
     # --- accuracy ------------------------------------------------------------------------------------------------
@@ -665,9 +700,15 @@ class Site:
         scatter = []
         for c in ranked:
             if c.final.mean is not None and c.wall.mean is not None:
-                scatter.append({"norm": c.norm + (f" ({c.placement})" if c.placement else ""), "x": c.wall.mean,
-                                "y": c.final.mean})
+                name = c.norm + (f" ({c.placement})" if c.placement else "")
+                scatter.append({"norm": name, "x": c.wall.mean, "y": c.final.mean,
+                                "url": self.rec_href(c.runs[0]["entry"], up),
+                                "label": f"{name}: {fmt_metric(c.final.mean, c.metric)} in "
+                                         f"{fmt_seconds_human(c.wall.mean)} ({c.final.n} seeds)"})
         if len(scatter) >= 2:
+            front = set(agg.pareto_front([(d["x"], d["y"]) for d in scatter], c0.higher))
+            for i, d in enumerate(scatter):
+                d["front"] = i in front
             figs.append(self.figure("scatter_chart", pd.DataFrame(scatter), slug("sc", *map(str, key)),
                                     f"{self.table_title(key)}: training wall time against final {c0.metric}",
                                     x="x", y="y", label="norm", x_title="training wall time (s)",
@@ -817,6 +858,9 @@ class Site:
         yield self.norms_index()
         for name in sorted(self.norm_meta):
             yield self.norm_page(name)
+            for hw in sorted({r["hardware"] for r in self.by_norm.get(name, [])}):
+                yield self.norm_device_page(name, hw)
+            self._wfig.clear()
         yield self.softmax_page()
         yield self.accuracy_page()
         for key, cells in self._acc_tables():
