@@ -151,8 +151,9 @@ def _check_out(out: Path, results: Path) -> None:
 
 
 def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = "site",
-               docs: str | os.PathLike | None = None) -> BuildReport:
-    """Build the leaderboard from ``results`` into ``out`` (replaced only if a previous build made it)."""
+               docs: str | os.PathLike | None = None, charts: bool = True) -> BuildReport:
+    """Build the leaderboard from ``results`` into ``out`` (replaced only if a previous build made it); without
+    ``charts`` the figures are left out (a quick build: the pages say where a figure would be)."""
     results, out = Path(results), Path(out)
     loaded = load_results(results)
     _check_out(out, results)
@@ -166,7 +167,7 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
         n_rejected=len(loaded.rejected),
         taken=_taken(loaded.entries),
     )
-    charts = _charts()
+    charts = _charts() if charts else None
     site = Site(loaded, info, read_docs(docs_dir if docs_dir.is_dir() else None), charts=charts)
     env = environment()
     common = {"info": info, "nav": NAV, "csp": CSP, "schema_file": SCHEMA_FILE,

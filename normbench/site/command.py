@@ -8,7 +8,7 @@ import sys
 def _cmd_build(args) -> int:
     from normbench.site.build import build_site
 
-    report = build_site(args.results, args.out, docs=args.docs)
+    report = build_site(args.results, args.out, docs=args.docs, charts=not args.no_charts)
     print(report.summary())
     if report.rejected:
         print(f"{len(report.rejected)} rejected record(s)/file(s) (listed on {report.out / 'rejected.html'}):",
@@ -31,6 +31,8 @@ def register(subparsers) -> None:
                    help="directory with measurement.md and accuracy.md for the methodology page "
                         "(default: docs/ next to the results directory)")
     b.add_argument("--strict", action="store_true", help="exit 1 when any record is rejected")
+    b.add_argument("--no-charts", action="store_true",
+                   help="leave the figures out (a quicker build; drawing them is most of a build's time)")
     b.set_defaults(func=_cmd_build)
 
     def _usage(args, parser=p) -> int:
