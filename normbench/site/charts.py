@@ -253,14 +253,16 @@ def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool
            _tip("value", metric, ".5~g", "Q"), _tip("lr", "learning rate", ".3~g", "Q")]
     layers = []
     if not cells.empty:
-        layers += [
-            alt.Chart(cells).mark_rule(strokeWidth=3, opacity=0.45, color="#333").encode(
-                x=x_mid, y=alt.Y("ci_lo:Q", scale=y_scale, title=y_title), y2="ci_hi:Q",
-                tooltip=[_tip("norm", "norm"), _tip("centre", "centre", ".5~g", "Q"),
-                         _tip("ci_lo", "95% CI low", ".5~g", "Q"), _tip("ci_hi", "95% CI high", ".5~g", "Q")],
-            ).properties(name="interval"),
-            alt.Chart(cells[cells["centre"].notna()]).mark_tick(thickness=2, color="#000").encode(
-                x=x_mid, y=alt.Y("centre:Q", scale=y_scale, title=y_title)).properties(name="centre")]
+        layers.append(alt.Chart(cells).mark_rule(strokeWidth=3, opacity=0.45, color="#333").encode(
+            x=x_mid, y=alt.Y("ci_lo:Q", scale=y_scale, title=y_title), y2="ci_hi:Q",
+            tooltip=[_tip("norm", "norm"), _tip("centre", "centre", ".5~g", "Q"),
+                     _tip("ci_lo", "95% CI low", ".5~g", "Q"), _tip("ci_hi", "95% CI high", ".5~g", "Q")],
+        ).properties(name="interval"))
+    centres = data.drop_duplicates("norm")
+    centres = centres[centres["centre"].notna()]
+    if not centres.empty:
+        layers.append(alt.Chart(centres).mark_tick(thickness=2, color="#000").encode(
+            x=x_mid, y=alt.Y("centre:Q", scale=y_scale, title=y_title)).properties(name="centre"))
     if not finite.empty:
         layers.append(alt.Chart(finite).mark_point(filled=True, size=45, opacity=0.9).encode(
             x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("value:Q", scale=y_scale, title=y_title),
