@@ -129,6 +129,16 @@ def test_charts_go_live_under_the_csp_with_points_tooltips_and_links(browser, ch
         # Quotes and markup arrive as text (Vega-Lite's tooltip expression drops the lone backslash: display only).
         assert "top-1 \"'" in tip_text and H1 in tip_text
 
+        # A click on a legend entry fades the other backends' points.
+        page.locator("#kw .nb-live g.role-legend-label text", has_text="eager").first.click()
+        page.wait_for_function("document.querySelectorAll('#kw .nb-live g.points_marks path[opacity=\"0.12\"]')"
+                               ".length > 0")
+        faded = page.eval_on_selector_all(
+            "#kw .nb-live g.points_marks path",
+            "ps => ps.map(p => [p.getAttribute('aria-label'), p.getAttribute('opacity')])")
+        assert {o for lab, o in faded if lab.startswith("eager")} == {"1"}
+        assert {o for lab, o in faded if not lab.startswith("eager")} == {"0.12"}
+
         # Scatter labels, as this browser draws them: no two overlap, none covers a point.
         labels = rects(page, "#sc .nb-live g.labels_marks text")
         points = rects(page, "#sc .nb-live g.points_marks path")

@@ -127,20 +127,24 @@ def _kernel_marks() -> dict:
     return {"tooltip": _kernel_tooltip(), "href": "url:N", "description": "label:N"}
 
 
-def _record_layers(base: alt.Chart, data: pd.DataFrame, *, x, y, color, **line) -> list[alt.Chart]:
-    """Ranked records as points on lines, flagged ones as hollow triangles on none. A layer with no rows is left
-    out (Vega warns about the infinite extent of an empty layer's scale domain)."""
+def _record_layers(base: alt.Chart, data: pd.DataFrame, *, x, y, color, pick: str, **line) -> list[alt.Chart]:
+    """Ranked records as points on lines, flagged ones as hollow triangles on none; clicking a legend entry of
+    ``pick`` (the colour field) fades the other series. A layer with no rows is left out (Vega warns about the
+    infinite extent of an empty layer's scale domain)."""
     n_flagged = int((data["flags"] != "").sum())
+    sel = alt.selection_point(fields=[pick], bind="legend", name="pick")
+    fade = alt.condition(sel, alt.value(1.0), alt.value(0.12))
     layers = []
     if n_flagged < len(data):
         ranked = base.transform_filter(RANKED)
-        layers += [ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=color, **line),
-                   ranked.mark_point(filled=True, size=40, opacity=1).encode(
-                       x=x, y=y, color=color, **_kernel_marks()).properties(name="points")]
+        layers += [ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=color, opacity=fade, **line),
+                   ranked.mark_point(filled=True, size=40).encode(
+                       x=x, y=y, color=color, opacity=fade, **_kernel_marks()).properties(name="points")]
     if n_flagged:
         layers.append(base.transform_filter(f"!({RANKED})").mark_point(
-            filled=False, shape="triangle-up", size=60, strokeWidth=1.5, opacity=1).encode(
-            x=x, y=y, color=color, **_kernel_marks()).properties(name="flagged"))
+            filled=False, shape="triangle-up", size=60, strokeWidth=1.5).encode(
+            x=x, y=y, color=color, opacity=fade, **_kernel_marks()).properties(name="flagged"))
+    layers[0] = layers[0].add_params(sel)
     return layers
 
 
@@ -171,7 +175,7 @@ def kernel_width_chart(df: pd.DataFrame, *, metric: str = "gbps", title: str = "
     colour = alt.Color("backend:N", title="backend", scale=alt.Scale(range=PALETTE))
     base = alt.Chart(data)
     # One line per backend and row count: records of other row counts at the same width are other curves.
-    layers = _record_layers(base, data, x=x, y=y, color=colour, detail=["backend:N", "rows:N"])
+    layers = _record_layers(base, data, x=x, y=y, color=colour, pick="backend", detail=["backend:N", "rows:N"])
     if metric == "gbps" and "ceiling_gbps" in data.columns and data["ceiling_gbps"].notna().any():
         layers.append(base.mark_rule(strokeDash=[4, 3], color="#777").encode(
             y="max(ceiling_gbps):Q", tooltip=[alt.Tooltip("max(ceiling_gbps):Q", title="measured ceiling (GB/s)",
@@ -197,7 +201,7 @@ def device_compare_chart(df: pd.DataFrame, *, title: str = "") -> alt.Chart:
     x, y = _x_width(data["width"]), alt.Y("pct_ceiling:Q", title="% of measured ceiling")
     colour = alt.Color("device:N", title="device", scale=alt.Scale(range=PALETTE))
     dash = alt.StrokeDash("case:N", title="dtype · pass")
-    layers = _record_layers(alt.Chart(data), data, x=x, y=y, color=colour, strokeDash=dash,
+    layers = _record_layers(alt.Chart(data), data, x=x, y=y, color=colour, pick="device", strokeDash=dash,
                             detail=["case:N", "rows:N"])
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     return chart.facet(facet=alt.Facet("backend:N", title="backend"), columns=3).properties(
