@@ -296,10 +296,12 @@ def training_curves_chart(df: pd.DataFrame, *, metric: str, log_y: bool = False,
         return no_data_chart(title)
     data = data.sort_values(["norm", "seed", "step"], kind="stable").reset_index(drop=True)
     y = alt.Y("value:Q", title=metric, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False))
+    sel = alt.selection_point(fields=["norm"], bind="legend", name="pick")   # click a norm in the legend
     enc = dict(x=alt.X("step:Q", title="step"), y=y,
                color=alt.Color("norm:N", title="norm", scale=alt.Scale(range=PALETTE)),
+               opacity=alt.condition(sel, alt.value(0.85), alt.value(0.08)),
                tooltip=[_tip("norm", "norm"), _tip("seed", "seed", "d", "Q")], href="url:N")
-    chart = alt.Chart(data).mark_line(strokeWidth=1.2, opacity=0.85).encode(detail="seed:N", **enc).properties(
+    chart = alt.Chart(data).mark_line(strokeWidth=1.2).encode(detail="seed:N", **enc).add_params(sel).properties(
         name="curves")
     lone = data.groupby(["norm", "seed"])["step"].transform("size") == 1
     if lone.any():   # a run with one logged step is a point: a line through one point draws nothing
