@@ -91,7 +91,8 @@ def no_data_chart(title: str = "", message: str = "no data") -> alt.Chart:
     return (alt.Chart(pd.DataFrame({"message": [message]}))
             .mark_text(fontSize=14, color="#555")
             .encode(text="message:N")
-            .properties(width=WIDTH, height=60, title=title or "", description=f"{title}: {message}"))
+            .properties(width=WIDTH, height=60, title=title or "",
+                        description=f"{title}: {message}" if title else message))
 
 
 def _tip(field: str, title: str, fmt: str | None = None, typ: str = "N") -> alt.Tooltip:
