@@ -109,6 +109,9 @@ def test_kernel_svg_has_one_mark_per_record_and_links_to_it(kernel_fig):
         "{http://www.w3.org/2000/svg}a")]
     assert sorted(links) == sorted(df["url"])  # the page's own relative links, not vl-convert's base URL
     assert "△ 4 flagged records" in fig.svg
+    # All flagged: no empty ranked layers (an empty layer makes Vega warn of an infinite scale extent).
+    spec = C.kernel_width_chart(df.assign(flags="suspect")).to_dict()
+    assert [lay.get("name") for lay in spec["spec"]["layer"] if lay["mark"]["type"] != "rule"] == ["flagged"]
 
 
 def test_device_compare_has_a_panel_per_backend_and_every_point():
@@ -156,6 +159,8 @@ def test_training_curves_one_line_per_norm_and_seed():
     n_bad = int((df["value"] <= 0).sum())
     assert n_bad and f"{n_bad} non-positive values not drawn" in json.dumps(log.to_dict())
     assert all(r["value"] > 0 for r in datasets(log)[0])
+    one = C.render(C.training_curves_chart(df[df["step"] == 0], metric="loss"), "one", alt_text="first step")
+    assert count_items(one.svg, "lone") == 6  # single-step runs are drawn as points
 
 
 def boxes_overlap(a, b) -> bool:

@@ -34,6 +34,7 @@ def site_csp() -> str:
     raise AssertionError("no CSP constant in normbench.site.build or normbench.site.layout")
 
 
+METRIC = "top-1 \"'\\ " + H1
 SCATTER = pd.DataFrame(dict(
     t=[100, 100.2, 100.1, 100.15, 99.9, 100.05, 100.12, 100.11, 100.13, 100.14],
     q=[70, 70.01, 70.02, 70.0, 70.03, 70.01, 70.02, 70.0, 70.01, 70.015],
@@ -51,7 +52,8 @@ def chart_page(tmp_path_factory):
     kernel["url"] = [f"records/k{i}.json" for i in range(len(kernel))]
     figures = {
         "kw": C.render(C.kernel_width_chart(kernel, title=H2), "kw", alt_text=H1),
-        "acc": C.render(C.accuracy_seed_chart(acc_df(), metric="top-1", higher_is_better=True), "acc",
+        # The metric name lands in generated Vega expressions (tooltip keys): quotes and backslashes included.
+        "acc": C.render(C.accuracy_seed_chart(acc_df(), metric=METRIC, higher_is_better=True), "acc",
                         alt_text="seeds"),
         "sc": C.render(C.scatter_chart(SCATTER, x="t", y="q", label="norm", x_title="time", y_title="top-1"), "sc",
                        alt_text="scatter"),
@@ -120,6 +122,22 @@ def test_charts_go_live_under_the_csp_with_points_tooltips_and_links(browser, ch
         assert H2 in tip.inner_text() and "eager" in tip.inner_text()
         assert page.eval_on_selector("#vg-tooltip-element", "e => e.querySelectorAll('script, img').length") == 0
         assert page.evaluate("getComputedStyle(document.getElementById('vg-tooltip-element')).position") == "fixed"
+
+        page.locator("#acc .nb-live g.seeds_marks path").first.hover()
+        page.wait_for_function("document.getElementById('vg-tooltip-element').innerText.includes('seed 0')")
+        tip_text = page.inner_text("#vg-tooltip-element")
+        # Quotes and markup arrive as text (Vega-Lite's tooltip expression drops the lone backslash: display only).
+        assert "top-1 \"'" in tip_text and H1 in tip_text
+
+        # A click on a legend entry fades the other backends' points.
+        page.locator("#kw .nb-live g.role-legend-label text", has_text="eager").first.click()
+        page.wait_for_function("document.querySelectorAll('#kw .nb-live g.points_marks path[opacity=\"0.12\"]')"
+                               ".length > 0")
+        faded = page.eval_on_selector_all(
+            "#kw .nb-live g.points_marks path",
+            "ps => ps.map(p => [p.getAttribute('aria-label'), p.getAttribute('opacity')])")
+        assert {o for lab, o in faded if lab.startswith("eager")} == {"1"}
+        assert {o for lab, o in faded if not lab.startswith("eager")} == {"0.12"}
 
         # Scatter labels, as this browser draws them: no two overlap, none covers a point.
         labels = rects(page, "#sc .nb-live g.labels_marks text")

@@ -91,7 +91,8 @@ def no_data_chart(title: str = "", message: str = "no data") -> alt.Chart:
     return (alt.Chart(pd.DataFrame({"message": [message]}))
             .mark_text(fontSize=14, color="#555")
             .encode(text="message:N")
-            .properties(width=WIDTH, height=60, title=title or "", description=f"{title}: {message}"))
+            .properties(width=WIDTH, height=60, title=title or "",
+                        description=f"{title}: {message}" if title else message))
 
 
 def _tip(field: str, title: str, fmt: str | None = None, typ: str = "N") -> alt.Tooltip:
@@ -127,6 +128,27 @@ def _kernel_marks() -> dict:
     return {"tooltip": _kernel_tooltip(), "href": "url:N", "description": "label:N"}
 
 
+def _record_layers(base: alt.Chart, data: pd.DataFrame, *, x, y, color, pick: str, **line) -> list[alt.Chart]:
+    """Ranked records as points on lines, flagged ones as hollow triangles on none; clicking a legend entry of
+    ``pick`` (the colour field) fades the other series. A layer with no rows is left out (Vega warns about the
+    infinite extent of an empty layer's scale domain)."""
+    n_flagged = int((data["flags"] != "").sum())
+    sel = alt.selection_point(fields=[pick], bind="legend", name="pick")
+    fade = alt.condition(sel, alt.value(1.0), alt.value(0.12))
+    layers = []
+    if n_flagged < len(data):
+        ranked = base.transform_filter(RANKED)
+        layers += [ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=color, opacity=fade, **line),
+                   ranked.mark_point(filled=True, size=40).encode(
+                       x=x, y=y, color=color, opacity=fade, **_kernel_marks()).properties(name="points")]
+    if n_flagged:
+        layers.append(base.transform_filter(f"!({RANKED})").mark_point(
+            filled=False, shape="triangle-up", size=60, strokeWidth=1.5).encode(
+            x=x, y=y, color=color, opacity=fade, **_kernel_marks()).properties(name="flagged"))
+    layers[0] = layers[0].add_params(sel)
+    return layers
+
+
 def _x_width(widths) -> alt.X:
     """Hidden size on a log2 axis, ticks at the measured widths (a sweep's widths are powers of two or LLM sizes)."""
     ticks = sorted({int(w) for w in widths if w and w > 0})
@@ -153,16 +175,8 @@ def kernel_width_chart(df: pd.DataFrame, *, metric: str = "gbps", title: str = "
     x, y = _x_width(data["width"]), alt.Y(f"{metric}:Q", title=y_title)
     colour = alt.Color("backend:N", title="backend", scale=alt.Scale(range=PALETTE))
     base = alt.Chart(data)
-    ranked = base.transform_filter(RANKED)
-    flagged = base.transform_filter(f"!({RANKED})")
-    layers = [
-        # One line per backend and row count: records of other row counts at the same width are other curves.
-        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, detail=["backend:N", "rows:N"]),
-        ranked.mark_point(filled=True, size=40, opacity=1).encode(
-            x=x, y=y, color=colour, **_kernel_marks()).properties(name="points"),
-        flagged.mark_point(filled=False, shape="triangle-up", size=60, strokeWidth=1.5, opacity=1).encode(
-            x=x, y=y, color=colour, **_kernel_marks()).properties(name="flagged"),
-    ]
+    # One line per backend and row count: records of other row counts at the same width are other curves.
+    layers = _record_layers(base, data, x=x, y=y, color=colour, pick="backend", detail=["backend:N", "rows:N"])
     if metric == "gbps" and "ceiling_gbps" in data.columns and data["ceiling_gbps"].notna().any():
         layers.append(base.mark_rule(strokeDash=[4, 3], color="#777").encode(
             y="max(ceiling_gbps):Q", tooltip=[alt.Tooltip("max(ceiling_gbps):Q", title="measured ceiling (GB/s)",
@@ -188,16 +202,8 @@ def device_compare_chart(df: pd.DataFrame, *, title: str = "") -> alt.Chart:
     x, y = _x_width(data["width"]), alt.Y("pct_ceiling:Q", title="% of measured ceiling")
     colour = alt.Color("device:N", title="device", scale=alt.Scale(range=PALETTE))
     dash = alt.StrokeDash("case:N", title="dtype · pass")
-    base = alt.Chart(data)
-    ranked = base.transform_filter(RANKED)
-    layers = [
-        ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, strokeDash=dash,
-                                                 detail=["case:N", "rows:N"]),
-        ranked.mark_point(filled=True, size=36, opacity=1).encode(
-            x=x, y=y, color=colour, **_kernel_marks()).properties(name="points"),
-        base.transform_filter(f"!({RANKED})").mark_point(filled=False, shape="triangle-up", size=60, opacity=1).encode(
-            x=x, y=y, color=colour, **_kernel_marks()).properties(name="flagged"),
-    ]
+    layers = _record_layers(alt.Chart(data), data, x=x, y=y, color=colour, pick="device", strokeDash=dash,
+                            detail=["case:N", "rows:N"])
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     return chart.facet(facet=alt.Facet("backend:N", title="backend"), columns=3).properties(
         title=_title(title, data), description=title or "% of measured ceiling against hidden size, per device")
@@ -252,14 +258,16 @@ def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool
            _tip("value", metric, ".5~g", "Q"), _tip("lr", "learning rate", ".3~g", "Q")]
     layers = []
     if not cells.empty:
-        layers += [
-            alt.Chart(cells).mark_rule(strokeWidth=3, opacity=0.45, color="#333").encode(
-                x=x_mid, y=alt.Y("ci_lo:Q", scale=y_scale, title=y_title), y2="ci_hi:Q",
-                tooltip=[_tip("norm", "norm"), _tip("centre", "centre", ".5~g", "Q"),
-                         _tip("ci_lo", "95% CI low", ".5~g", "Q"), _tip("ci_hi", "95% CI high", ".5~g", "Q")],
-            ).properties(name="interval"),
-            alt.Chart(cells[cells["centre"].notna()]).mark_tick(thickness=2, color="#000").encode(
-                x=x_mid, y=alt.Y("centre:Q", scale=y_scale, title=y_title)).properties(name="centre")]
+        layers.append(alt.Chart(cells).mark_rule(strokeWidth=3, opacity=0.45, color="#333").encode(
+            x=x_mid, y=alt.Y("ci_lo:Q", scale=y_scale, title=y_title), y2="ci_hi:Q",
+            tooltip=[_tip("norm", "norm"), _tip("centre", "centre", ".5~g", "Q"),
+                     _tip("ci_lo", "95% CI low", ".5~g", "Q"), _tip("ci_hi", "95% CI high", ".5~g", "Q")],
+        ).properties(name="interval"))
+    centres = data.drop_duplicates("norm")
+    centres = centres[centres["centre"].notna()]
+    if not centres.empty:
+        layers.append(alt.Chart(centres).mark_tick(thickness=2, color="#000").encode(
+            x=x_mid, y=alt.Y("centre:Q", scale=y_scale, title=y_title)).properties(name="centre"))
     if not finite.empty:
         layers.append(alt.Chart(finite).mark_point(filled=True, size=45, opacity=0.9).encode(
             x=x, xOffset=alt.XOffset("seed:N"), y=alt.Y("value:Q", scale=y_scale, title=y_title),
@@ -289,10 +297,17 @@ def training_curves_chart(df: pd.DataFrame, *, metric: str, log_y: bool = False,
         return no_data_chart(title)
     data = data.sort_values(["norm", "seed", "step"], kind="stable").reset_index(drop=True)
     y = alt.Y("value:Q", title=metric, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False))
-    chart = alt.Chart(data).mark_line(strokeWidth=1.2, opacity=0.85).encode(
-        x=alt.X("step:Q", title="step"), y=y,
-        color=alt.Color("norm:N", title="norm", scale=alt.Scale(range=PALETTE)), detail="seed:N",
-        tooltip=[_tip("norm", "norm"), _tip("seed", "seed", "d", "Q")], href="url:N").properties(name="curves")
+    sel = alt.selection_point(fields=["norm"], bind="legend", name="pick")   # click a norm in the legend
+    enc = dict(x=alt.X("step:Q", title="step"), y=y,
+               color=alt.Color("norm:N", title="norm", scale=alt.Scale(range=PALETTE)),
+               opacity=alt.condition(sel, alt.value(0.85), alt.value(0.08)),
+               tooltip=[_tip("norm", "norm"), _tip("seed", "seed", "d", "Q")], href="url:N")
+    chart = alt.Chart(data).mark_line(strokeWidth=1.2).encode(detail="seed:N", **enc).add_params(sel).properties(
+        name="curves")
+    lone = data.groupby(["norm", "seed"])["step"].transform("size") == 1
+    if lone.any():   # a run with one logged step is a point: a line through one point draws nothing
+        chart = chart + alt.Chart(data[lone]).mark_point(filled=True, size=30).encode(**enc).properties(
+            name="lone")
     note = f" ({dropped} non-positive values not drawn on the log axis)" if dropped else ""
     return chart.properties(width=WIDTH * 2, height=HEIGHT + 40, title=(title or "") + note,
                             description=(title or f"{metric} against step") + note)
