@@ -7,6 +7,7 @@ browser; it never downloads one). Set NORMBENCH_UPDATE_SCREENSHOTS=1 to copy the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -204,7 +205,6 @@ def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatc
 
 
 def test_hostile_records_run_no_script(browser, tmp_path):
-    sup.write_demo(tmp_path / "results")
     sup.write_hostile(tmp_path / "results")
     report = build_site(tmp_path / "results", tmp_path / "site")
     assert len(report.rejected) == 6
@@ -225,7 +225,9 @@ def test_hostile_records_run_no_script(browser, tmp_path):
                     e => [...e.attributes].filter(a => a.name.startsWith('on')).map(a => e.tagName + ' ' + a.name)),
                 jsLinks: [...document.querySelectorAll('[href],[src]')].map(e => e.getAttribute('href') ||
                     e.getAttribute('src')).filter(u => /^\\s*(javascript|data|vbscript):/i.test(u)),
-                foreign: document.querySelectorAll('img, iframe, object, embed, base, form').length,
+                // vega-embed adds an empty <form class="vega-bindings"> per chart (for input bindings; none here).
+                foreign: [...document.querySelectorAll('img, iframe, object, embed, base, form')].filter(
+                    e => !(e.matches('form.vega-bindings') && !e.children.length)).length,
               };
             }""")
             assert state["pwned"] is None, (page, state)
@@ -243,9 +245,9 @@ def test_hostile_records_run_no_script(browser, tmp_path):
         v.close()
     v = Visit(browser)
     try:
-        rec = next(p for p in (site / "records").glob("*.html") if "evilnorm" in p.read_text()
-                   and "suspect" in p.read_text())
-        v.open(rec)
+        rec = next(p for p in (site / "records").glob("*.json")
+                   if json.loads(p.read_text())["config"].get("shape_label") == sup.CLOSE)
+        v.open(rec.with_suffix(".html"))
         assert "</script><script>" in v.page.inner_text("pre.command")  # the hostile shape label, as text
         assert v.page.evaluate("typeof window.__pwned") == "undefined"
     finally:
