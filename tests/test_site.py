@@ -250,8 +250,10 @@ def test_kernel_views_per_norm_and_device_with_width_figures(demo_site):
     assert len(devices) == 2
     from normbench.site import charts
 
-    if hasattr(charts, "device_compare_chart"):  # norms measured on both devices compared
-        assert 'class="nb-chart"' in (site / "devices.html").read_text()
+    devices_html = (site / "devices.html").read_text()
+    assert 'href="norms/layernorm--devices.html"' in devices_html  # norms measured on both devices compared
+    if hasattr(charts, "device_compare_chart"):
+        assert 'class="nb-chart"' in (site / "norms" / "layernorm--devices.html").read_text()
     # The never-checked legacy record (the fastest-looking one) is marked and ranked after every checked one.
     kernels = (site / "norms" / "dyt.html").read_text()
     assert "unchecked (legacy)" in kernels and "suspect" in (site / "norms" / "rmsnorm.html").read_text()

@@ -49,6 +49,8 @@ FLAG_LABELS = {LEGACY: "unchecked (legacy)"}
 #: A norm's page shows its figures for every device while they hold at most this many points in all (each point
 #: is in the SVG and in the spec); beyond that each device's figures are one click away on their own page.
 INLINE_POINTS = 1500
+#: The same bound for a norm's device-comparison page (its further figures are listed, not drawn).
+COMPARE_POINTS = 3000
 PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
 
 NAV = (
@@ -83,6 +85,11 @@ def slug(*parts) -> str:
 
 def device_file(hw: str) -> str:
     return f"devices/{slug(hw)}.html"
+
+
+def norm_compare_file(name: str) -> str:
+    """A norm across devices."""
+    return norm_file(name)[:-len(".html")] + "--devices.html"
 
 
 def norm_device_file(name: str, hw: str) -> str:
@@ -224,7 +231,7 @@ class Site:
                 cell(fmt_x(r["speedup"]), r["speedup"]),
                 cell(fmt_bytes(r["peak_mem"]), r["peak_mem"]),
                 cell(fmt_err(r["err_y"]), r["err_y"], title=errt),
-                cell(e.rid[:10], e.rid, href=self.rec_href(e, up), title=f"{e.path} [{e.index}] · id {e.rid}"),
+                cell(e.rid[:10], e.rid, href=self.rec_href(e, up)),
             ]
             t.add(cells, {"hardware": r["hardware"], "norm": r["norm"], "dtype": r["dtype"], "pass": r["pass"],
                           "shape_class": r["shape_class"], "backend": r["backend"], "timing": r["timing"],
@@ -414,30 +421,51 @@ class Site:
             ("commands", " | ".join(f"{c} (×{n})" for c, n in commands.most_common(3)) or "–"),
         ]
 
+    def compared_norms(self) -> list[str]:
+        """Norms measured on more than one device."""
+        return [n for n in sorted(self.by_norm) if len({r["hardware"] for r in self.by_norm[n]}) > 1]
+
     def devices_page(self) -> Page:
         hws = sorted(self.hw_entries)
-        figs = []
-        if len(self.kernel_hws) > 1:
-            for n in sorted(self.by_norm):
-                rows = self.by_norm[n]
-                if len({r["hardware"] for r in rows}) < 2:
-                    continue
-                frames = [self.width_frame([r for r in rows if r["hardware"] == hw], "") for hw in self.kernel_hws]
-                import pandas as pd
-
-                df = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) \
-                    else None
-                if df is None or df["width"].nunique() < 2:
-                    continue
-                fig = self.figure("device_compare_chart", df, slug("dc", n),
-                                  f"{n}: % of each device's copy ceiling against hidden size, one colour per device, "
-                                  "one panel per backend", title=f"{n} across devices")
-                if fig:
-                    figs.append((n, norm_file(n), fig))
         matrix = self.overview().ctx["matrix"]
-        return Page("devices.html", "devices.html", "Devices", active="devices.html", charts=bool(figs), ctx=dict(
-            hws=[(hw, self.hw_name(hw), device_file(hw), self.hw_facts(hw)) for hw in hws], figs=figs,
-            matrix=matrix))
+        return Page("devices.html", "devices.html", "Devices", active="devices.html", ctx=dict(
+            hws=[(hw, self.hw_name(hw), device_file(hw), self.hw_facts(hw)) for hw in hws], matrix=matrix,
+            compared=[(n, norm_compare_file(n), len({r["hardware"] for r in self.by_norm[n]}))
+                      for n in self.compared_norms()]))
+
+    def compare_page(self, name: str) -> Page:
+        """One norm across devices: % of each device's own ceiling against hidden size, one figure per layout, dtype
+        and pass (most measured first) while the page stays small."""
+        import pandas as pd
+
+        p = Page(norm_compare_file(name), "compare.html", f"{name} across devices", active="devices.html",
+                 crumbs=[("devices.html", "Devices"), (norm_file(name), name)])
+        rows = [r for r in self.by_norm[name] if not r["invalid"]]
+        combos = Counter((r["layout"], r["dtype"], r["pass"], r["timing"]) for r in rows)
+        figs, points, left = [], 0, []
+        for combo, _ in sorted(combos.items(), key=lambda kv: (-kv[1], kv[0])):
+            cr = [r for r in rows if (r["layout"], r["dtype"], r["pass"], r["timing"]) == combo]
+            frames = [f for hw in sorted({r["hardware"] for r in cr})
+                      if len(f := self.width_frame([r for r in cr if r["hardware"] == hw], p.up))]
+            if len(frames) < 2:
+                continue
+            df = pd.concat(frames, ignore_index=True)
+            if df["width"].nunique() < 2:
+                continue
+            label = " · ".join(combo)
+            if figs and points + len(df) > COMPARE_POINTS:
+                left.append(label)
+                continue
+            fig = self.figure("device_compare_chart", df, slug("dc", name, *combo),
+                              f"{name} ({label}): % of each device's copy ceiling against hidden size, one colour "
+                              "per device, one panel per backend", title=f"{name} · {label}")
+            if fig:
+                figs.append(fig)
+                points += len(df)
+        p.charts = bool(figs)
+        p.ctx = dict(name=name, figs=figs, left=left, norm_href=p.up + norm_file(name),
+                     devices=[(hw, p.up + norm_device_file(name, hw)) for hw in sorted({r["hardware"] for r in rows})])
+        return p
 
     def norms_index(self) -> Page:
         t = Table("norms", [Col("name"), Col("title"), Col("family"), Col("kind"), Col("paper"), Col("year", True),
@@ -853,6 +881,8 @@ class Site:
         yield self.overview()
         yield self.kernels_page()
         yield self.devices_page()
+        for name in self.compared_norms():
+            yield self.compare_page(name)
         for hw in sorted(self.hw_entries):
             yield self.device_page(hw)
         yield self.norms_index()
