@@ -433,3 +433,22 @@ def test_accuracy_rows_are_tested_against_the_tables_reference(tmp_path):
     assert f"×{ratio:.3f}" in acc and f"p {p:.1e}" in acc and ">reference<" in acc
     norm_page = (tmp_path / "site" / "norms" / "dyt.html").read_text()
     assert f"×{ratio:.3f}" in norm_page  # the norm's own page tests against the same reference
+
+
+def test_reproduce_command_is_built_from_the_config_and_quotes_every_value():
+    import shlex
+
+    from normbench.site.repro import command
+
+    k = sup.kernel("layernorm", "compile", [512, 4096], 2e-4, dtype="bfloat16", pss="fwd+bwd")
+    k["config"]["shape_label"] = sup.CLOSE
+    argv = shlex.split(command(k))
+    assert argv[:2] == ["normbench", "bench"] and argv[argv.index("--shape") + 1] == sup.CLOSE
+    assert [argv[argv.index(o) + 1] for o in ("--norm", "--backend", "--dtype", "--pass")] == [
+        "layernorm", "compile", "bfloat16", "fwd+bwd"]
+    a = sup.accuracy("rmsnorm", 3, 0.9, placement="pre_ln", task="synth-lm", model="gpt", offline=True)
+    assert shlex.split(command(a)) == ["normbench", "train", "--norm", "rmsnorm", "--task", "synth-lm", "--model",
+                                       "gpt", "--placement", "pre_ln", "--seeds", "1", "--seed-start", "3",
+                                       "--device", "cpu"]
+    a["config"]["lr_search"] = {"grid": [0.1, 0.3], "chosen": 0.3}  # a tuned run: the search chose its rate
+    assert shlex.split(command(a))[:4] == ["normbench", "sweep", "--tune", "--norms"]
