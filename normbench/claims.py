@@ -166,7 +166,8 @@ def _img(norm: str, model: str = "resnet", variant: str = "default") -> Arm:
 
 _SMALL_LM = ("a 4-block, 64-wide GPT on the offline synthetic language (64 symbols), 300 steps on a CPU; the paper "
              "trained models with hundreds of millions to billions of parameters on natural text")
-_SMALL_IMG = ("a 3-stage ResNet (16/32/64 channels) on 16x16 synthetic shapes, 300 steps on a CPU; the paper trained "
+_SMALL_IMG = ("a 3-stage ResNet (16/32/64 channels) on 16x16 synthetic shapes, 80 steps of batch 32 (1200 of batch 2 "
+              "in the bs2 cell) on a CPU; the paper trained "
               "ResNet-50-class models on ImageNet")
 
 CLAIMS: tuple[Claim, ...] = (
