@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from normbench.kernels.triton_backend import _check, _on, unavailable  # noqa: F401  (unavailable: the probe)
+from normbench.kernels._env import _check, _on, unavailable  # noqa: F401  (unavailable: the probe)
 from normbench.norms._base import check_input
 
 
