@@ -67,7 +67,10 @@ class Backend:
     sources: tuple[str, ...] | None = None
 
 
-def _resolve(obj):
+def resolve(obj):
+    """The object a ``"package.module:attr.path"`` string names (its module imported now), or ``obj`` itself.
+
+    Specs, backends and executor tasks name callables this way so they import only when used (and pickle by name)."""
     if isinstance(obj, str):
         mod, _, attr = obj.partition(":")
         target = importlib.import_module(mod)
@@ -75,6 +78,9 @@ def _resolve(obj):
             target = getattr(target, part)
         return target
     return obj
+
+
+_resolve = resolve
 
 
 def adopt_state(wrapper: nn.Module, module: nn.Module) -> None:

@@ -313,6 +313,7 @@ def test_each_backend_hash_covers_its_own_adapter_and_kernels_only(edited_source
         "normbench.kernels.softmax_compiled": {k for k in base if backend_of[k].startswith("compile_")},
         "normbench.kernels._softmax": {k for k in base if backend_of[k].startswith("triton_")},
         "normbench.kernels.softmax_backend": {k for k in base if backend_of[k].startswith("triton_")},
+        "normbench.kernels._softmax_module": {k for k in base if backend_of[k].startswith(("triton_", "compile_"))},
         "normbench.kernels.triton_backend": {k for k in base if backend_of[k] == "triton"},
         "normbench.kernels._common": {k for k in base if backend_of[k].startswith("triton")},
         "normbench.kernels._rownorm": {k for k in base if backend_of[k] == "triton"

@@ -23,6 +23,8 @@ import functools
 import torch
 from torch import nn
 
+from normbench.kernels._softmax_module import AlgorithmSoftmax
+
 # --- explicit formulations (compiled per backend) -------------------------------------------------------------------
 
 def _three_pass(x: torch.Tensor, log: bool) -> torch.Tensor:
@@ -104,26 +106,15 @@ class _CompiledFn(torch.autograd.Function):
         return dx.view(shape), None, None
 
 
-class CompiledSoftmax(nn.Module):
+class CompiledSoftmax(AlgorithmSoftmax):
     """Softmax or log-softmax over ``[..., C]`` by an explicit formulation compiled with ``torch.compile``."""
 
-    def __init__(self, eager: nn.Module, algo: str):
-        super().__init__()
-        self.num_features, self.layout, self.log, self.algo = eager.num_features, eager.layout, eager.log, algo
-        self.train(eager.training)
-
-    def forward(self, x):
-        from normbench.norms._base import check_input
-
-        check_input(x, self.num_features, "tokens", "Softmax")
+    def _run(self, x):
         return _CompiledFn.apply(x, self.algo, self.log)
 
     def row_passes(self, pass_: str) -> int:
         fwd = 3 if self.algo == "three_pass" else 2
         return {"fwd": fwd, "bwd": 2, "fwd+bwd": fwd + 2}[pass_]
-
-    def extra_repr(self) -> str:
-        return f"{self.num_features}, algo={self.algo}, log={self.log}"
 
 
 def compile_unavailable() -> str | None:

@@ -248,11 +248,11 @@ SOFTMAX_PAPER = Paper("The Two-Pass Softmax Algorithm", "Dukhan, Ablavatski", 20
 def _softmax_backends() -> tuple[Backend, ...]:
     """One backend per algorithm: explicit formulations under torch.compile, and the Triton kernels."""
     compiled = tuple(Backend(f"compile_{a}", build=f"{_K}softmax_compiled:build_compile_{a}",
-                             available=f"{_K}softmax_compiled:compile_unavailable", sources=())
+                             available=f"{_K}softmax_compiled:compile_unavailable", sources=(_K + "_softmax_module",))
                      for a in ("three_pass", "two_pass"))
     kernels = tuple(Backend(f"triton_{a}", build=f"{_K}softmax_backend:build_{a}",
                             available=f"{_K}softmax_backend:unavailable",
-                            sources=(_K + "_softmax", _K + "_common", _K + "_env"))
+                            sources=(_K + "_softmax", _K + "_softmax_module", _K + "_common", _K + "_env"))
                     for a in ("three_pass", "online", "two_pass"))
     return compiled + kernels
 
