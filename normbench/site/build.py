@@ -113,14 +113,11 @@ def record_frame(entries):
 
 
 def write_downloads(entries, dest: Path) -> None:
-    """All records as CSV, Parquet and JSON lines."""
+    """All records as CSV and Parquet (each record's full JSON is records/<id>.json)."""
     dest.mkdir(parents=True, exist_ok=True)
     df = record_frame(entries)
     df.to_csv(dest / "records.csv", index=False)
     df.to_parquet(dest / "records.parquet", index=False)
-    with open(dest / "records.jsonl", "w", encoding="utf-8") as f:
-        for e in entries:
-            f.write(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
 def _version() -> str:
