@@ -807,11 +807,17 @@ class Site:
         for n in sorted({r["norm"] for r in rows}):
             for hw in sorted({r["hardware"] for r in rows if r["norm"] == n}):
                 hr = [r for r in rows if r["norm"] == n and r["hardware"] == hw]
-                sections.append({"norm": n, "hw": hw, "href": norm_file(n), "figs": self.width_figures(n, hw, hr, ""),
+                figs, points = self._width_figures(n, hw, hr, "")
+                sections.append({"norm": n, "hw": hw, "href": norm_file(n), "figs": figs, "points": points,
+                                 "fig_href": norm_device_file(n, hw),
                                  "best": [self._top_row(r) for r in agg.best_by_bandwidth(hr, 5)]})
+        # As on a norm's page: figures inline while the page stays small, else one click away per device.
+        inline = sum(x["points"] for x in sections) <= INLINE_POINTS
+        for x in sections:
+            x["inline"] = inline
         claim = next((c for c in self.claim_results() if "softmax" in c["id"]), None)
         return Page("softmax.html", "softmax.html", "Softmax kernels", active="softmax.html",
-                    charts=any(s["figs"] for s in sections), ctx=dict(
+                    charts=any(x["figs"] and x["inline"] for x in sections), ctx=dict(
                         backends=backends, sections=sections, claim=claim,
                         claim_anchor=slug("claim", claim["id"]) if claim else "", n=len(rows),
                         table=self.kernel_table("softmax", rows, "") if rows else None))
