@@ -149,26 +149,23 @@ def test_sweep_tune_end_to_end_and_resumable(tmp_path, capsys):
     assert sorted(p.stat().st_mtime_ns for p in record_files(out)) == n_files
 
 
-def test_validation_split_uses_the_loaders_split_else_a_fixed_carve():
+def test_validation_split_is_the_loaders_split_and_a_task_without_one_is_refused():
     from normbench.tasks import TaskData
+    from normbench.tasks.splits import VAL_FRACTION
     from normbench.train.loop import validation_split
+    from normbench.train.recipes import RECIPES
 
     x = torch.arange(100).view(100, 1, 1, 1).expand(100, 3, 2, 2).to(torch.uint8)
     y = torch.arange(100) % 10
-    data = TaskData(task=SHAPES, train={"x": x, "y": y}, eval={"x": x[:5], "y": y[:5]})
-    a, b = validation_split(data, 0.1), validation_split(data, 0.1)
-    held, kept = a.eval["x"][:, 0, 0, 0].tolist(), a.train["x"][:, 0, 0, 0].tolist()
-    assert len(held) == 10 and len(kept) == 90 and not set(held) & set(kept)
-    assert set(held) | set(kept) == set(range(100))
-    assert torch.equal(a.eval["x"], b.eval["x"])  # the same examples every time (fixed seed)
-    assert torch.equal(a.eval["y"], y[a.eval["x"][:, 0, 0, 0].long()])  # labels travel with their images
     own = TaskData(task=SHAPES, train={"x": x, "y": y}, eval={"x": x[:5], "y": y[:5]},
                    val={"x": x[:7], "y": y[:7]})
-    v = validation_split(own, 0.1)
+    v = validation_split(own)
     assert torch.equal(v.eval["x"], x[:7]) and torch.equal(v.train["x"], x)
-    tokens = TaskData(task=get_task("synth-lm"), train={"tokens": torch.arange(1000)}, eval={"tokens": torch.arange(5)})
-    t = validation_split(tokens, 0.1)
-    assert torch.equal(t.eval["tokens"], torch.arange(900, 1000)) and torch.equal(t.train["tokens"], torch.arange(900))
+    none = TaskData(task=SHAPES, train={"x": x, "y": y}, eval={"x": x[:5], "y": y[:5]})
+    with pytest.raises(ValueError, match="no validation split"):
+        validation_split(none)
+    # The recipe records the fraction the loaders hold out; it must be the one they use.
+    assert {r.val_fraction for r in RECIPES.values()} == {VAL_FRACTION}
 
 
 def test_default_cells_warm_up_and_clip_the_stress_variant_does_neither():

@@ -160,14 +160,9 @@ def _from_data_dir(task: str, src: HubSource, data_dir: Path) -> dict:
         looked.append(str(root))
         files = parquet_files(root, src)
         if files:
-            missing = [s for s in src.splits if s not in files]
-            if missing:
-                raise DatasetUnavailable(
-                    f"{task}: the parquet files under {root} cover the splits "
-                    f"{sorted(src.splits[s] for s in files)} but not {[src.splits[m] for m in missing]}; "
-                    f"{_expected(task, src, data_dir)}.\n{help_text}")
-            loaded = _load_parquet(task, files, str(root))
-            return {s: loaded[s] for s in src.splits}
+            return _read_splits(task, src, root, files, lambda missing: (
+                f"the parquet files under {root} cover the splits {sorted(src.splits[s] for s in files)} but not "
+                f"{missing}; {_expected(task, src, data_dir)}"))
     where = f"the folders {', '.join(looked)} have no parquet files of its splits" if looked else \
         f"none of {', '.join(str(c) for c in _candidates(data_dir, task, src))} exists"
     hint = ""
@@ -194,13 +189,17 @@ def _from_hub(task: str, src: HubSource) -> dict:
         root = download(src)
     except Exception as exc:
         raise DatasetUnavailable(f"{task}: {_why_download_failed(src, exc)}.\n{help_text}") from exc
-    files = parquet_files(root, src)
-    missing = [s for s in src.splits if s not in files]
+    return _read_splits(task, src, root, parquet_files(root, src), lambda missing: (
+        f"the hub snapshot of {src.describe()} in {root} has no parquet files for the splits {missing} "
+        f"(expected {', '.join(src.example_paths())}); the repository's layout may have changed"))
+
+
+def _read_splits(task: str, src: HubSource, root: Path, files: dict, why_missing) -> dict:
+    """The task's splits read from ``files`` (by split); when some are missing, an error whose middle part is
+    ``why_missing(names of the missing splits)``."""
+    missing = [src.splits[s] for s in src.splits if s not in files]
     if missing:
-        raise DatasetUnavailable(
-            f"{task}: the hub snapshot of {src.describe()} in {root} has no parquet files for the splits "
-            f"{[src.splits[m] for m in missing]} (expected {', '.join(src.example_paths())}); the repository's "
-            f"layout may have changed.\n{help_text}")
+        raise DatasetUnavailable(f"{task}: {why_missing(missing)}.\n{how_to_provide(task, src)}")
     loaded = _load_parquet(task, files, str(root))
     return {s: loaded[s] for s in src.splits}
 

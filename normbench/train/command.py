@@ -467,9 +467,7 @@ def _tune_and_run(args, norm, task, model, variant, placement, store: dict) -> t
 
 
 def cmd_sweep(args) -> int:
-    from normbench._stdout import document_stream
     from normbench.results import existing_ids
-    from normbench.stats import aggregate
     from normbench.tasks import DatasetUnavailable
 
     if args.tune:
@@ -478,15 +476,11 @@ def cmd_sweep(args) -> int:
         return _cmd_sweep_tuned(args)
     runs = plan(args)
     if not runs:
-        print("normbench: the sweep matrix is empty (no norm supports the chosen models/variants)", file=sys.stderr)
+        print(_EMPTY_SWEEP, file=sys.stderr)
         return 2
     if args.dry_run:
-        for r in runs:
-            line = {"norm": r.spec().name, "task": r.task, "model": r.model, "variant": r.variant,
-                    "placement": r.placement, "seed": r.seed}
-            print(json.dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()),
-                  file=document_stream())
-        return 0
+        return _print_plan(({"norm": r.spec().name, "task": r.task, "model": r.model, "variant": r.variant,
+                             "placement": r.placement, "seed": r.seed} for r in runs), args.json)
     done = existing_ids(args.out, kind="accuracy")
     print(f"sweep: {len(runs)} runs planned; cells already in {args.out} are skipped", file=sys.stderr)
     try:
@@ -494,33 +488,26 @@ def cmd_sweep(args) -> int:
     except DatasetUnavailable as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
         return 2
-    if records and not args.json:
-        _print_summary(aggregate(records))
-    for label, err in failures:
-        print(f"failed: {label}: {err}", file=sys.stderr)
-    return 1 if failures else 0
+    return _report(records, failures, args.json)
 
 
 def _cmd_sweep_tuned(args) -> int:
-    from normbench._stdout import document_stream
     from normbench.results import iter_records
-    from normbench.stats import aggregate
     from normbench.tasks import DatasetUnavailable
 
     todo = cells(args)
     if not todo:
-        print("normbench: the sweep matrix is empty (no norm supports the chosen models/variants)", file=sys.stderr)
+        print(_EMPTY_SWEEP, file=sys.stderr)
         return 2
     if args.dry_run:
-        for task, model, variant, placement, norms in todo:
-            for norm in norms:
-                r = _runs_for(args, norm, task, model, variant, placement, [0])[0].recipe()
-                line = {"norm": norm, "task": task, "model": model, "variant": variant, "placement": placement,
-                        "lr_grid": r.lr_candidates(), "tune_seeds": r.tune_seeds,
-                        "final_seeds": args.seeds if args.seeds is not None else r.final_seeds}
-                print(json.dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()),
-                      file=document_stream())
-        return 0
+        def lines():
+            for task, model, variant, placement, norms in todo:
+                for norm in norms:
+                    r = _runs_for(args, norm, task, model, variant, placement, [0])[0].recipe()
+                    yield {"norm": norm, "task": task, "model": model, "variant": variant, "placement": placement,
+                           "lr_grid": r.lr_candidates(), "tune_seeds": r.tune_seeds,
+                           "final_seeds": args.seeds if args.seeds is not None else r.final_seeds}
+        return _print_plan(lines(), args.json)
     store = {}
     if Path(args.out).exists():
         store = {rec["id"]: rec for _, rec in iter_records(args.out, kind="accuracy")}
@@ -537,8 +524,27 @@ def _cmd_sweep_tuned(args) -> int:
     except DatasetUnavailable as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
         return 2
-    if all_records and not args.json:
-        _print_summary(aggregate(all_records))
+    return _report(all_records, failures, args.json)
+
+
+_EMPTY_SWEEP = "normbench: the sweep matrix is empty (no norm supports the chosen models/variants)"
+
+
+def _print_plan(lines, as_json: bool) -> int:
+    """``--dry-run``: one line per planned item (JSON, or key=value pairs) on the document stream."""
+    from normbench._stdout import document_stream
+
+    for line in lines:
+        print(json.dumps(line) if as_json else " ".join(f"{k}={v}" for k, v in line.items()), file=document_stream())
+    return 0
+
+
+def _report(records: list[dict], failures: list, as_json: bool) -> int:
+    """A finished sweep: the per-cell summary (unless JSON), the failures, and the exit status."""
+    from normbench.stats import aggregate
+
+    if records and not as_json:
+        _print_summary(aggregate(records))
     for label, err in failures:
         print(f"failed: {label}: {err}", file=sys.stderr)
     return 1 if failures else 0

@@ -123,40 +123,18 @@ def _all_reduce(t: torch.Tensor, world: int) -> torch.Tensor:
 
 # -- pieces ---------------------------------------------------------------------------------------------------------
 
-#: Seed of the train/validation carve: fixed, so every run of a task holds out the same examples.
-VAL_SEED = 20_251_123
+def validation_split(data):
+    """``data`` scored on its validation split: the loader's ``data.val`` becomes the evaluation set.
 
-
-def validation_split(data, fraction: float):
-    """``data`` with its training set split: the held-out ``fraction`` becomes the evaluation set (fixed seed).
-
-    A loader that provides its own validation split (``data.val``) is used as it is; otherwise images are held
-    out by a seeded permutation and text as the last ``fraction`` of the token stream (its documents are
-    independent, so a contiguous tail is a fair sample and keeps sequences whole).
+    Every loader holds validation out of the training split itself (``normbench.tasks.splits``, or generated from
+    its own seed for offline tasks), so training never sees it; a task without one cannot be tuned.
     """
     from dataclasses import replace as dc_replace
 
-    own = getattr(data, "val", None)
-    if own:
-        return dc_replace(data, eval=own, info={**data.info, "eval_split": "validation"})
-    if not 0 < fraction < 1:
-        raise ValueError(f"val_fraction must be in (0, 1), got {fraction}")
-    if "tokens" in data.train:
-        tok = data.train["tokens"]
-        cut = len(tok) - int(len(tok) * fraction)
-        train, held = {"tokens": tok[:cut]}, {"tokens": tok[cut:]}
-        sizes = {"train_tokens": cut, "eval_tokens": len(tok) - cut}
-    else:
-        n = len(data.train["y"])
-        g = torch.Generator().manual_seed(VAL_SEED)
-        perm = torch.randperm(n, generator=g)
-        n_val = int(n * fraction)
-        tr, va = perm[n_val:].sort().values, perm[:n_val].sort().values
-        train = {k: v[tr] for k, v in data.train.items()}
-        held = {k: v[va] for k, v in data.train.items()}
-        sizes = {"train_examples": n - n_val, "eval_examples": n_val}
-    return dc_replace(data, train=train, eval=held,
-                      info={**data.info, **sizes, "eval_split": f"validation ({fraction:g} of train, seed {VAL_SEED})"})
+    if not data.val:
+        raise ValueError(f"task {data.task.name!r} has no validation split: its loader must set TaskData.val "
+                         "(see normbench.tasks.splits.carve_validation) before it can be tuned")
+    return dc_replace(data, eval=data.val)
 
 
 def seed_everything(seed: int) -> None:
@@ -371,7 +349,7 @@ def train(run: Run, command: str | None = None) -> dict | None:
     recipe = run.recipe()
     data = load_task(run.task, data_dir=run.data_dir, quick=run.quick)
     if run.split == "val":
-        data = validation_split(data, recipe.val_fraction)
+        data = validation_split(data)
 
     seed_everything(run.seed)
     built = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
