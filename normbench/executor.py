@@ -93,13 +93,10 @@ class Outcome:
 
 
 def _resolve(fn):
-    if isinstance(fn, str):
-        mod, _, attr = fn.partition(":")
-        target = importlib.import_module(mod)
-        for part in attr.split("."):
-            target = getattr(target, part)
-        return target
-    return fn
+    """``normbench.registry.resolve``, imported when first needed (this module imports no torch)."""
+    from normbench.registry import resolve
+
+    return resolve(fn)
 
 
 def _describe_exc(exc: BaseException) -> str:

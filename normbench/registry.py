@@ -60,9 +60,17 @@ class Backend:
     name: str
     build: Callable[..., nn.Module] | str
     available: Callable[[], str | None] | str | None = None
+    #: Modules (dotted names) whose source, besides the builder's own module, makes this backend's numbers: its
+    #: kernels and the helpers they use. Together with the norm's own modules and the torch/Triton versions they are
+    #: the backend's implementation hash (``NormSpec.impl_hash``). ``None`` (a plugin that does not say): every
+    #: ``.py`` beside the builder and the availability probe.
+    sources: tuple[str, ...] | None = None
 
 
-def _resolve(obj):
+def resolve(obj):
+    """The object a ``"package.module:attr.path"`` string names (its module imported now), or ``obj`` itself.
+
+    Specs, backends and executor tasks name callables this way so they import only when used (and pickle by name)."""
     if isinstance(obj, str):
         mod, _, attr = obj.partition(":")
         target = importlib.import_module(mod)
@@ -70,6 +78,9 @@ def _resolve(obj):
             target = getattr(target, part)
         return target
     return obj
+
+
+_resolve = resolve
 
 
 def adopt_state(wrapper: nn.Module, module: nn.Module) -> None:
@@ -85,47 +96,10 @@ def adopt_state(wrapper: nn.Module, module: nn.Module) -> None:
         wrapper.register_buffer(name, b, persistent=name not in module._non_persistent_buffers_set)
 
 
-def _compile_available() -> str | None:
-    if not hasattr(torch, "compile"):
-        return "torch.compile needs torch 2.0 or newer"
-    return None
-
-
-class _Compiled(nn.Module):
-    """Eager module whose forward goes through ``torch.compile``; parameters and state_dict unchanged."""
-
-    def __init__(self, module: nn.Module, **compile_kwargs):
-        super().__init__()
-        from normbench.kernels.compile_watch import CompileWatch
-
-        # Stored outside _modules so state_dict keys stay those of the eager module.
-        object.__setattr__(self, "inner", module)
-        adopt_state(self, module)
-        # Inductor behind a counting shim, so a silent fallback to eager shows (normbench.kernels.compile_watch).
-        watch = compile_kwargs.pop("backend", None) or CompileWatch()
-        object.__setattr__(self, "watch", watch)
-        object.__setattr__(self, "_compiled", torch.compile(module, backend=watch, **compile_kwargs))
-
-    def forward(self, *args, **kwargs):
-        watch = self.watch
-        if hasattr(watch, "forward_calls"):
-            watch.forward_calls += 1
-        return self._compiled(*args, **kwargs)
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self.inner.train(mode)
-        return self
-
-    def extra_repr(self) -> str:
-        return f"compiled={type(self.inner).__name__}"
-
-
-def _compile_build(module: nn.Module, spec: "NormSpec") -> nn.Module:
-    return _Compiled(module)
-
-
-COMPILE_BACKEND = Backend("compile", _compile_build, _compile_available)
+#: ``torch.compile`` of the eager module behind a fallback watch (``normbench.kernels.compile_watch``); its hash covers
+#: that module alone (plus the norm's own sources and the torch/Triton versions, as for every backend).
+COMPILE_BACKEND = Backend("compile", "normbench.kernels.compile_watch:build",
+                          "normbench.kernels.compile_watch:unavailable", sources=())
 
 # --- implementation hash --------------------------------------------------------------------------------------------
 
@@ -193,14 +167,39 @@ def _eager_modules(spec: "NormSpec") -> set[str]:
     return names
 
 
+def _source_file(module_name: str) -> str | None:
+    """A module's source file, found without importing it (a Triton kernel module imports Triton when imported)."""
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None)
+    return origin if origin and os.path.isfile(origin) else None
+
+
+def _builder_module(fn) -> str | None:
+    return fn.partition(":")[0] if isinstance(fn, str) else getattr(fn, "__module__", None)
+
+
+def source_lines(module_names) -> list[str]:
+    """Implementation-hash lines of these modules (sorted, each once): name and sha256 of the source file, found
+    without importing the module; ``missing`` when it has no source here."""
+    lines = []
+    for name in sorted({n for n in module_names if n}):
+        path = _source_file(name)
+        lines.append(f"source {name} {_file_digest(path) if path else 'missing'}")
+    return lines
+
+
 def _backend_files(backend: "Backend") -> list[str]:
-    """Source files of a backend: every ``.py`` beside the module defining its builder (its kernels live there),
-    or only that module's file when it is a top-level module or the core ``normbench`` package itself."""
+    """Source files of a backend that does not declare ``sources``: every ``.py`` beside the module defining its
+    builder (its kernels live there), or only that module's file when it is a top-level module or the core
+    ``normbench`` package itself."""
     files: set[str] = set()
     for fn in (backend.build, backend.available):
         if fn is None:
             continue
-        mod_name = fn.partition(":")[0] if isinstance(fn, str) else getattr(fn, "__module__", None)
+        mod_name = _builder_module(fn)
         if not mod_name:
             continue
         module = importlib.import_module(mod_name)
@@ -324,8 +323,9 @@ class NormSpec:
 
     def impl_hash(self, backend: str = "eager") -> str:
         """16 hex digits naming this implementation: a sha256 of the norm's module sources (the factory's module,
-        the modules of the classes it builds and the same-package helpers they use), ``backend``'s sources (for an
-        extra backend, every ``.py`` beside its builder: its kernels) and the torch and Triton versions.
+        the modules of the classes it builds and the same-package helpers they use), ``backend``'s sources (its
+        builder's module and the modules it declares in ``Backend.sources``: its kernels; for a backend declaring
+        none, every ``.py`` beside its builder) and the torch and Triton versions.
 
         Stable across processes and machines for the same code; any edit to those sources changes it, so a record
         id that includes it is re-measured after the code changes. The ``.py`` paths are hashed relative to nothing
@@ -340,13 +340,13 @@ class NormSpec:
             h.update(f"module {name} {_file_digest(path) if path else 'no-source'}\n".encode())
         if backend != "eager":
             h.update(f"backend {backend}\n".encode())
-            files = _backend_files(self._backend(backend))
-            if backend == "compile":  # the wrapper's compile settings and fallback watch live beside the kernels
-                watch = importlib.util.find_spec("normbench.kernels.compile_watch")
-                if watch is not None and watch.origin:
-                    files.append(watch.origin)
-            for path in files:
-                h.update(f"file {os.path.basename(path)} {_file_digest(path)}\n".encode())
+            b = self._backend(backend)
+            if b.sources is not None:
+                for line in source_lines((_builder_module(b.build), *b.sources)):
+                    h.update(f"{line}\n".encode())
+            else:
+                for path in _backend_files(b):
+                    h.update(f"file {os.path.basename(path)} {_file_digest(path)}\n".encode())
         for line in _library_versions():
             h.update(f"{line}\n".encode())
         return h.hexdigest()[:16]

@@ -12,7 +12,7 @@ import torch
 from torch._dynamo.utils import counters
 
 import normbench
-from normbench.registry import _Compiled
+from normbench.kernels.compile_watch import CompiledNorm
 
 p = argparse.ArgumentParser()
 p.add_argument("mode", choices=("plain", "reset", "dynamic", "limit"))
@@ -41,7 +41,7 @@ for c in (int(w) for w in a.widths.split(",")):
         if a.mode == "reset":
             torch._dynamo.reset()
         eager = spec.create(c).to(a.device, dt)
-        m = _Compiled(eager, **({"dynamic": True} if a.mode == "dynamic" else {}))
+        m = CompiledNorm(eager, **({"dynamic": True} if a.mode == "dynamic" else {}))
         x = torch.randn(a.rows, c, dtype=dt, device=a.device, requires_grad=True)
         before = counters["stats"]["unique_graphs"]
         m.watch.mark()

@@ -72,14 +72,14 @@ def test_shared_cache_falls_back_and_is_flagged(low_recompile_limit, monkeypatch
 
 
 def test_graph_break_is_reported(one_thread):
-    from normbench.registry import _Compiled
+    from normbench.kernels.compile_watch import CompiledNorm
 
     class ItemBreak(torch.nn.Module):
         def forward(self, x):
             return x * x.sum().item()  # .item() breaks the graph
 
     torch._dynamo.reset()
-    m = _Compiled(ItemBreak())
+    m = CompiledNorm(ItemBreak())
     m.watch.mark()
     for _ in range(2):
         m(torch.randn(4, 4))

@@ -84,13 +84,21 @@ class NaNOut(nn.Module):
         return x * self.w * float("nan")
 SPEC = spec("nan_out", NaNOut)
 """})
+    _fake_dist(root, "nb_fine", {"fine_norm": "nb_fine_mod:SPEC"},
+               {"nb_fine_mod": _SPEC_HEAD + _GOOD + "SPEC = spec('fine_norm', Good)\n"})
+    return root
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory) -> Path:
+    """A plugin that sleeps at import, on its own path: only the test of the slow-import report pays its sleep (every
+    process that discovers plugins would, workers included)."""
+    root = tmp_path_factory.mktemp("slow")
     _fake_dist(root, "nb_slow", {"slow_norm": "nb_slow_mod:SPEC"}, {"nb_slow_mod": _SPEC_HEAD + _GOOD + f"""
 import time
 time.sleep({SLOW_IMPORT_S})
 SPEC = spec("slow_norm", Good)
 """})
-    _fake_dist(root, "nb_fine", {"fine_norm": "nb_fine_mod:SPEC"},
-               {"nb_fine_mod": _SPEC_HEAD + _GOOD + "SPEC = spec('fine_norm', Good)\n"})
     return root
 
 
@@ -101,15 +109,16 @@ def cache_dir(tmp_path_factory) -> Path:
 
 def _cli(args, hostile, cache_dir, env_extra=None, timeout=300):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NORMBENCH_")}
-    env.update({"PYTHONPATH": str(hostile), "NORMBENCH_CACHE_DIR": str(cache_dir),
+    paths = hostile if isinstance(hostile, (list, tuple)) else [hostile]
+    env.update({"PYTHONPATH": os.pathsep.join(map(str, paths)), "NORMBENCH_CACHE_DIR": str(cache_dir),
                 "NORMBENCH_SLOW_IMPORT_S": str(SLOW_IMPORT_S / 3), "OMP_NUM_THREADS": "1"})
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "normbench.cli", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
 
 
-def test_list_json_stays_clean_builtins_win_and_slow_import_is_reported(hostile, cache_dir):
-    res = _cli(["list", "--json"], hostile, cache_dir)
+def test_list_json_stays_clean_builtins_win_and_slow_import_is_reported(hostile, slow, cache_dir):
+    res = _cli(["list", "--json"], [hostile, slow], cache_dir)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)  # the noisy plugin's prints (Python and file descriptor) went elsewhere
     assert "NOISY" not in res.stdout and "NOISY: printed at import" in res.stderr
@@ -141,25 +150,33 @@ def test_list_json_stays_clean_builtins_win_and_slow_import_is_reported(hostile,
     assert seconds >= SLOW_IMPORT_S
 
 
-def test_provenance_names_loaded_plugins_and_honours_disable(hostile, cache_dir):
-    code = (
-        "import json, os\n"
-        "from normbench.registry import REGISTRY\n"
-        "from normbench.results.provenance import plugin_versions\n"
-        "on = plugin_versions()\n"
-        "os.environ['NORMBENCH_DISABLE_PLUGINS'] = '1'\n"
-        "REGISTRY.reload()\n"
-        "print(json.dumps({'on': on, 'off': plugin_versions(), 'n': len(REGISTRY.names())}))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NORMBENCH_")}
-    env.update({"PYTHONPATH": str(hostile), "NORMBENCH_CACHE_DIR": str(cache_dir)})
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert res.returncode == 0, res.stderr
-    data = json.loads(res.stdout.strip().splitlines()[-1])
-    assert data["on"]["nb_fine"] == "0.1" and data["on"]["nb_hang"] == "0.1"
-    assert not {"nb_twin_a", "nb_twin_b"} & set(data["on"])   # rejected, so not in any record's provenance
-    assert data["off"] == {}
-    assert data["n"] == len(normbench.list_norms()) or data["n"] >= 29
+def test_provenance_names_loaded_plugins_and_honours_disable(hostile, monkeypatch, capfd):
+    """In this process (discovery is what is tested, not a command): the hostile distributions on sys.path."""
+    from normbench.registry import REGISTRY
+    from normbench.results.provenance import plugin_versions
+
+    before = set(sys.modules)
+    monkeypatch.delenv("NORMBENCH_DISABLE_PLUGINS", raising=False)
+    monkeypatch.syspath_prepend(str(hostile))
+    try:
+        REGISTRY.reload()
+        on = plugin_versions()
+        n = len(REGISTRY.names())
+        monkeypatch.setenv("NORMBENCH_DISABLE_PLUGINS", "1")
+        REGISTRY.reload()
+        off = plugin_versions()
+    finally:
+        for name in set(sys.modules) - before:  # the hostile modules leave with their path
+            if name.startswith("nb_"):
+                del sys.modules[name]
+        monkeypatch.undo()
+        REGISTRY.reload()
+    assert on["nb_fine"] == "0.1" and on["nb_hang"] == "0.1"
+    assert not {"nb_twin_a", "nb_twin_b"} & set(on)   # rejected, so not in any record's provenance
+    assert off == {}
+    assert n > len(normbench.list_norms()) >= 29     # the plugins' norms were there, and are gone again
+    assert "fine_norm" not in normbench.list_norms()
+    assert "NOISY: printed at import" in capfd.readouterr().err  # its import-time prints went to stderr
 
 
 def test_check_reports_hang_and_crash_by_name_and_goes_on(hostile, cache_dir):

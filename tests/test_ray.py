@@ -3,7 +3,8 @@
 One head serves the whole module (Ray takes a while to start): 2 CPUs, no GPU, no dashboard, usage statistics off,
 token authentication with a token of the test's own, its own temporary directory; it is stopped through the process
 id of its ``ray start --block`` command (which stops the processes it started), never with a machine-wide
-``ray stop``.
+``ray stop``. The drivers run in this process (``normbench.cli.main``), except the one a test watches from outside
+while it kills a worker and the one that fails to join, whose exit status and message are what is tested.
 """
 
 from __future__ import annotations
@@ -135,6 +136,43 @@ def _here(env):
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def _driver_here(env, args):
+    """Be the Ray driver in this process (``normbench.cli.main``; a driver process's start-up — Python, torch, Ray,
+    the norms — costs seconds and is not what these tests are about): the head's token in the environment, Ray made to
+    read it again (it read its configuration when this module imported it, as a fresh driver process would now), and
+    ``sys.argv`` the command line the records' provenance names."""
+    from ray._raylet import Config
+
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    argv = sys.argv
+    os.environ.update({k: env[k] for k in saved})
+    sys.argv = [str(NORMBENCH), *args]
+    try:
+        Config.initialize("")
+        with _here(env):
+            yield
+    finally:
+        sys.argv = argv
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        Config.initialize("")
+
+
+def _normbench_here(args, env, capsys) -> subprocess.CompletedProcess:
+    """``normbench ARGS`` as the Ray driver in this process; its exit status and output, as from a subprocess."""
+    from normbench.cli import main
+
+    capsys.readouterr()
+    with _driver_here(env, args):
+        code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
 @pytest.fixture(scope="module")
 def inprocess(head, tmp_path_factory):
     """The reference: the same sweep with ``--executor inprocess`` (in this process: no second interpreter)."""
@@ -158,10 +196,10 @@ def _same_measurement(a: dict, b: dict) -> None:
     assert a["provenance"]["hardware_id"] == b["provenance"]["hardware_id"]
 
 
-def test_sweep_through_a_ray_head_gives_the_same_record_ids(head, inprocess, tmp_path):
+def test_sweep_through_a_ray_head_gives_the_same_record_ids(head, inprocess, tmp_path, capsys):
     address, env, _ = head
     out = tmp_path / "ray"
-    r = _normbench(BENCH + ["--executor", "ray", "--address", address, "--out", str(out)], env)
+    r = _normbench_here(BENCH + ["--executor", "ray", "--address", address, "--out", str(out)], env, capsys)
     assert r.returncode == 0, r.stderr
     assert "6 records written" in r.stdout
     recs = _records(out)
@@ -175,7 +213,7 @@ def test_sweep_through_a_ray_head_gives_the_same_record_ids(head, inprocess, tmp
     print("ray / in-process median time ratios:", [round(x, 2) for x in ratios])
 
 
-def test_killing_a_worker_mid_sweep_loses_nothing_and_a_rerun_completes(head, inprocess, tmp_path):
+def test_killing_a_worker_mid_sweep_loses_nothing_and_a_rerun_completes(head, inprocess, tmp_path, capsys):
     address, env, token = head
     out = tmp_path / "ray"
     args = BENCH + ["--executor", "ray", "--address", address, "--out", str(out)]
@@ -207,7 +245,7 @@ def test_killing_a_worker_mid_sweep_loses_nothing_and_a_rerun_completes(head, in
     assert kept and set(kept) < set(inprocess)  # what finished is kept, nothing else pretends to be
     stamps = {rid: rec["provenance"]["timestamp"] for rid, rec in kept.items()}
 
-    again = _normbench(args, env)
+    again = _normbench_here(args, env, capsys)
     assert again.returncode == 0, again.stderr
     assert f"{len(kept)} already in" in again.stdout
     final = _records(out)
@@ -217,7 +255,7 @@ def test_killing_a_worker_mid_sweep_loses_nothing_and_a_rerun_completes(head, in
         _same_measurement(rec, inprocess[rid])
 
 
-def test_training_sweep_through_a_ray_head_matches_in_process(head, tmp_path):
+def test_training_sweep_through_a_ray_head_matches_in_process(head, tmp_path, capsys):
     from normbench.cli import main
     from normbench.results import iter_records
 
@@ -227,7 +265,7 @@ def test_training_sweep_through_a_ray_head_matches_in_process(head, tmp_path):
     a, b = tmp_path / "inprocess", tmp_path / "ray"
     with _here(env):
         assert main(common + ["--executor", "inprocess", "--out", str(a)]) == 0
-    r = _normbench(common + ["--executor", "ray", "--address", address, "--out", str(b)], env)
+    r = _normbench_here(common + ["--executor", "ray", "--address", address, "--out", str(b)], env, capsys)
     assert r.returncode == 0, r.stderr
     ra = {rec["id"]: rec for _, rec in iter_records(a, "accuracy")}
     rb = {rec["id"]: rec for _, rec in iter_records(b, "accuracy")}

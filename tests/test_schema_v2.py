@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -247,3 +248,99 @@ def test_core_records_carry_impl_hash_and_flags(monkeypatch):
     assert rec["id"] == core.case_id(cases[0], rec["provenance"]["hardware_id"])
     assert rec["flags"] == [] and results.validate_record(rec) == []
     assert schema.IMPL_HASH_RE.match(rec["impl_hash"])
+
+
+# --- what each backend's hash covers ---------------------------------------------------------------------------------
+
+def _all_hashes() -> dict[str, str]:
+    """``{"norm/backend": hash}`` for every built-in norm and every backend the core runs for it (baselines too)."""
+    out = {}
+    for name in normbench.list_norms():
+        spec = normbench.get_norm(name)
+        if spec.package != "normbench":
+            continue
+        for backend in core.backends_for(spec):
+            out[f"{name}/{backend}"] = core.impl_hash(spec, backend)
+    return out
+
+
+@pytest.fixture
+def edited_source(tmp_path, monkeypatch):
+    """``edit(module)``: the hash from now on reads a copy of ``module``'s source with one line appended (the
+    module itself is untouched; only the locator of source files is pointed at the copy)."""
+    from normbench import registry
+
+    real = registry._source_file
+    edited: dict[str, str] = {}
+
+    def locate(name):
+        return edited.get(name) or real(name)
+
+    monkeypatch.setattr(registry, "_source_file", locate)
+
+    def edit(module: str):
+        src = real(module)
+        assert src is not None, f"{module} has no source file"
+        copy_path = tmp_path / f"{module}.py"
+        copy_path.write_text(open(src, encoding="utf-8").read() + "\n# edited\n", encoding="utf-8")
+        edited[module] = str(copy_path)
+
+    return edit
+
+
+def _changed(before: dict, after: dict) -> set[str]:
+    assert before.keys() == after.keys()
+    return {k for k in before if before[k] != after[k]}
+
+
+def test_each_backend_hash_covers_its_own_adapter_and_kernels_only(edited_source):
+    from normbench.measure import baselines
+
+    base = _all_hashes()
+    backend_of = {k: k.split("/", 1)[1] for k in base}
+    norm_of = {k: k.split("/", 1)[0] for k in base}
+    triton_kernel = {"layernorm": "_rownorm", "rmsnorm": "_rownorm", "add_rmsnorm": "_rownorm", "dyt": "_pointwise",
+                     "derf": "_pointwise", "groupnorm": "_groupnorm"}
+    adapters = {b.build.__module__ for b in baselines.REGISTRY.values()}
+    assert len(adapters) == 6  # native, liger, quack, te, flashinfer, apex
+
+    expectations = {
+        # an adapter module: its own library's baselines (every norm it implements, softmax included), nothing else
+        **{m: {k for k in base if (backend_of[k], norm_of[k]) in baselines.REGISTRY
+               and baselines.REGISTRY[(backend_of[k], norm_of[k])].build.__module__ == m} for m in adapters},
+        "normbench.measure.adapters._base": {k for k in base if (backend_of[k], norm_of[k]) in baselines.REGISTRY},
+        "normbench.kernels.compile_watch": {k for k in base if backend_of[k] == "compile"},
+        "normbench.kernels.softmax_compiled": {k for k in base if backend_of[k].startswith("compile_")},
+        "normbench.kernels._softmax": {k for k in base if backend_of[k].startswith("triton_")},
+        "normbench.kernels.softmax_backend": {k for k in base if backend_of[k].startswith("triton_")},
+        "normbench.kernels._softmax_module": {k for k in base if backend_of[k].startswith(("triton_", "compile_"))},
+        "normbench.kernels.triton_backend": {k for k in base if backend_of[k] == "triton"},
+        "normbench.kernels._common": {k for k in base if backend_of[k].startswith("triton")},
+        "normbench.kernels._rownorm": {k for k in base if backend_of[k] == "triton"
+                                       and triton_kernel.get(norm_of[k], "_rownorm") == "_rownorm"},
+        "normbench.kernels._groupnorm": {"groupnorm/triton"},
+    }
+    assert "liger/rmsnorm" not in expectations["normbench.measure.adapters.quack"]
+    assert {"rmsnorm/liger", "softmax/liger"} <= expectations["normbench.measure.adapters.liger"]
+    assert {"rmsnorm/quack", "softmax/quack"} <= expectations["normbench.measure.adapters.quack"]
+    for module, expected in expectations.items():
+        assert expected, module
+        edited_source(module)
+        after = _all_hashes()
+        assert _changed(base, after) == expected, module
+        base = after
+    assert "dyt/triton" not in expectations["normbench.kernels._rownorm"]
+
+
+def test_a_baseline_hash_follows_the_library_version_and_its_entry(monkeypatch):
+    from normbench.measure import baselines
+
+    spec = normbench.get_norm("rmsnorm")
+    first = core.impl_hash(spec, "liger")
+    assert core.impl_hash(spec, "quack") != first
+    monkeypatch.setattr(baselines.Baseline, "version", lambda self: "0.0.1-other")
+    assert core.impl_hash(spec, "liger") != first
+    monkeypatch.undo()
+    b = baselines.get("liger", "rmsnorm")
+    monkeypatch.setitem(baselines.REGISTRY, ("liger", "rmsnorm"), dataclasses.replace(b, forward_only=True))
+    assert core.impl_hash(spec, "liger") != first

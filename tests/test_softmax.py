@@ -3,8 +3,8 @@
 Inputs include widths that are not powers of two, a single row, −inf entries, a row of all −inf (NaN, as
 ``torch.softmax`` gives in float64), large magnitudes (±1500, beyond the two-pass split's exact range at 3000, and
 a spread that overflows ``compile_two_pass``'s anchored sum), and rows of +inf. The Triton kernels run in Triton's
-CPU interpreter (see tests/test_triton_kernels.py for how the interpreter is switched on while this module is
-collected); ``limit``/``block`` shrink the on-chip width so the looped kernels walk several chunks.
+CPU interpreter (tests/triton_interp.py switches it on while this module is collected); ``limit``/``block`` shrink
+the on-chip width so the looped kernels walk several chunks.
 
 Tolerances: max|got − ref| ≤ tol · max|ref| over the finite reference entries; NaN and ±inf must sit exactly where
 the reference has them. float32: 1e-5 (y), 1e-5 (dx); bfloat16: 1e-2.
@@ -13,40 +13,14 @@ the reference has them. float32: 1e-5 (y), 1e-5 (dx); bfloat16: 1e-2.
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+import triton_interp
 
 from normbench.measure import bytes_model as bm
 
-
-def _prepare() -> str:
-    if torch.cuda.is_available():
-        return "gpu"
-    from normbench.kernels._env import language_mode
-
-    if language_mode() == "compiler":
-        return "late"
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "missing"
-        importlib.import_module("normbench.kernels._softmax")
-        return "interpreter"
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old
-
-
-MODE = _prepare()
+MODE = triton_interp.prepare("_softmax")
 NINF, INF = float("-inf"), float("inf")
 
 
@@ -142,24 +116,7 @@ def test_compiled_two_pass_bfloat16(one_thread):
 # --- Triton kernels under the interpreter ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def kb():
-    if MODE == "missing":
-        pytest.skip("triton is not installed")
-    if MODE == "late":
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set; these cases run in a fresh process")
-    old = os.environ.get("TRITON_INTERPRET")
-    if MODE == "interpreter":
-        os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        mod = importlib.import_module("normbench.kernels.softmax_backend")
-        reason = mod.unavailable()
-        if reason:
-            pytest.skip(reason)
-        yield mod
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old
+    yield from triton_interp.backend(MODE, "softmax_backend")
 
 
 @pytest.mark.triton
@@ -167,7 +124,7 @@ def kb():
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("looped", [False, True], ids=["on_chip", "looped"])
 def test_triton_kernels_match_reference(kb, algo, log, looped):
-    dev = "cpu" if MODE == "interpreter" else "cuda"
+    dev = triton_interp.device(MODE)
     kw = {"limit": 16, "block": 16} if looped else {}
     for C in (1, 37, 100):
         x = special_rows(max(C, 4))[:, :C] if C >= 4 else torch.randn(1, C)
@@ -179,7 +136,7 @@ def test_triton_kernels_match_reference(kb, algo, log, looped):
 @pytest.mark.triton
 def test_triton_two_pass_has_no_max_pass_within_range(kb):
     """The two-pass kernel's answer does not depend on the row max being found first: rows at +1000 and −1000."""
-    dev = "cpu" if MODE == "interpreter" else "cuda"
+    dev = triton_interp.device(MODE)
     x = torch.randn(2, 70) * 5
     x[0] += 1000.0
     x[1] -= 1000.0
@@ -191,7 +148,7 @@ def test_triton_two_pass_has_no_max_pass_within_range(kb):
 def test_triton_bfloat16_and_modules(kb):
     import normbench
 
-    dev = "cpu" if MODE == "interpreter" else "cuda"
+    dev = triton_interp.device(MODE)
     x = special_rows(50)[:3].to(torch.bfloat16).to(dev)
     for algo in ("three_pass", "online", "two_pass"):
         y = kb.softmax(x, algo, False, limit=16, block=16)
@@ -208,12 +165,7 @@ def test_triton_bfloat16_and_modules(kb):
 @pytest.mark.triton
 def test_in_a_fresh_interpreter_process():
     """If Triton was imported in compiler mode before this module, rerun its kernel tests where it was not."""
-    if MODE != "late":
-        pytest.skip("the kernel tests ran in this process")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", __file__, "-k", "triton_"],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    triton_interp.rerun_in_fresh_process(MODE, __file__, "-k", "triton_", timeout=600)
 
 
 # --- bytes, shapes, sweeps ------------------------------------------------------------------------------------------

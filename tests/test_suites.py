@@ -85,12 +85,12 @@ def test_asv_kernel_benchmark_runs(monkeypatch, tmp_path):
     k.time_kernel({}, "rmsnorm", "eager", "quick-8x128x512", "float32", "bwd")
 
 
-def _asv_result_file(path: Path, combos, times):
+def _asv_result_file(path: Path, combos, times, commit="abc"):
     """A result file in ASV's v2 format (as asv 0.6 writes it), for a Kernel.time_kernel run."""
     params = [[repr(v) for v in dict.fromkeys(col)] for col in zip(*combos)]
     row = [list(times), params, "v", 0, 1.0, None, None, [t * 0.9 for t in times], [t * 1.1 for t in times],
            [1] * len(times), [10] * len(times), None, None]
-    data = {"commit_hash": "abc", "env_name": "existing-py", "date": 0, "params": {"machine": "testbox"},
+    data = {"commit_hash": commit, "env_name": "existing-py", "date": 0, "params": {"machine": "testbox"},
             "python": "3.11", "requirements": {}, "env_vars": {},
             "result_columns": ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
                                "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
@@ -106,6 +106,10 @@ def test_ingest_asv_with_and_without_core_records(monkeypatch, tmp_path):
     ctx = core.Context(50.0, "test ceiling", results.provenance(command="asv run", device="cpu"),
                        TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0))
     suite.write_machine_sidecar(ctx)
+    # what the suite's setup records while ASV runs commit abc in environment existing-py
+    monkeypatch.setenv("ASV_COMMIT", "abc")
+    monkeypatch.setenv("ASV_ENV_NAME", "existing-py")
+    suite.write_impl_sidecar([["rmsnorm", "layernorm"], ["eager", "compile"]])
     # one parameter set also measured by the core (as the Metrics benchmarks do), one only timed by ASV
     measured = suite.case_for("rmsnorm", "eager", "quick-8x128x512", "float32", "fwd", harness="asv")
     results.write_records(core.measure_group([measured], ctx), sidecar / "records")
@@ -131,6 +135,26 @@ def test_ingest_asv_with_and_without_core_records(monkeypatch, tmp_path):
     raw = {r["config"]["pass"]: r for _, r in iter_records(out, kind="kernel")}
     assert raw["fwd+bwd"]["check"]["status"] == "passed" and raw["fwd+bwd"]["flags"] == []
     assert raw["fwd+bwd"]["check"]["impl_hash"] == normbench.get_norm("rmsnorm").impl_hash("eager")
+    # both carry the implementation hash of the code ASV ran (not "" = unknown)
+    assert {r["impl_hash"] for r in raw.values()} == {normbench.get_norm("rmsnorm").impl_hash("eager")}
+
+    # A second commit whose rmsnorm differs (as asv continuous runs two): its timing gets that commit's hash and is
+    # never attached to the first commit's core record.
+    other = "0123456789abcdef"
+    (sidecar / "impl" / "def-existing-py.json").write_text(json.dumps({"hashes": {"rmsnorm|eager": other}}))
+    _asv_result_file(asv_dir / "testbox" / "def-existing.json", combos[:1], [0.003], commit="def")
+    out2 = tmp_path / "out2"
+    n, problems = asv_ingest.ingest(asv_dir, sidecar=sidecar, out=out2)
+    assert n == 3 and problems == []
+    by_hash = {(r["impl_hash"], r["config"]["pass"]): r for _, r in iter_records(out2, kind="kernel")}
+    assert by_hash[(other, "fwd")]["metrics"]["time_median_s"] == 0.003
+    assert by_hash[(other, "fwd")]["metrics"]["err"]["y"] is None  # ASV's timing alone, not abc's core record
+
+    # A run the suite recorded nothing for: said, and the records say "unknown"
+    _asv_result_file(asv_dir / "testbox" / "ghi-existing.json", combos[:1], [0.005], commit="ghi")
+    n, problems = asv_ingest.ingest(asv_dir, sidecar=sidecar, out=tmp_path / "out3")
+    assert n == 4 and len(problems) == 1 and "ghi-existing.json" in problems[0] and "impl_hash" in problems[0]
+    assert "" in {r["impl_hash"] for _, r in iter_records(tmp_path / "out3", kind="kernel")}
     with pytest.raises(FileNotFoundError, match="asv run"):
         asv_ingest.ingest(tmp_path / "nowhere", out=out)
 

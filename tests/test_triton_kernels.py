@@ -5,7 +5,7 @@ decorates a function, its own ``tl.sum`` & co. included, so the variable must be
 Triton. This module does that while pytest collects it (before any test runs), imports Triton and the kernels, and
 puts the variable back; the ``tb`` fixture sets it again only while these tests run, so other test modules still
 see the backend as unavailable. If Triton was already imported without it, the whole file reruns in a fresh
-process instead (``test_in_a_fresh_interpreter_process``).
+process instead (``test_in_a_fresh_interpreter_process``); tests/triton_interp.py does both.
 Shapes are small; widths are not powers of two; one case is a single row, one a row wider than the fused limit.
 
 Tolerances, as max|got − ref| ≤ tol · max|ref| per tensor (inputs are rounded to the dtype first, so the reference
@@ -26,36 +26,12 @@ import sys
 
 import pytest
 import torch
+import triton_interp
 
 pytestmark = pytest.mark.triton
 
 
-def _prepare() -> str:
-    """'gpu', 'interpreter' (Triton and the kernels now imported for it), 'late' (too late) or 'missing'."""
-    if torch.cuda.is_available():
-        return "gpu"
-    from normbench.kernels._env import language_mode
-
-    if language_mode() == "compiler":
-        return "late"
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "missing"
-        for name in ("_rownorm", "_pointwise", "_groupnorm"):
-            importlib.import_module(f"normbench.kernels.{name}")
-        return "interpreter"
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old
-
-
-MODE = _prepare()
+MODE = triton_interp.prepare("_rownorm", "_pointwise", "_groupnorm")
 
 TOL = {
     torch.float32: {"y": 1e-5, "dx": 1e-5, "dp": 1e-4},
@@ -68,24 +44,7 @@ DTYPES = list(TOL)
 @pytest.fixture(scope="module")
 def tb():
     """normbench.kernels.triton_backend, with the interpreter on when there is no GPU."""
-    if MODE == "missing":
-        pytest.skip("triton is not installed")
-    if MODE == "late":
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set; these cases run in a fresh process")
-    old = os.environ.get("TRITON_INTERPRET")
-    if MODE == "interpreter":
-        os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        mod = importlib.import_module("normbench.kernels.triton_backend")
-        reason = mod.unavailable()
-        if reason:
-            pytest.skip(reason)
-        yield mod
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old
+    yield from triton_interp.backend(MODE, "triton_backend")
 
 
 @pytest.fixture(scope="module")
@@ -515,9 +474,4 @@ print(tb2.unavailable())
 
 def test_in_a_fresh_interpreter_process():
     """Fallback when something imported Triton before this module could switch on the interpreter."""
-    if MODE != "late":
-        pytest.skip(f"the cases ran in this process ({MODE})")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                         capture_output=True, text=True, env=env, timeout=900)
-    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+    triton_interp.rerun_in_fresh_process(MODE, __file__)

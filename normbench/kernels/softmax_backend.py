@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from normbench.kernels.triton_backend import _check, _on, unavailable  # noqa: F401  (unavailable: the probe)
-from normbench.norms._base import check_input
+from normbench.kernels._env import _check, _on, unavailable  # noqa: F401  (unavailable: the probe)
+from normbench.kernels._softmax_module import AlgorithmSoftmax
 
 
 def _k():
@@ -51,16 +51,10 @@ def softmax(x, algo: str = "online", log: bool = False, *, limit: int | None = N
     return _SoftmaxFn.apply(x, algo, bool(log), limit, block)
 
 
-class TritonSoftmax(nn.Module):
+class TritonSoftmax(AlgorithmSoftmax):
     """Softmax or log-softmax over ``[..., C]`` by the Triton kernels with one forward algorithm."""
 
-    def __init__(self, eager: nn.Module, algo: str):
-        super().__init__()
-        self.num_features, self.layout, self.log, self.algo = eager.num_features, eager.layout, eager.log, algo
-        self.train(eager.training)
-
-    def forward(self, x):
-        check_input(x, self.num_features, "tokens", "Softmax")
+    def _run(self, x):
         return softmax(x, self.algo, self.log)
 
     def row_passes(self, pass_: str) -> int:
@@ -69,9 +63,6 @@ class TritonSoftmax(nn.Module):
         fwd = k.row_passes(self.algo, self.num_features)
         bwd = k.row_passes(self.algo, self.num_features, backward=True)
         return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[pass_]
-
-    def extra_repr(self) -> str:
-        return f"{self.num_features}, algo={self.algo}, log={self.log}"
 
 
 def build_three_pass(eager: nn.Module, spec=None) -> nn.Module:

@@ -8,61 +8,20 @@ first use, and ``unavailable()`` says why they cannot run here. Design and tunin
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import sys
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from normbench.kernels._env import interpret_requested, language_mode
+# the probe, the input check and the device guard are shared with the softmax kernels (``softmax_backend``)
+from normbench.kernels._env import NO_GPU, NO_TRITON, _check, _on, unavailable  # noqa: F401
 from normbench.norms._base import check_input
 from normbench.registry import adopt_state
-
-NO_TRITON = "triton is not installed: pip install normbench[triton]"
-NO_GPU = "no CUDA GPU (set TRITON_INTERPRET=1 to run the kernels slowly on the CPU in Triton's interpreter)"
-
-
-def unavailable() -> str | None:
-    """``None`` when the kernels can run here (a CUDA GPU, or ``TRITON_INTERPRET=1``), else the reason."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return NO_TRITON
-    except Exception as exc:  # a broken install must read as unavailable, not crash the caller
-        return f"triton failed to import ({type(exc).__name__}: {exc})"
-    interpret = interpret_requested()
-    if interpret != (language_mode() == "interpreter"):
-        if interpret:
-            return ("triton was imported before TRITON_INTERPRET=1 was set; set it before anything imports triton "
-                    "(in the shell, or first thing in the process)")
-        return "triton was imported with TRITON_INTERPRET=1, which is no longer set; set it again or restart"
-    # Kernels are built for the interpreter or the GPU when first imported; a later switch cannot take effect.
-    common = sys.modules.get("normbench.kernels._common")
-    if common is not None and interpret != common.INTERPRET:
-        return (f"TRITON_INTERPRET changed after the kernels were built for "
-                f"{'the interpreter' if common.INTERPRET else 'the GPU'}; set it before their first use")
-    if interpret:
-        return None
-    if not torch.cuda.is_available():
-        return NO_GPU
-    return None
 
 
 def _mod(name: str):
     return importlib.import_module(f"normbench.kernels.{name}")
-
-
-def _check(*tensors: torch.Tensor) -> None:
-    common = _mod("_common")
-    for t in tensors:
-        common.check_tensor(t)
-
-
-def _on(x: torch.Tensor):
-    """Launch on the tensor's GPU, not the current one (Triton launches on the current device)."""
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
 def _c(p):

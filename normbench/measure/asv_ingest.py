@@ -53,6 +53,7 @@ def measure_grid(params: list[list[str]]) -> dict:
     quick = all(s.startswith("quick-") for s in params[2])
     ctx = make_context(device, TimerSettings.quick() if quick else TimerSettings(), command=["asv", "run"])
     suite.write_machine_sidecar(ctx)
+    suite.write_impl_sidecar(params)
     groups: dict[tuple, list] = {}
     for key, case in cases.items():
         groups.setdefault(case.group, []).append((key, case))
@@ -147,7 +148,16 @@ def _machine_sidecar(sidecar: Path, machine: str | None) -> dict | None:
     return json.loads(files[0].read_text()) if files else None
 
 
-def _record_from_asv(entry: dict, asv: dict, machine: dict) -> dict:
+def _impl_hashes(sidecar: Path, commit: str | None, env: str | None) -> dict | None:
+    """``{"norm|backend": impl_hash}`` the suite recorded for the ASV run ``<commit>-<env>``; ``None`` if none."""
+    path = sidecar / "impl" / f"{commit}-{env}.json"
+    try:
+        return json.loads(path.read_text())["hashes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _record_from_asv(entry: dict, asv: dict, machine: dict, impl_hash: str = "") -> dict:
     """A kernel record from ASV's timing alone (no core measurement of this parameter set)."""
     import torch
 
@@ -185,8 +195,9 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict) -> dict:
     }
     prov["command"] = "asv run (ingested by normbench ingest-asv)"
     flags = {"suspect": "above the measured copy ceiling (ASV timing is hot)"} if suspect else {}
-    # ASV results may come from another commit than the code here: the implementation is unknown ("").
-    return make_record("kernel", spec.to_dict(), config, metrics, prov, flags=flags, flag_reasons=flags)
+    # ``impl_hash``: what the suite recorded while ASV ran this commit ("" = unknown: the code here may differ).
+    return make_record("kernel", spec.to_dict(), config, metrics, prov, impl_hash=impl_hash, flags=flags,
+                       flag_reasons=flags)
 
 
 def _stamp_cached(rec: dict) -> None:
@@ -209,11 +220,12 @@ def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int
     if not asv_results.is_dir():
         raise FileNotFoundError(f"no ASV results at {asv_results}: run `asv run` first (see docs/measurement.md)")
     sidecar = Path(sidecar) if sidecar else asv_results.parent / "normbench"
-    core = {}
+    core = {}  # (combo, impl_hash) -> the newest core record: one per implementation (asv continuous runs two)
     if (sidecar / "records").is_dir():
         for _, rec in iter_records(sidecar / "records", kind="kernel"):
             c = rec["config"]
-            key = suite.combo_key(rec["norm"]["name"], c["backend"], c.get("shape_label", ""), c["dtype"], c["pass"])
+            key = (suite.combo_key(rec["norm"]["name"], c["backend"], c.get("shape_label", ""), c["dtype"],
+                                   c["pass"]), rec.get("impl_hash", ""))
             if key not in core or rec["provenance"]["timestamp"] > core[key]["provenance"]["timestamp"]:
                 core[key] = rec
     problems: list[str] = []
@@ -230,22 +242,28 @@ def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int
         times = res["benchmarks"].get(TIME_BENCH, [])
         peaks = {e["params"]: e["value"] for e in res["benchmarks"].get(PEAKMEM_BENCH, [])}
         machine = _machine_sidecar(sidecar, res["machine"])
+        hashes = _impl_hashes(sidecar, res["commit"], res["env"])
+        if hashes is None and times:
+            problems.append(f"{path}: no implementation hashes for this run in {sidecar}/impl (ASV ran a normbench "
+                            "that does not record them, or on another machine): its records get impl_hash \"\" "
+                            "(unknown)")
         for entry in times:
             if entry["value"] is None or len(entry["params"]) != 5:
                 continue
             key = suite.combo_key(*entry["params"])
+            h = (hashes or {}).get("|".join(entry["params"][:2]), "")
             asv = {"time_median_s": entry["value"],
                    "time_iqr_s": (entry["q75"] - entry["q25"]) if entry["q25"] is not None
                    and entry["q75"] is not None else None,
                    "repeat": entry["repeat"], "number": entry["number"],
                    "peakmem_rss_bytes": peaks.get(entry["params"]), "commit": res["commit"],
                    "machine": res["machine"], "env": res["env"], "result_file": str(path)}
-            if key in core:
-                rec = json.loads(json.dumps(core[key]))
+            if (key, h) in core:  # the core measured the same code in the same run
+                rec = json.loads(json.dumps(core[(key, h)]))
                 rec["metrics"]["asv"] = asv
             elif machine is not None:
                 try:
-                    rec = _record_from_asv(entry, asv, machine)
+                    rec = _record_from_asv(entry, asv, machine, h)
                     _stamp_cached(rec)
                 except Exception as exc:
                     problems.append(f"{path}: {key}: cannot build a record ({type(exc).__name__}: {exc})")

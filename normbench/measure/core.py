@@ -99,8 +99,9 @@ class Case:
 
 def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
     """The implementation hash of ``spec`` run by ``backend`` (``NormSpec.impl_hash``); for an external baseline
-    (Liger, quack, TE, FlashInfer, Apex, native) the eager norm's hash combined with the adapter's source and the
-    library's version."""
+    (Liger, quack, TE, FlashInfer, Apex, native) the eager norm's hash (its sources, torch and Triton versions)
+    combined with the baseline's adapter sources (the adapters' shared base and its library's adapter module), what
+    its registry entry tells the core, and the library's version."""
     key = (spec.name, spec.package, spec.package_version, backend)
     if cache is not None and key in cache:
         return cache[key]
@@ -110,16 +111,20 @@ def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
         import hashlib
         from importlib import metadata
 
-        from normbench.registry import _file_digest
+        from normbench.registry import source_lines
 
         b = baselines.REGISTRY.get((backend, spec.name))
-        pkg = b.dist if b is not None else backend
-        try:
-            version = b.version() if b is not None else metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            version = None
-        text = f"{spec.impl_hash('eager')} {backend} {_file_digest(baselines.__file__)} {pkg}={version}"
-        h = hashlib.sha256(text.encode()).hexdigest()[:16]
+        lines = [f"eager {spec.impl_hash('eager')}", f"baseline {backend}"]
+        if b is not None:
+            lines += [b.declared(), *source_lines(b.sources())]
+            pkg, version = b.dist, b.version()
+        else:
+            try:
+                pkg, version = backend, metadata.version(backend)
+            except metadata.PackageNotFoundError:
+                pkg, version = backend, None
+        lines.append(f"{pkg}={version}")
+        h = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
     if cache is not None:
         cache[key] = h
     return h

@@ -37,6 +37,7 @@ from normbench.measure.core import (
     backends_for,
     default_device,
     device_dtypes,
+    impl_hash,
 )
 from normbench.measure.shapes import by_label, quick_shapes, shapes_for
 
@@ -237,6 +238,43 @@ def write_machine_sidecar(ctx) -> Path:
     data = {"hostname": socket.gethostname(), "provenance": ctx.provenance, "ceiling_gbps": ctx.ceiling_gbps,
             "ceiling_method": ctx.ceiling_method, "datasheet_peak_gbps": ctx.datasheet_peak_gbps}
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def run_label() -> str:
+    """``<commit>-<env>`` of the ASV run this process belongs to, as ASV names its result file: ``ASV_COMMIT`` (set
+    in the environments ASV builds) or else the checkout's ``git rev-parse HEAD`` (an existing environment runs the
+    checkout; ``--set-commit-hash`` names it), and ``ASV_ENV_NAME``."""
+    commit = os.environ.get("ASV_COMMIT")
+    if not commit:
+        import subprocess
+
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                                    cwd=os.environ.get("ASV_CONF_DIR") or None, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            commit = "unknown"
+    return f"{commit}-{os.environ.get('ASV_ENV_NAME', 'unknown')}"
+
+
+def write_impl_sidecar(params: list[list[str]]) -> Path:
+    """Record, for the ASV run under way, the implementation hash of every (norm, backend) of the grid, computed
+    from the code being benchmarked, so ``normbench ingest-asv`` stamps ASV's timings with the code that made them
+    (the checkout it runs from may hold another commit)."""
+    from normbench.registry import REGISTRY
+    from normbench.results.store import atomic_write_text
+
+    hashes = {}
+    for norm in params[0]:
+        try:
+            spec = REGISTRY.get(norm)
+        except KeyError:
+            continue
+        for backend in params[1]:
+            if backend in backends_for(spec):
+                hashes[f"{norm}|{backend}"] = impl_hash(spec, backend)
+    path = sidecar_root() / "impl" / f"{run_label()}.json"
+    atomic_write_text(path, json.dumps({"run": run_label(), "hashes": hashes}, indent=1, sort_keys=True) + "\n")
     return path
 
 

@@ -11,13 +11,23 @@ def _arxiv(arxiv_id: str) -> str:
     return f"https://arxiv.org/abs/{arxiv_id}"
 
 
+_K = "normbench.kernels."
+#: The kernel module each Triton backend runs (``triton_backend`` dispatches to it), for its implementation hash.
+_TRITON_KERNELS = {
+    **dict.fromkeys(("layernorm", "rmsnorm", "srmsnorm", "crmsnorm", "scalenorm", "add_layernorm", "add_rmsnorm"),
+                    "_rownorm"),
+    "dyt": "_pointwise", "derf": "_pointwise", "groupnorm": "_groupnorm",
+}
+
+
 def _triton(name: str) -> tuple[Backend, ...]:
     """The fused Triton backend, built lazily so importing the registry never imports Triton."""
     return (
         Backend(
             "triton",
-            build=f"normbench.kernels.triton_backend:build_{name}",
-            available="normbench.kernels.triton_backend:unavailable",
+            build=f"{_K}triton_backend:build_{name}",
+            available=f"{_K}triton_backend:unavailable",
+            sources=(_K + _TRITON_KERNELS[name], _K + "_common", _K + "_env"),
         ),
     )
 
@@ -237,10 +247,12 @@ SOFTMAX_PAPER = Paper("The Two-Pass Softmax Algorithm", "Dukhan, Ablavatski", 20
 
 def _softmax_backends() -> tuple[Backend, ...]:
     """One backend per algorithm: explicit formulations under torch.compile, and the Triton kernels."""
-    compiled = tuple(Backend(f"compile_{a}", build=f"normbench.softmax:build_compile_{a}",
-                             available="normbench.softmax:compile_unavailable") for a in ("three_pass", "two_pass"))
-    kernels = tuple(Backend(f"triton_{a}", build=f"normbench.kernels.softmax_backend:build_{a}",
-                            available="normbench.kernels.softmax_backend:unavailable")
+    compiled = tuple(Backend(f"compile_{a}", build=f"{_K}softmax_compiled:build_compile_{a}",
+                             available=f"{_K}softmax_compiled:compile_unavailable", sources=(_K + "_softmax_module",))
+                     for a in ("three_pass", "two_pass"))
+    kernels = tuple(Backend(f"triton_{a}", build=f"{_K}softmax_backend:build_{a}",
+                            available=f"{_K}softmax_backend:unavailable",
+                            sources=(_K + "_softmax", _K + "_softmax_module", _K + "_common", _K + "_env"))
                     for a in ("three_pass", "online", "two_pass"))
     return compiled + kernels
 

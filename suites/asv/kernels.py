@@ -36,6 +36,7 @@ class Kernel:
 
         ctx = make_context(default_device(), TimerSettings.quick(), command=["asv", "run"])
         suite.write_machine_sidecar(ctx)
+        suite.write_impl_sidecar(PARAMS)
         return {"hardware_id": ctx.provenance["hardware_id"]}
 
     def setup(self, cache, norm, backend, shape, dtype, pass_):
