@@ -169,9 +169,9 @@ def _add(r: Recipe) -> None:
 
 
 _add(_SHAPES_RESNET)
-_add(replace(_SHAPES_RESNET, variant="bs2", batch_size=2, lr=0.02, steps=1200, eval_every=200, warmup_steps=60,
-             target=0.3, notes="micro-batch cell: batch size 2 (2400 images seen); lr 0.02, chosen so that GroupNorm "
-                               "learns within the budget"))
+_add(replace(_SHAPES_RESNET, variant="bs2", batch_size=2, lr=0.02, steps=600, eval_every=100, warmup_steps=60,
+             target=0.3, notes="micro-batch cell: batch size 2 (1200 images seen); 600 steps so that no norm "
+                               "saturates (tuned GroupNorm reached 99.6% at 1200 steps)"))
 for _m in ("fixup_resnet", "skipinit_resnet"):
     _add(replace(_SHAPES_RESNET, model=_m))
 _add(replace(_SHAPES_RESNET, model="nf_resnet", grad_clip=None, agc=0.04,
