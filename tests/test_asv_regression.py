@@ -2,11 +2,7 @@
 slowed norm. A temporary git repository holds this tree twice: as is, and with RMSNorm's forward planted with a
 100 ms sleep (a gross slow-down: about 9 times the norm's own cost of 11 ms measured at load 5 on this 2-core
 machine, so this is not a timing test in disguise; the check gate's gradcheck and ASV's samples each pay it, so it is
-not longer).
-
-The plain ``asv run`` uses the configured launch method (spawn); ``asv continuous`` uses ASV's forkserver, which
-imports the suite (and torch) once per commit instead of once per benchmark process: the comparison is what is
-tested there, not how ASV starts its processes."""
+not longer)."""
 
 from __future__ import annotations
 
@@ -98,7 +94,7 @@ def test_asv_run_saves_results_and_continuous_reports_a_slowed_norm(tmp_path):
     assert impl["hashes"]["rmsnorm|eager"] == normbench.get_norm("rmsnorm").impl_hash("eager")  # same code as here
 
     # `asv continuous BASE HEAD`: both commits, compared; the slowed norm is listed and the exit status is 1.
-    r = run("continuous", base, head, "-b", "time_kernel", "--launch-method", "forkserver")
+    r = run("continuous", base, head, "-b", "time_kernel")
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "PERFORMANCE DECREASED" in out
