@@ -79,8 +79,10 @@ def quick_shapes() -> list[Shape]:
 ATTN_SEQ = (1024, 2048, 4096, 8192)
 VOCAB = (32000, 50257, 128256, 151936, 256000)
 VOCAB_TOKENS = (512, 4096)
-#: Rows of the paper-sized shape (one 4 Mi-element row per 16 MiB in float32: beyond any core's private cache).
+#: Rows of the paper-sized shapes (rows, entries): 4, 8 and 16 Mi entries per row (16 to 64 MiB in float32), beyond
+#: any core's private cache; every input is 512 MiB in float32 (256 MiB in bfloat16), beyond any last-level cache.
 PAPER_ROW = 1 << 22
+PAPER_SHAPES = ((32, PAPER_ROW), (16, 2 * PAPER_ROW), (8, 4 * PAPER_ROW))
 
 
 def softmax_shapes() -> list[Shape]:
@@ -89,15 +91,16 @@ def softmax_shapes() -> list[Shape]:
     * ``attn-{S}``: scores of 16 heads over a sequence of S (dims ``(16, S, S)``, rows of width S).
     * ``vocab-{T}x{V}``: logits of T tokens over a vocabulary of V (dims ``(1, T, V)``): T = 4096 (a training
       micro-batch) and T = 512 (an evaluation or decode batch; small enough for a CPU).
-    * ``paper-32x4M``: 32 rows of 4 Mi entries (dims ``(1, 32, 4194304)``), the out-of-cache vectors of
-      Dukhan & Ablavatski's CPU measurements.
+    * ``paper-32x4M``, ``paper-16x8M``, ``paper-8x16M``: 32 rows of 4 Mi, 16 of 8 Mi and 8 of 16 Mi entries (512 MiB
+      in float32), the out-of-cache vectors of Dukhan & Ablavatski's CPU measurements.
     """
     out = [Shape(f"attn-{s}", "tokens", (16, s, s), "softmax", f"attention scores: 16 heads x {s} queries x {s} keys")
            for s in ATTN_SEQ]
     out += [Shape(f"vocab-{t}x{v}", "tokens", (1, t, v), "softmax", f"logits of {t} tokens over a vocabulary of {v}")
             for t in VOCAB_TOKENS for v in VOCAB]
-    out.append(Shape("paper-32x4M", "tokens", (1, 32, PAPER_ROW), "softmax",
-                     "32 rows of 4 Mi entries: out-of-cache rows as in the two-pass softmax paper"))
+    out += [Shape(f"paper-{r}x{n >> 20}M", "tokens", (1, r, n), "softmax",
+                  f"{r} rows of {n >> 20} Mi entries: out-of-cache rows as in the two-pass softmax paper")
+            for r, n in PAPER_SHAPES]
     return out
 
 
