@@ -452,3 +452,16 @@ def test_reproduce_command_is_built_from_the_config_and_quotes_every_value():
                                        "--device", "cpu"]
     a["config"]["lr_search"] = {"grid": [0.1, 0.3], "chosen": 0.3}  # a tuned run: the search chose its rate
     assert shlex.split(command(a))[:4] == ["normbench", "sweep", "--tune", "--norms"]
+
+
+def test_cli_starts_without_the_site_libraries():
+    """`normbench bench` must run on an image with torch only (the GPU campaign): the CLI registers `site build`
+    without importing Jinja2, markdown-it, Altair or vl-convert."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from normbench.cli import build_parser; build_parser().parse_args(['bench', '--list']); "
+            "bad = sorted(m for m in ('jinja2', 'markdown_it', 'altair', 'vl_convert') if m in sys.modules); "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
