@@ -47,14 +47,19 @@ def sig(x: float, digits: int = 3) -> str:
     return s
 
 
-def fmt_time(seconds) -> str:
-    s = num(seconds)
-    if s is None:
+def _in_units(value, units: tuple[tuple[str, float], ...], smallest) -> str:
+    """``value`` in the first of ``units`` (largest first) it reaches, else ``smallest(value)``; "–" when missing."""
+    v = num(value)
+    if v is None:
         return "–"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= scale:
-            return f"{sig(s / scale)} {unit}"
-    return f"{sig(s / 1e-9)} ns"
+    for unit, scale in units:
+        if abs(v) >= scale:
+            return f"{sig(v / scale)} {unit}"
+    return smallest(v)
+
+
+def fmt_time(seconds) -> str:
+    return _in_units(seconds, (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)), lambda s: f"{sig(s / 1e-9)} ns")
 
 
 def fmt_gbps(gbps) -> str:
@@ -72,13 +77,7 @@ def fmt_pct(p) -> str:
 
 
 def fmt_bytes(b) -> str:
-    b = num(b)
-    if b is None:
-        return "–"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(b) >= scale:
-            return f"{sig(b / scale)} {unit}"
-    return f"{int(b)} B"
+    return _in_units(b, (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)), lambda v: f"{int(v)} B")
 
 
 def fmt_err(e) -> str:
