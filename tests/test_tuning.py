@@ -54,6 +54,52 @@ def test_zero_init_last_is_a_recipe_option_off_in_norm_comparisons():
     assert off.config["zero_init_last"] is False and on.config["zero_init_last"] is True
 
 
+@pytest.mark.parametrize("norm", ["evonorm_b0", "evonorm_s0"])
+def test_evonorm_resnet_as_the_authors_code(norm):
+    """EvoNorm ResNet (tensorflow/tpu resnet_model.py): stem and block-first norms are EvoNorm with no ReLU after
+    them; the block's last norm and the shortcut's norm are affine only (nonlinearity=False); ReLU after the add.
+    Checked against a forward written from those rules with independent EvoNorm formulas."""
+    torch.manual_seed(0)
+    built = build_model("resnet", SHAPES, norm)
+    m = built.module.eval() if norm == "evonorm_b0" else built.module
+    assert built.config["norm_act"] is True and "norm_act" not in build_model("resnet", SHAPES, "batchnorm").config
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() == 1 and ("bn" in name or "downsample" in name):
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+        for b in m.modules():
+            if hasattr(b, "running_var"):
+                b.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 16, 16)
+
+    def c(v):
+        return v.view(1, -1, 1, 1)
+
+    def evo(layer, z):  # nonlinear EvoNorm, written from the paper's formulas
+        if norm == "evonorm_s0":
+            g = layer.num_groups
+            std = (z.reshape(z.shape[0], g, -1).var(dim=2, unbiased=False) + layer.eps).sqrt()
+            std = std.repeat_interleave(z.shape[1] // g, dim=1).view(z.shape[0], z.shape[1], 1, 1)
+            y = z * torch.sigmoid(c(layer.v) * z) / std
+        else:
+            inst = (z.var(dim=(2, 3), unbiased=False, keepdim=True) + layer.eps).sqrt()
+            y = z / torch.maximum(c(layer.running_var + layer.eps).sqrt(), c(layer.v) * z + inst)
+        return y * c(layer.weight) + c(layer.bias)
+
+    def affine(layer, z):
+        assert layer.apply_act is False and layer.v is None
+        return z * c(layer.weight) + c(layer.bias)
+
+    h = evo(m.bn1, m.conv1(x))
+    for stage in (m.layer1, m.layer2, m.layer3):
+        for b in stage:
+            r = affine(b.bn2, b.conv2(evo(b.bn1, b.conv1(h))))
+            s = h if b.downsample is None else affine(b.downsample[1], b.downsample[0](h))
+            h = F.relu(r + s)
+    want = m.fc(h.mean(dim=(2, 3)))
+    torch.testing.assert_close(m(x), want, rtol=1e-5, atol=1e-5)
+
+
 def test_fixup_as_its_official_code():
     """Fixup (official CIFAR code): relu(conv(x) + b) stem, branches with zero last conv, zero-padded subsampling
     shortcut, fc(pool + b) with zero fc; its scalar biases and multipliers train at a tenth of the rate."""

@@ -63,6 +63,36 @@ def _forward_stages(self, x):
     return x
 
 
+def _as_norm_act_resnet(model: nn.Module, norm, zero_init_last: bool) -> int:
+    """Turn every norm + ReLU of a timm ResNet into one normalization-activation layer (EvoNorm-style).
+
+    As in the EvoNorm authors' ResNet (tensorflow/tpu models/official/resnet/resnet_model.py, ``norm_activation``):
+    the stem's and each block's first BN-ReLU become ``norm(C)`` with no ReLU after it; the block's last norm and
+    the shortcut's norm, which have no activation after them, become ``norm(C, apply_act=False)`` (the layer's
+    affine part only); the ReLU after the residual add stays. Returns how many layers became affine-only.
+    """
+    def linear(c: int) -> nn.Module:
+        try:
+            return norm(c, apply_act=False)
+        except TypeError as e:
+            raise ValueError(f"{type(norm(c)).__name__} declares norm_act = True, so it must accept apply_act=False "
+                             f"(its affine part only, for norms with no activation after them): {e}") from e
+
+    model.act1 = nn.Identity()
+    n = 0
+    for stage in (m for name, m in model.named_children() if name.startswith("layer")):
+        for block in stage:
+            block.act1 = nn.Identity()
+            block.bn2 = linear(block.bn2.num_features)
+            if zero_init_last and getattr(block.bn2, "weight", None) is not None:
+                nn.init.zeros_(block.bn2.weight)
+            n += 1
+            if block.downsample is not None:
+                block.downsample[-1] = linear(block.downsample[-1].num_features)
+                n += 1
+    return n
+
+
 def build_resnet(image_size: int, num_classes: int, norm, **overrides) -> tuple[nn.Module, dict]:
     """A timm ``ResNet`` of ``BasicBlock``s whose every norm is ``norm(C)``; returns (model, its config)."""
     timm = import_timm()
@@ -83,6 +113,11 @@ def build_resnet(image_size: int, num_classes: int, norm, **overrides) -> tuple[
         # the usual stem for small images.
         kwargs.update(stem_type="deep", stem_width=channels[0] // 2)
     model = ResNet(BasicBlock, layers, **kwargs)
+    # A normalization-activation layer (EvoNorm) replaces a norm and its ReLU: no ReLU after it, and the norms
+    # with no activation after them use its affine part only (``_as_norm_act_resnet``).
+    norm_act = bool(getattr(norm(channels[0]), "norm_act", False))
+    if norm_act:
+        _as_norm_act_resnet(model, norm, zero_init_last)
     if len(layers) != 4:
         # timm's forward_features names layer1..layer4; CIFAR ResNets have three stages.
         model.forward_features = types.MethodType(_forward_stages, model)
@@ -93,7 +128,8 @@ def build_resnet(image_size: int, num_classes: int, norm, **overrides) -> tuple[
             model.maxpool = nn.Identity()
     del timm
     return model, {"arch": "timm.ResNet(BasicBlock)", "layers": list(layers), "channels": list(channels),
-                   "stem": p.stem, "zero_init_last": zero_init_last}
+                   "stem": p.stem, "zero_init_last": zero_init_last,
+                   **({"norm_act": True} if norm_act else {})}
 
 
 def build_vit(image_size: int, num_classes: int, norm, **overrides) -> tuple[nn.Module, dict]:

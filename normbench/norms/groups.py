@@ -114,19 +114,31 @@ class InstanceNorm(_ImageNorm):
 class EvoNormS0(_ImageNorm):
     """Liu et al. 2020, EvoNorm-S0: y = x·sigmoid(v·x) / √(s²_g + ε) · γ + β.
 
+    A normalization-activation layer (``norm_act = True``): it replaces a norm *and* the activation after it.
+    Where a network has a norm without an activation (the last norm of a residual branch, the shortcut's norm),
+    the authors' code uses ``apply_act=False``: only the affine γ·x + β, without v and without normalizing
+    (``evonorm(..., nonlinearity=False)`` in tensorflow/tpu models/official/resnet/resnet_model.py; timm's
+    ``EvoNorm2dS0(apply_act=False)`` is the same).
+
     s²_g is the biased variance of x over (C/G, H, W) of group g of one sample (no centring of the numerator).
     v (per channel) is initialised to 1, γ to 1, β to 0; ε = 1e-5 and G = 32 (the largest divisor of C ≤ 32 when
     32 does not divide C), following the authors' TensorFlow code and timm's ``EvoNorm2dS0``.
     Batch-independent; works at any batch size. A group holding one value gives s² = 0 (no error).
     """
 
-    def __init__(self, num_features: int, layout: str = "images", num_groups: int | None = None, eps: float = 1e-5):
+    norm_act = True
+
+    def __init__(self, num_features: int, layout: str = "images", num_groups: int | None = None, eps: float = 1e-5,
+                 apply_act: bool = True):
         super().__init__(num_features, layout, eps)
         self.num_groups = check_num_groups(num_features, num_groups)
-        self.v = nn.Parameter(torch.ones(num_features))
+        self.apply_act = bool(apply_act)
+        self.v = nn.Parameter(torch.ones(num_features)) if self.apply_act else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.num_features, self.layout, "EvoNormS0")
+        if not self.apply_act:
+            return self._affine(x.to(compute_dtype(x))).to(x.dtype)
         n, c, h, w = x.shape
         xf = x.to(compute_dtype(x))
         xg = xf.reshape(n, self.num_groups, -1)
@@ -136,7 +148,7 @@ class EvoNormS0(_ImageNorm):
         return self._affine(y).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", num_groups={self.num_groups}"
+        return super().extra_repr() + f", num_groups={self.num_groups}, apply_act={self.apply_act}"
 
 
 class EvoNormB0(_ImageNorm):
@@ -148,16 +160,24 @@ class EvoNormB0(_ImageNorm):
     The running variance is the biased s²_B, as in the authors' TensorFlow code (timm's port rescales it by
     n/(n−1) and uses ε = 1e-3). Batch size 1 works in training when H·W > 1; with a single value per channel
     (N·H·W = 1) training raises ``ValueError``, like torch's BatchNorm.
+    A normalization-activation layer like EvoNorm-S0; ``apply_act=False`` is the affine γ·x + β only (see there).
     """
 
-    def __init__(self, num_features: int, layout: str = "images", eps: float = 1e-5, momentum: float = 0.1):
+    norm_act = True
+
+    def __init__(self, num_features: int, layout: str = "images", eps: float = 1e-5, momentum: float = 0.1,
+                 apply_act: bool = True):
         super().__init__(num_features, layout, eps)
         self.momentum = momentum
-        self.v = nn.Parameter(torch.ones(num_features))
-        self.register_buffer("running_var", torch.ones(num_features))
+        self.apply_act = bool(apply_act)
+        self.v = nn.Parameter(torch.ones(num_features)) if self.apply_act else None
+        if self.apply_act:
+            self.register_buffer("running_var", torch.ones(num_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.num_features, self.layout, "EvoNormB0")
+        if not self.apply_act:
+            return self._affine(x.to(compute_dtype(x))).to(x.dtype)
         xf = x.to(compute_dtype(x))
         if self.training:
             if x.numel() // self.num_features < 2:
@@ -174,4 +194,4 @@ class EvoNormB0(_ImageNorm):
         return self._affine(xf / torch.maximum(left, right)).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", momentum={self.momentum}"
+        return super().extra_repr() + f", momentum={self.momentum}, apply_act={self.apply_act}"

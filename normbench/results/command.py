@@ -14,9 +14,10 @@ def register(subparsers) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="results directories or record files")
     p.set_defaults(func=_cmd_migrate)
 
-    from normbench.results import compare
+    from normbench.results import compare, prune
 
     compare.register(subparsers)
+    prune.register(subparsers)
 
 
 def _cmd_migrate(args) -> int:
