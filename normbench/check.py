@@ -320,6 +320,12 @@ def _outcome_results(name: str, outcome) -> list[CheckResult]:
     return [CheckResult(name, what, False, outcome.error)]
 
 
+def harness_failed(outcome) -> bool:
+    """True when a check task raised: ``check_norm`` catches every error of the norm itself, so an exception that
+    reaches the executor came from normbench (a hang or a crash of the worker is still the norm's verdict)."""
+    return outcome.status == "error"
+
+
 def check_task(name: str, time_limit: float | None):
     """The executor task that checks the norm called ``name``."""
     from normbench.executor import Task
@@ -342,7 +348,15 @@ def ensure_checked(names, executor=None, time_limit: float | None = None, log=No
             outcome = (executor or InProcessExecutor()).submit(check_task(name, time_limit)).result()
             verdict, detail = _summarise(_outcome_results(name, outcome))
             status = CheckStatus(name, verdict, detail, impl_hashes(spec))
-            store_status(status)
+            if harness_failed(outcome):
+                # check_norm turns every error of the norm into a failed check; an exception escaping it is the
+                # harness's own (e.g. normbench's code edited under a running sweep): a verdict for this run
+                # only, never remembered as the norm's.
+                status.detail = (f"the check harness itself failed, not the norm (verdict not cached; run "
+                                 f"`normbench check {name}`): {outcome.error}")
+                log(f"checking {name}: {status.detail}")
+            else:
+                store_status(status)
         out[name] = status
     return out
 
