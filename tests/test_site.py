@@ -199,22 +199,24 @@ def test_build_writes_every_page_and_each_row_links_to_its_record(demo_site):
         assert (site / name).is_file(), name
     # Every kernel record has a row, with a link to its page, in its norm's table.
     norms = "".join(p.read_text() for p in (site / "norms").glob("*.html"))
-    hrefs = set(re.findall(r'href="\.\./(records/k-[^"]+\.html)"', norms))
+    hrefs = set(re.findall(r'href="\.\./(records/[^"#]+\.html)#(k-[^"]+)"', norms))
     assert len(hrefs) == report.kernel
-    for h in hrefs:
-        rec = json.loads((site / h.replace(".html", ".json")).read_text())
-        assert rec["kind"] == "kernel" and h == f"records/{rec['id']}.html"
+    for page, key in hrefs:
+        # The record's section on its page, and the record in the page's JSON file.
+        assert f'<section class="record" id="{key}">' in (site / page).read_text()
+        recs = {r["id"]: r for r in json.loads((site / page.replace(".html", ".json")).read_text())}
+        assert recs[key]["kind"] == "kernel"
     # The leaderboard holds one row per case (device, norm, backend, dtype, pass, class): its best shape.
     kernels = (site / "kernels.html").read_text()
     # (the legacy record is not counted: its case has a ranked record)
-    n_cases = len(set(re.findall(r'href="(records/k-[^"]+\.html)"', kernels)))
+    n_cases = len(set(re.findall(r'href="records/[^"#]+\.html#(k-[^"]+)"', kernels)))
     assert n_cases == 4 * 2 * 2 * 2 + 4 * 2 + 1
     acc = (site / "accuracy.html").read_text()
     assert "offline task" in acc and re.search(r"\d+\.\d+ % \[\d+\.\d+ %, \d+\.\d+ %\]", acc)  # mean [95 % CI]
     cells = sorted((site / "accuracy").glob("*.html"))
     assert len(cells) == 2
     seeds = "".join(c.read_text() for c in cells)
-    assert len(set(re.findall(r'href="\.\./(records/a-[^"]+\.html)"', seeds))) == report.accuracy
+    assert len(set(re.findall(r'href="\.\./records/[^"#]+\.html#(a-[^"]+)"', seeds))) == report.accuracy
     assert "Measurement" in (site / "methodology" / "measurement.html").read_text()
     assert 'href="https://example.org"' in (site / "methodology" / "measurement.html").read_text()
     for page in _pages(site):
@@ -245,7 +247,7 @@ def test_kernel_views_per_norm_and_device_with_width_figures(demo_site):
     per_device = re.findall(r'href="(norms/layernorm--[^"]+\.html)"', index)
     assert len(per_device) == 2
     page = (site / per_device[0]).read_text()
-    assert page.count('class="nb-chart"') == 2 and 'href="../records/k-' in page
+    assert page.count('class="nb-chart"') == 2 and re.search(r'href="\.\./records/[^"#]+\.html#k-', page)
     devices = sorted((site / "devices").glob("*.html"))
     assert len(devices) == 2
     from normbench.site import charts
@@ -262,17 +264,23 @@ def test_kernel_views_per_norm_and_device_with_width_figures(demo_site):
     assert ranks.count("flagged") == 1 and ranks.index("flagged") == len(ranks) - 1
 
 
+def _section(html: str, rid: str) -> str:
+    """The record's own section of a record page."""
+    start = html.index(f'<section class="record" id="{rid}">')
+    return html[start:html.index("</section>", start)]
+
+
 def test_record_pages_show_the_reproducing_command(demo_site):
     root, _ = demo_site
     site = root / "site"
-    recs = [json.loads(p.read_text()) for p in (site / "records").glob("*.json")]
-    k = next(r for r in recs if r["kind"] == "kernel" and r["config"]["device"] == "cuda")
-    page = (site / "records" / f"{k['id']}.html").read_text()
+    recs = [(p, r) for p in (site / "records").glob("*.json") for r in json.loads(p.read_text())]
+    p, k = next((p, r) for p, r in recs if r["kind"] == "kernel" and r["config"]["device"] == "cuda")
+    page = _section(p.with_suffix(".html").read_text(), k["id"])
     c = k["config"]
     assert (f"normbench bench --norm {k['norm']['name']} --backend {c['backend']} --shape-class {c['shape_class']} "
             f"--layout tokens --dtype {c['dtype']} --pass {c['pass']} --device cuda --timing cold") in page
-    a = next(r for r in recs if r["kind"] == "accuracy" and r["config"]["seed"] == 2)
-    page = (site / "records" / f"{a['id']}.html").read_text()
+    p, a = next((p, r) for p, r in recs if r["kind"] == "accuracy" and r["config"]["seed"] == 2)
+    page = _section(p.with_suffix(".html").read_text(), a["id"])
     assert (f"normbench train --norm {a['norm']['name']} --task {a['config']['task']} --model {a['config']['model']} "
             "--seeds 1 --seed-start 2") in page
 
@@ -286,9 +294,10 @@ def test_downloads_and_the_published_schema_hold_every_record(demo_site):
     csv = pd.read_csv(site / "downloads" / "records.csv")
     pq = pd.read_parquet(site / "downloads" / "records.parquet")
     assert len(csv) == len(pq) == report.records
-    assert set(pq["id"]) == {json.loads(p.read_text())["id"] for p in (site / "records").glob("*.json")}
+    published = [r for p in (site / "records").glob("*.json") for r in json.loads(p.read_text())]
+    assert len(published) == report.records and set(pq["id"]) == {r["id"] for r in published}
     k = pq[pq["kind"] == "kernel"].set_index("id")
-    some = json.loads(next((site / "records").glob("k-*.json")).read_text())
+    some = next(r for r in published if r["kind"] == "kernel")
     assert k.loc[some["id"], "metrics.gbps"] == pytest.approx(some["metrics"]["gbps"])
     schema = json.loads((site / "normbench-record.schema.json").read_text())
     v = jsonschema.Draft202012Validator(schema)

@@ -193,10 +193,12 @@ def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatc
 
         # A row's record link leads to the record's page, with the command that reproduces it and the JSON.
         href = v.page.get_attribute(f"#{table} tbody tr:not([hidden]) td:last-child a", "href")
-        v.open(site / href)
-        assert v.page.inner_text("pre.command").startswith("normbench bench --norm ")
-        v.page.goto((site / href.replace(".html", ".json")).as_uri())
-        assert '"schema":"normbench.record"' in v.page.content()
+        page, key = href.split("#")
+        v.page.goto((site / page).as_uri() + "#" + key)
+        assert v.page.inner_text(f"section[id='{key}'] pre.command").startswith("normbench bench --norm ")
+        assert v.page.evaluate("location.hash") == "#" + key
+        v.page.goto((site / page.replace(".html", ".json")).as_uri())
+        assert '"schema":"normbench.record"' in v.page.content() and key in v.page.content()
         assert not v.errors, v.errors
     finally:
         v.close()
@@ -245,10 +247,11 @@ def test_hostile_records_run_no_script(browser, tmp_path):
         v.close()
     v = Visit(browser)
     try:
-        rec = next(p for p in (site / "records").glob("*.json")
-                   if json.loads(p.read_text())["config"].get("shape_label") == sup.CLOSE)
-        v.open(rec.with_suffix(".html"))
-        assert "</script><script>" in v.page.inner_text("pre.command")  # the hostile shape label, as text
+        path, rec = next((p, r) for p in (site / "records").glob("*.json") for r in json.loads(p.read_text())
+                         if r["config"].get("shape_label") == sup.CLOSE)
+        v.open(path.with_suffix(".html"))
+        # the hostile shape label, as text
+        assert rec and v.page.locator("pre.command", has_text="</script><script>").count() == 1
         assert v.page.evaluate("typeof window.__pwned") == "undefined"
     finally:
         v.close()

@@ -113,7 +113,7 @@ def record_frame(entries):
 
 
 def write_downloads(entries, dest: Path) -> None:
-    """All records as CSV and Parquet (each record's full JSON is records/<id>.json)."""
+    """All records as CSV and Parquet (each record's full JSON is in records/<norm>--<device>.json)."""
     dest.mkdir(parents=True, exist_ok=True)
     df = record_frame(entries)
     df.to_csv(dest / "records.csv", index=False)
@@ -191,9 +191,12 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
         # Re-serialised (not copied) so the published file is exactly the JSON that was validated.
         recs = tmp / "records"
         recs.mkdir(exist_ok=True)
-        for e in loaded.entries:
-            (recs / f"{e.key}.json").write_text(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":"))
-                                                + "\n", encoding="utf-8")
+        from normbench.site.records import pages_of
+
+        for page, entries in pages_of(loaded.entries).items():
+            (tmp / entries[0].json_file).write_text(
+                "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
+                + "\n]\n", encoding="utf-8")
         write_downloads(loaded.entries, tmp / "downloads")
         from normbench.results.schema import json_schema
 

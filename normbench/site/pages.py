@@ -33,7 +33,7 @@ from normbench.site.fmt import (
     num,
     safe_url,
 )
-from normbench.site.records import Entry, Loaded
+from normbench.site.records import Entry, Loaded, pages_of
 from normbench.site.repro import command
 from normbench.site.tables import Col, Table, cell
 
@@ -183,7 +183,7 @@ class Site:
 
     @staticmethod
     def rec_href(e: Entry, up: str) -> str:
-        return f"{up}records/{e.key}.html"
+        return f"{up}{e.href}"
 
     # --- kernel table --------------------------------------------------------------------------------------------
 
@@ -824,22 +824,32 @@ class Site:
 
     # --- records -------------------------------------------------------------------------------------------------
 
-    def record_page(self, e: Entry) -> Page:
+    def record_section(self, e: Entry, prov_ids: dict) -> dict:
         rec = e.rec
-        p = Page(f"records/{e.key}.html", "record.html", f"Record {e.rid}", crumbs=[(norm_file(rec["norm"]["name"]),
-                                                                                   rec["norm"]["name"])])
         flags = (self.kernel_row(e)["flags"] if e.kind == "kernel"
                  else {f: _s((rec.get("flag_reasons") or {}).get(f)) for f in rec.get("flags") or []})
         chk = rec.get("check")
-        p.ctx = dict(e=e, rec=rec, command=command(rec), flags=flag_badges(flags), json_href=f"{e.key}.json",
-                     check=chk if isinstance(chk, dict) else None,
-                     config=_flat(rec.get("config")), metrics=_flat({k: v for k, v in rec["metrics"].items()
-                                                                     if k != "curve"}),
-                     provenance=_flat({k: v for k, v in rec["provenance"].items() if k != "hardware"}),
-                     ranked=not flags,
-                     invalid=any(f in INVALID_FLAGS for f in flags),
-                     hw_href=f"../{device_file(rec['provenance']['hardware_id'])}",
-                     norm_href=f"../{norm_file(rec['norm']['name'])}")
+        prov = {k: v for k, v in rec["provenance"].items() if k != "hardware"}
+        pkey = _text(prov)
+        if pkey not in prov_ids:
+            prov_ids[pkey] = (f"prov-{len(prov_ids) + 1}", _flat(prov), rec["provenance"])
+        return dict(e=e, rec=rec, command=command(rec), flags=flag_badges(flags),
+                    check=chk if isinstance(chk, dict) else None,
+                    config=_flat(rec.get("config")), metrics=_flat({k: v for k, v in rec["metrics"].items()
+                                                                    if k != "curve"}),
+                    prov_id=prov_ids[pkey][0], ranked=not flags, invalid=any(f in INVALID_FLAGS for f in flags))
+
+    def record_page(self, path: str, entries: list[Entry]) -> Page:
+        """The records of one norm on one device (or one bucket of them): a section per record, anchored by its
+        key, and each run's provenance once."""
+        first = entries[0].rec
+        name, hw = first["norm"]["name"], first["provenance"]["hardware_id"]
+        p = Page(path, "record.html", f"Records of {name} on {hw}", crumbs=[(norm_file(name), name)])
+        prov_ids: dict = {}
+        sections = [self.record_section(e, prov_ids) for e in entries]
+        p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw,
+                     json_href=path.rsplit("/", 1)[-1][:-len(".html")] + ".json",
+                     hw_href=f"../{device_file(hw)}", norm_href=f"../{norm_file(name)}")
         return p
 
     # --- methodology, downloads, rejected -------------------------------------------------------------------------
@@ -907,8 +917,8 @@ class Site:
             yield self.doc_page(name, key, title)
         yield self.downloads_page()
         yield self.rejected_page()
-        for e in self.loaded.entries:
-            yield self.record_page(e)
+        for path, entries in pages_of(self.loaded.entries).items():
+            yield self.record_page(path, entries)
 
 
 def _metric_label(metric: str, higher: bool) -> str:
