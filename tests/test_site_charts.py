@@ -163,6 +163,23 @@ def test_training_curves_one_line_per_norm_and_seed():
     assert count_items(one.svg, "lone") == 6  # single-step runs are drawn as points
 
 
+def test_long_curves_are_thinned_but_keep_their_spikes():
+    import math
+
+    steps = range(4000)
+    loss = [3.0 * math.exp(-t / 800) + (50.0 if t == 2345 else 0.0) for t in steps]  # one spike, one step wide
+    df = pd.DataFrame([dict(norm="a", seed=0, step=t, value=v, url="r/a0.json") for t, v in zip(steps, loss)])
+    chart = C.training_curves_chart(df, metric="loss")
+    (rows,) = [d for d in datasets(chart) if len(d) > 1]
+    assert len(rows) <= C.CURVE_POINTS + 2
+    kept = {r["step"]: r["value"] for r in rows}
+    assert kept[2345] == 50.0 + 3.0 * math.exp(-2345 / 800)   # the spike a plain stride would miss
+    assert 0 in kept and 3999 in kept and min(kept.values()) == min(loss)
+    assert "at most 200 of its 4000 logged points" in json.dumps(chart.to_dict())
+    short = df[df["step"] < 150]
+    assert len(datasets(C.training_curves_chart(short, metric="loss"))[0]) == 150  # short runs untouched
+
+
 def boxes_overlap(a, b) -> bool:
     return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
 

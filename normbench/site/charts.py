@@ -283,6 +283,29 @@ def accuracy_seed_chart(df: pd.DataFrame, *, metric: str, higher_is_better: bool
                                          title=title or "", description=title or f"final {metric} per seed")
 
 
+#: A run's curve holds at most about this many points in a figure (min-max decimation; the records keep every step).
+CURVE_POINTS = 200
+
+
+def thin_curve(data: pd.DataFrame, max_points: int = CURVE_POINTS) -> pd.DataFrame:
+    """Min-max decimation of one run's curve (sorted by step): the steps split into ``max_points // 2`` buckets,
+    each keeps its lowest and its highest value, and the first and last points stay. Spikes (a loss that blows
+    up) survive, which plain striding would skip; runs already short enough are returned as they are."""
+    n = len(data)
+    if n <= max_points:
+        return data
+    buckets = max(1, max_points // 2)
+    edges = [round(i * n / buckets) for i in range(buckets + 1)]
+    keep = {0, n - 1}
+    values = data["value"].astype(float).to_numpy()
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        if hi > lo:
+            seg = values[lo:hi]
+            keep.add(lo + int(seg.argmin()))
+            keep.add(lo + int(seg.argmax()))
+    return data.iloc[sorted(keep)]
+
+
 def training_curves_chart(df: pd.DataFrame, *, metric: str, log_y: bool = False, title: str = "") -> alt.Chart:
     """Training curves overlaid: ``metric`` against step, one line per norm (colour) and seed. On a log axis the
     non-positive values are left out (they have no place there) and the title says how many."""
@@ -296,6 +319,9 @@ def training_curves_chart(df: pd.DataFrame, *, metric: str, log_y: bool = False,
     if data.empty:
         return no_data_chart(title)
     data = data.sort_values(["norm", "seed", "step"], kind="stable").reset_index(drop=True)
+    longest = int(data.groupby(["norm", "seed"])["step"].size().max())
+    if longest > CURVE_POINTS:
+        data = pd.concat([thin_curve(g) for _, g in data.groupby(["norm", "seed"], sort=False)], ignore_index=True)
     y = alt.Y("value:Q", title=metric, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False))
     sel = alt.selection_point(fields=["norm"], bind="legend", name="pick")   # click a norm in the legend
     enc = dict(x=alt.X("step:Q", title="step"), y=y,
@@ -309,6 +335,9 @@ def training_curves_chart(df: pd.DataFrame, *, metric: str, log_y: bool = False,
         chart = chart + alt.Chart(data[lone]).mark_point(filled=True, size=30).encode(**enc).properties(
             name="lone")
     note = f" ({dropped} non-positive values not drawn on the log axis)" if dropped else ""
+    if longest > CURVE_POINTS:
+        note += f" (each run drawn with at most {CURVE_POINTS} of its {longest} logged points: lowest and highest " \
+                "per step range, so spikes stay; the records hold every point)"
     return chart.properties(width=WIDTH * 2, height=HEIGHT + 40, title=(title or "") + note,
                             description=(title or f"{metric} against step") + note)
 
