@@ -455,12 +455,28 @@ def test_reproduce_command_is_built_from_the_config_and_quotes_every_value():
     assert argv[:2] == ["normbench", "bench"] and argv[argv.index("--shape") + 1] == sup.CLOSE
     assert [argv[argv.index(o) + 1] for o in ("--norm", "--backend", "--dtype", "--pass")] == [
         "layernorm", "compile", "bfloat16", "fwd+bwd"]
+    from normbench.train.loop import Run
+
     a = sup.accuracy("rmsnorm", 3, 0.9, placement="pre_ln", task="synth-lm", model="gpt", offline=True)
-    assert shlex.split(command(a)) == ["normbench", "train", "--norm", "rmsnorm", "--task", "synth-lm", "--model",
-                                       "gpt", "--placement", "pre_ln", "--seeds", "1", "--seed-start", "3",
-                                       "--device", "cpu"]
+    a["config"]["recipe"] = Run(task="synth-lm", model="gpt", norm="rmsnorm").recipe().to_dict()
+    plain = ["normbench", "train", "--norm", "rmsnorm", "--task", "synth-lm", "--model", "gpt", "--placement",
+             "pre_ln", "--seeds", "1", "--seed-start", "3", "--device", "cpu"]
+    assert shlex.split(command(a)) == plain
+    # Overrides are recovered from the recorded recipe (records do not list them) ...
+    a["config"]["recipe"] = Run(task="synth-lm", model="gpt", norm="rmsnorm",
+                                recipe_overrides={"steps": 20, "lr": 0.01}).recipe().to_dict()
+    assert shlex.split(command(a)) == plain + ["--steps", "20", "--lr", "0.01"]
+    # ... and a recipe no option can give (the code changed since) says so, naming only plain words.
+    a["config"]["recipe"]["warmup_steps"] = 7
+    a["config"]["recipe"]["x\nrm -rf ~"] = 1
+    a["provenance"]["git_commit"] = "0123456789abcdef0123"
+    text = command(a)
+    assert "\n" not in text and "rm -rf" not in text
+    assert text.endswith("# the record's recipe differs from this normbench's in warmup_steps, (an unnamed field): "
+                         "run it with git checkout 0123456789ab")
     a["config"]["lr_search"] = {"grid": [0.1, 0.3], "chosen": 0.3}  # a tuned run: the search chose its rate
     assert shlex.split(command(a))[:4] == ["normbench", "sweep", "--tune", "--norms"]
+    assert "--lr" not in shlex.split(command(a))
 
 
 def test_cli_starts_without_the_site_libraries():

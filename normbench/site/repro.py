@@ -2,11 +2,54 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
+
+_WORD = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def _q(v) -> str:
     return shlex.quote(str(v))
+
+
+#: Recipe fields a command line can set (``train``/``sweep`` options), in the order they are written.
+_OVERRIDABLE = (("steps", "--steps"), ("batch_size", "--batch-size"), ("lr", "--lr"))
+
+
+def _recipe_args(cfg: dict, norm: str, tuned: bool) -> tuple[list[str], list[str]]:
+    """(options that turn this normbench's recipe for the record's cell into the recipe the record ran, fields of
+    the record's recipe that no option sets). Overrides are not stored in a record; they are recovered by comparing
+    its recipe with the current one, so a recipe changed since the record shows up as the second list."""
+    from dataclasses import replace
+
+    from normbench.train.recipes import get_recipe
+
+    ran = cfg.get("recipe")
+    if not isinstance(ran, dict) or not isinstance(cfg.get("task"), str) or not isinstance(cfg.get("model"), str):
+        return [], []
+    try:
+        placement = (cfg.get("placement") or "pre_ln") if cfg["model"] == "gpt" else None
+        r = get_recipe(cfg["task"], cfg["model"], cfg.get("variant")).adapted(norm, placement)
+        if cfg.get("quick") is True:
+            r = r.for_quick()
+    except (KeyError, TypeError, ValueError):
+        return [], ["the whole recipe (this normbench has no recipe for the cell)"]
+    args, change = [], {}
+    for key, flag in _OVERRIDABLE:
+        if key in ran and ran[key] != getattr(r, key) and not (tuned and key == "lr"):
+            args += [flag, _q(ran[key])]
+            change[key] = ran[key]
+    try:
+        r = replace(r, **change)
+        if r.warmup_steps > r.steps:  # as the train command does for a shortened run
+            r = replace(r, warmup_steps=r.steps // 10)
+    except TypeError:
+        pass
+    now = json.loads(json.dumps(r.to_dict(), default=str))  # as a record holds it (tuples become lists)
+    skip = {"lr"} if tuned else set()
+    differ = sorted((str(k) for k in set(ran) | set(now) if k not in skip and ran.get(k) != now.get(k)), key=str)
+    return args, differ
 
 
 def command(rec: dict) -> str:
@@ -59,4 +102,14 @@ def command(rec: dict) -> str:
     if cfg.get("quick") is True:
         parts.append("--quick")
     parts += ["--device", _q(cfg.get("device", "cpu"))]
-    return " ".join(parts)
+    args, differ = _recipe_args(cfg, norm, tuned)
+    parts += args
+    text = " ".join(parts)
+    if differ:
+        # A shell comment: only plain words go in (a newline in a hostile key would start a new command).
+        commit = (rec.get("provenance") or {}).get("git_commit")
+        where = (f"git checkout {commit[:12]}" if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,40}", commit)
+                 else "the normbench that made it")
+        names = [k if _WORD.match(str(k)) else "(an unnamed field)" for k in differ]
+        text += f"  # the record's recipe differs from this normbench's in {', '.join(names)}: run it with {where}"
+    return text
