@@ -253,3 +253,21 @@ def test_evonorms_agree_with_timm():
     ours, theirs = _randomize(EvoNormB0(64)).double(), evo.EvoNorm2dB0(64, eps=1e-5).double()
     theirs.load_state_dict(ours.state_dict())
     torch.testing.assert_close(ours(x), theirs(x), **F32)
+
+
+def test_evonorms_without_activation_are_their_affine_part_as_in_timm():
+    """``apply_act=False`` (the norms a ResNet has no activation after): γ·x + β, no v, no statistics, as the
+    authors' ``nonlinearity=False`` and timm's ``apply_act=False``."""
+    from normbench._compat import import_timm
+
+    evo = import_timm().layers.evo_norm
+    x = _x(4, c=64, seed=6)
+    for ours, theirs in ((EvoNormS0(64, apply_act=False), evo.EvoNorm2dS0(64, apply_act=False)),
+                         (EvoNormB0(64, apply_act=False), evo.EvoNorm2dB0(64, apply_act=False, eps=1e-5))):
+        ours, theirs = _randomize(ours).double(), theirs.double()
+        assert ours.v is None and set(ours.state_dict()) == {"weight", "bias"}
+        theirs.load_state_dict(ours.state_dict(), strict=False)
+        want = x * ours.weight.view(1, -1, 1, 1) + ours.bias.view(1, -1, 1, 1)
+        torch.testing.assert_close(ours(x), want)
+        torch.testing.assert_close(ours(x), theirs(x), **F32)
+        assert ours.norm_act is True and "apply_act=False" in repr(ours)
