@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pytest
 import torch
@@ -172,12 +173,31 @@ def test_measure_group_writes_valid_recomputable_records(norm, shape, tmp_path):
         assert m["err"]["y"]["max_abs"] < 1e-4  # float32 against the float64 reference
         assert m["reps"] == 3
         assert rec["norm"]["name"] == norm
+        assert m["page_faults_per_rep"] >= 0 and m["page_fault_bytes_per_rep"] == m["page_faults_per_rep"] * 4096
     bwd = records[2]["metrics"]
     if norm != "none":
         assert bwd["err"]["dx"] is not None and bwd["saved_bytes"] > 0
     assert records[0]["metrics"]["err"]["dx"] is None  # fwd carries no gradient error
     results.write_records(records, tmp_path)
     assert results.load_report(tmp_path) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mmap threshold and ru_minflt are Linux's")
+def test_cpu_timer_counts_the_page_faults_of_fresh_large_outputs():
+    """A call allocating a 64 MiB output first-touches every page (glibc maps blocks above 32 MiB anew each
+    time); a copy into a preallocated buffer touches none. The records' page_faults_per_rep comes from this."""
+    from normbench.measure.timers import TimerSettings, cpu_time
+
+    x = torch.randn(16 * 2**20)            # 64 MiB of float32
+    y = torch.empty_like(x)
+    settings = TimerSettings(warmup=2, min_reps=4, max_reps=4, min_time=0.0, max_time=60.0)
+    fresh, reused = [], []
+    cpu_time(lambda: x.clone(), settings, faults=fresh)
+    cpu_time(lambda: y.copy_(x), settings, faults=reused)
+    pages = x.numel() * 4 // 4096
+    assert len(fresh) == len(reused) == 4
+    # a fault per 4 KiB page (per 2 MiB where transparent huge pages are "always" on); none for the copy
+    assert min(fresh) >= 0.9 * pages / 512 and max(reused) * 10 < min(fresh)
 
 
 def test_weight_norms_report_flops_and_no_pct():

@@ -7,6 +7,9 @@ each pass is timed. :func:`measure_group` returns result records; :func:`run_swe
 
 from __future__ import annotations
 
+import mmap
+import statistics
+
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -473,13 +476,16 @@ def make_context(device: str, settings: TimerSettings | None = None, command=Non
                    ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")), ceiling_spread=ceil.spread)
 
 
-def time_pass(prep: Prepared, case: Case, settings: TimerSettings) -> tuple[list[float], bool]:
+def time_pass(prep: Prepared, case: Case, settings: TimerSettings,
+              faults: list | None = None) -> tuple[list[float], bool]:
+    """(seconds per repetition, whether a CUDA graph was used); on a CPU ``faults`` receives each repetition's
+    minor page faults (see ``timers.cpu_time``)."""
     fn, pre = prep.pass_fns(case.pass_)
     settings = case.settings(settings)
     if case.device.startswith("cuda"):
         return cuda_time(fn, settings, case.device, cold=case.timing == "cold", pre=pre,
                          graphs=case.graphs and case.pass_ != "bwd")
-    return cpu_time(fn, settings, pre), False
+    return cpu_time(fn, settings, pre, faults), False
 
 
 def peak_memory(prep: Prepared, pass_: str) -> int | None:
@@ -489,6 +495,10 @@ def peak_memory(prep: Prepared, pass_: str) -> int | None:
     if pre is not None:
         pre()
     return peak_above(fn, prep.device)
+
+
+#: Bytes per (base) page: a minor fault maps one.
+PAGE_BYTES = mmap.PAGESIZE
 
 
 class FarAboveCeiling(Exception):
@@ -502,7 +512,7 @@ def nonfinite_parts(err: dict) -> list[str]:
 
 def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float], used_graph: bool,
                  err: dict, peak: int | None, saved: int | None, load: dict | None = None,
-                 compile_report=None) -> dict:
+                 compile_report=None, faults: list[int] | None = None) -> dict:
     """The record of one timed case. Flags (schema v2): ``suspect`` above the copy ceiling, ``non_finite`` when the
     output or a gradient this pass computes is NaN/inf (the record is then invalid: kept, shown failed, never
     ranked), ``noisy`` when the machine was busy (``normbench.measure.noise``), ``fell_back`` when torch.compile
@@ -564,6 +574,12 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         from normbench.softmax import row_passes
 
         metrics["row_passes"] = row_passes(prep.module, case.pass_)
+    if faults:
+        # CPU: minor page faults per timed repetition (median): fresh pages of outputs allocated by the call
+        # (glibc maps blocks above 32 MiB anew each time). The copy ceiling writes to a preallocated buffer, so a
+        # kernel paying them reads lower against it; see docs/measurement.md, "CPU: page faults".
+        metrics["page_faults_per_rep"] = int(statistics.median(faults))
+        metrics["page_fault_bytes_per_rep"] = int(statistics.median(faults)) * PAGE_BYTES
     flops = prep.flops(case.pass_)
     if flops is not None:
         metrics["flops"] = flops
@@ -606,7 +622,8 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
         if watch is not None:
             watch.mark()  # the report covers exactly the timed repetitions (and their warm-up)
         try:
-            samples, used_graph = time_pass(prep, case, ctx.settings)
+            faults: list[int] = []
+            samples, used_graph = time_pass(prep, case, ctx.settings, faults)
         except Unsupported as exc:  # e.g. bwd of a forward-only baseline; the group's other passes still run
             if refused is None:
                 raise
@@ -617,7 +634,8 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
         load = noise.machine_load(noise.own_load(case.device, case.threads))
         peak = peak_memory(prep, case.pass_)
         try:
-            records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved, load, report))
+            records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved, load, report,
+                                        faults=faults or None))
         except FarAboveCeiling as exc:
             if refused is None:
                 raise

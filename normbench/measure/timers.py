@@ -45,8 +45,23 @@ class TimerSettings:
                 or (reps >= 3 and total >= self.max_time))
 
 
-def cpu_time(fn: Callable[[], object], settings: TimerSettings, pre: Callable[[], object] | None = None) -> list[float]:
-    """Seconds per call of ``fn`` on the CPU; ``pre`` (untimed) runs before each call, e.g. to rebuild a graph."""
+def minor_faults() -> int:
+    """Minor page faults of this process so far (all its threads); 0 where ``resource`` is missing (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def cpu_time(fn: Callable[[], object], settings: TimerSettings, pre: Callable[[], object] | None = None,
+             faults: list | None = None) -> list[float]:
+    """Seconds per call of ``fn`` on the CPU; ``pre`` (untimed) runs before each call, e.g. to rebuild a graph.
+
+    ``faults``, if given, receives the minor page faults of each timed call. glibc maps a block above its mmap
+    threshold (at most 32 MiB) fresh on every allocation and unmaps it on free, so a call that allocates a large
+    output first-touches each of its pages (a fault per 4 KiB): part of what eager PyTorch costs on a CPU, but not
+    of a copy into a preallocated buffer (the ceiling). Records state it (``metrics.page_faults_per_rep``)."""
     for _ in range(settings.warmup):
         if pre is not None:
             pre()
@@ -56,9 +71,12 @@ def cpu_time(fn: Callable[[], object], settings: TimerSettings, pre: Callable[[]
     while len(samples) < settings.max_reps:
         if pre is not None:
             pre()
+        f0 = minor_faults() if faults is not None else 0
         t0 = time.perf_counter()
         fn()
         dt = time.perf_counter() - t0
+        if faults is not None:
+            faults.append(minor_faults() - f0)
         samples.append(dt)
         total += dt
         if settings.done(len(samples), total):
