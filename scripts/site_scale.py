@@ -95,10 +95,13 @@ def measure(n: int, keep: bool = False) -> dict:
         t_build = time.perf_counter() - t0
         html = sorted((p.stat().st_size, p) for p in (tmp / "site").rglob("*.html"))
         data = sorted((p.stat().st_size, p) for p in (tmp / "site").rglob("*.js") if "data" in p.parts)
-        total = sum(p.stat().st_size for p in (tmp / "site").rglob("*") if p.is_file())
+        files = sorted((p.stat().st_size, p) for p in (tmp / "site").rglob("*") if p.is_file())
+        total = sum(size for size, _ in files)
         res = {"records": report.records, "pages": report.pages, "build_s": t_build, "write_s": t_write,
                "largest_page": (html[-1][1].relative_to(tmp / "site").as_posix(), html[-1][0]),
                "largest_data": (data[-1][1].relative_to(tmp / "site").as_posix(), data[-1][0]) if data else None,
+               "largest_file": (files[-1][1].relative_to(tmp / "site").as_posix(), files[-1][0]),
+               "records_bytes": sum(size for size, p in files if "records" in p.relative_to(tmp / "site").parts),
                "total_bytes": total}
         return res
     finally:
@@ -119,7 +122,9 @@ def main() -> int:
         print(f"{n} synthetic kernel records (+ committed accuracy): {r['records']} records, {r['pages']} pages, "
               f"build {r['build_s']:.1f} s (writing the records {r['write_s']:.1f} s); largest page {lp[0]} "
               f"{lp[1] / 1e6:.2f} MB" + (f"; largest data file {ld[0]} {ld[1] / 1e6:.2f} MB" if ld else "")
-              + f"; site {r['total_bytes'] / 1e6:.0f} MB", flush=True)
+              + f"; largest file {r['largest_file'][0]} {r['largest_file'][1] / 1e6:.2f} MB"
+              + f"; site {r['total_bytes'] / 1e6:.0f} MB (record pages and JSON {r['records_bytes'] / 1e6:.0f} MB)",
+              flush=True)
     return 0
 
 
