@@ -266,10 +266,14 @@ def test_committed_results_render(browser, tmp_path):
     report = build_site(results, tmp_path / "site", docs=REPO / "docs" if (REPO / "docs").is_dir() else None,
                         charts=False)
     site = tmp_path / "site"
-    # Every norm's page, device and task cell; of the per-device figure pages (one template) the first.
+    # Every device and task cell; norm pages (one template, ~40 of them: the demo test opens every page type) a
+    # deterministic spread of 8; of the per-device figure pages the first; the first and the largest record page.
     norms = sorted((site / "norms").glob("*.html"))
-    pages = list(PAGES) + [p.relative_to(site).as_posix() for p in [n for n in norms if "--" not in n.name]
-                           + [n for n in norms if "--" in n.name][:1] + sorted((site / "devices").glob("*.html"))
-                           + sorted((site / "accuracy").glob("*.html"))]
+    whole = [n for n in norms if "--" not in n.name]
+    spread = whole[::max(1, len(whole) // 8)][:8]
+    records = sorted((site / "records").glob("*.html"), key=lambda p: (-p.stat().st_size, p.name))
+    pages = list(PAGES) + [p.relative_to(site).as_posix() for p in spread + [n for n in norms if "--" in n.name][:1]
+                           + sorted((site / "devices").glob("*.html")) + sorted((site / "accuracy").glob("*.html"))
+                           + records[:1]]
     _screens(site, browser, tmp_path, pages, shoot=set())
     assert report.records > 0
