@@ -6,7 +6,6 @@ from __future__ import annotations
 import test_site_support as sup
 
 import normbench
-
 from normbench.cli import main
 from normbench.models import model_hash
 from normbench.results.schema import make_record

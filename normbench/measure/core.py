@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import mmap
 import statistics
-
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
