@@ -577,8 +577,9 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         # CPU: minor page faults per timed repetition (median): fresh pages of outputs allocated by the call
         # (glibc maps blocks above 32 MiB anew each time). The copy ceiling writes to a preallocated buffer, so a
         # kernel paying them reads lower against it; see docs/measurement.md, "CPU: page faults".
-        metrics["page_faults_per_rep"] = int(statistics.median(faults))
-        metrics["page_fault_bytes_per_rep"] = int(statistics.median(faults)) * PAGE_BYTES
+        per_rep = int(statistics.median(faults))
+        metrics["page_faults_per_rep"] = per_rep
+        metrics["page_fault_bytes_per_rep"] = per_rep * PAGE_BYTES
     flops = prep.flops(case.pass_)
     if flops is not None:
         metrics["flops"] = flops
@@ -634,7 +635,7 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
         peak = peak_memory(prep, case.pass_)
         try:
             records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved, load, report,
-                                        faults=faults or None))
+                                        faults=faults))
         except FarAboveCeiling as exc:
             if refused is None:
                 raise

@@ -6,7 +6,6 @@ figures come from ``charts`` (Vega-Lite specs rendered to static SVG).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import Counter
@@ -33,12 +32,9 @@ from normbench.site.fmt import (
     num,
     safe_url,
 )
-from normbench.site.records import Entry, Loaded, pages_of
+from normbench.site.records import Entry, Loaded, norm_stem, pages_of, slug
 from normbench.site.repro import command
 from normbench.site.tables import Col, Table, cell
-
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_SLUG_RE = re.compile(r"[^a-z0-9]+")
 
 #: The pseudo-flag of a migrated v1 record (``check: null``): it never passed ``normbench check``, so it is shown
 #: and never ranked, like a flagged one.
@@ -71,16 +67,8 @@ DOCS = (("measurement", "measurement.md", "Measurement"), ("accuracy", "accuracy
 
 
 def norm_file(name: str) -> str:
-    """The page of a norm, relative to the site root; odd names get a hash so they cannot escape ``norms/``."""
-    if _NAME_RE.match(name):
-        return f"norms/{name}.html"
-    return f"norms/n-{hashlib.sha256(name.encode()).hexdigest()[:16]}.html"
-
-
-def slug(*parts) -> str:
-    text = "-".join(str(p) for p in parts).lower()
-    s = _SLUG_RE.sub("-", text).strip("-")[:60]
-    return (s or "x") + "-" + hashlib.sha256(text.encode()).hexdigest()[:6]
+    """The page of a norm, relative to the site root."""
+    return f"norms/{norm_stem(name)}.html"
 
 
 def device_file(hw: str) -> str:

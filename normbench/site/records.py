@@ -193,15 +193,20 @@ def _assign_keys(entries: list[Entry]) -> None:
 #: by the first hex digits of a hash of the record id, so a record keeps its page while its group's size stays in
 #: the same power of 16.
 PAGE_RECORDS = 250
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
 
 
-def _part(text: str, safe: bool) -> str:
-    h = hashlib.sha256(text.encode()).hexdigest()
-    if safe and _NAME.match(text):
-        return text
-    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
-    return (s or "x") + "-" + h[:6]
+def norm_stem(name: str) -> str:
+    """A norm's name in file names (its pages, its record pages); odd names get a hash so they cannot escape."""
+    return name if _NAME_RE.match(name) else f"n-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+
+
+def slug(*parts) -> str:
+    """A file-name-safe, collision-resistant form of ``parts`` (e.g. a hardware id)."""
+    text = "-".join(str(p) for p in parts).lower()
+    s = _SLUG_RE.sub("-", text).strip("-")[:60]
+    return (s or "x") + "-" + hashlib.sha256(text.encode()).hexdigest()[:6]
 
 
 def _assign_pages(entries: list[Entry]) -> None:
@@ -215,7 +220,7 @@ def _assign_pages(entries: list[Entry]) -> None:
         hw = e.rec.get("provenance", {}).get("hardware_id")
         groups.setdefault((str(norm), str(hw)), []).append(e)
     for (norm, hw), group in groups.items():
-        stem = f"records/{_part(norm, True)}--{_part(hw, False)}"
+        stem = f"records/{norm_stem(norm)}--{slug(hw)}"
         digits = 0
         while len(group) > PAGE_RECORDS * 16 ** digits and digits < 4:
             digits += 1

@@ -21,34 +21,22 @@ def _recipe_args(cfg: dict, norm: str, tuned: bool) -> tuple[list[str], list[str
     """(options that turn this normbench's recipe for the record's cell into the recipe the record ran, fields of
     the record's recipe that no option sets). Overrides are not stored in a record; they are recovered by comparing
     its recipe with the current one, so a recipe changed since the record shows up as the second list."""
-    from dataclasses import replace
-
-    from normbench.train.recipes import get_recipe
+    from normbench.train.recipes import cell_recipe
 
     ran = cfg.get("recipe")
     if not isinstance(ran, dict) or not isinstance(cfg.get("task"), str) or not isinstance(cfg.get("model"), str):
         return [], []
+    cell = (cfg["task"], cfg["model"], norm, cfg.get("placement"), cfg.get("variant"), cfg.get("quick") is True)
     try:
-        placement = (cfg.get("placement") or "pre_ln") if cfg["model"] == "gpt" else None
-        r = get_recipe(cfg["task"], cfg["model"], cfg.get("variant")).adapted(norm, placement)
-        if cfg.get("quick") is True:
-            r = r.for_quick()
+        current = cell_recipe(*cell)
+        change = {key: ran[key] for key, _ in _OVERRIDABLE
+                  if key in ran and ran[key] != getattr(current, key) and not (tuned and key == "lr")}
+        now = cell_recipe(*cell, overrides=change).to_dict()
     except (KeyError, TypeError, ValueError):
         return [], ["the whole recipe (this normbench has no recipe for the cell)"]
-    args, change = [], {}
-    for key, flag in _OVERRIDABLE:
-        if key in ran and ran[key] != getattr(r, key) and not (tuned and key == "lr"):
-            args += [flag, _q(ran[key])]
-            change[key] = ran[key]
-    try:
-        r = replace(r, **change)
-        if r.warmup_steps > r.steps:  # as the train command does for a shortened run
-            r = replace(r, warmup_steps=r.steps // 10)
-    except TypeError:
-        pass
-    now = json.loads(json.dumps(r.to_dict(), default=str))  # as a record holds it (tuples become lists)
-    skip = {"lr"} if tuned else set()
-    differ = sorted((str(k) for k in set(ran) | set(now) if k not in skip and ran.get(k) != now.get(k)), key=str)
+    args = [a for key, flag in _OVERRIDABLE if key in change for a in (flag, _q(change[key]))]
+    now = json.loads(json.dumps(now, default=str))  # as a record holds it (tuples become lists)
+    differ = sorted(str(k) for k in set(ran) | set(now) if not (tuned and k == "lr") and ran.get(k) != now.get(k))
     return args, differ
 
 

@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -29,7 +29,7 @@ from normbench.models import MODEL_LAYOUT, build_model, model_hash
 from normbench.models.norms import resolve
 from normbench.tasks import data_config, get_task, load_task
 from normbench.train.data import Batcher
-from normbench.train.recipes import Recipe, get_recipe, recipe_hash
+from normbench.train.recipes import Recipe, cell_recipe, recipe_hash
 
 #: Curve points kept per run (besides every evaluation).
 CURVE_POINTS = 50
@@ -74,18 +74,8 @@ class Run:
         return resolve(self.norm)
 
     def recipe(self) -> Recipe:
-        placement = (self.placement or "pre_ln") if self.model == "gpt" else None
-        r = get_recipe(self.task, self.model, self.variant).adapted(self.spec().name, placement)
-        if self.quick:
-            r = r.for_quick()
-        if self.recipe_overrides:
-            unknown = set(self.recipe_overrides) - set(Recipe.__dataclass_fields__)
-            if unknown:
-                raise ValueError(f"unknown recipe fields {sorted(unknown)}")
-            r = replace(r, **self.recipe_overrides)
-            if r.warmup_steps > r.steps:
-                r = replace(r, warmup_steps=r.steps // 10)
-        return r
+        return cell_recipe(self.task, self.model, self.spec().name, self.placement, self.variant, self.quick,
+                           self.recipe_overrides)
 
 
 # -- distributed ----------------------------------------------------------------------------------------------------

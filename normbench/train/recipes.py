@@ -261,6 +261,25 @@ def get_recipe(task: str, model: str, variant: str | None = None) -> Recipe:
     return RECIPES[key]
 
 
+def cell_recipe(task: str, model: str, norm: str, placement: str | None = None, variant: str | None = None,
+                quick: bool = False, overrides: dict | None = None) -> Recipe:
+    """The recipe a run uses: the cell's recipe adapted for ``norm`` and the GPT ``placement`` (Pre-LN by default),
+    shortened for ``quick``, with command-line ``overrides`` (a warm-up longer than the shortened run becomes a tenth
+    of it). ``normbench train`` and the site's reproduce commands both build it here."""
+    placement = (placement or "pre_ln") if model == "gpt" else None
+    r = get_recipe(task, model, variant).adapted(norm, placement)
+    if quick:
+        r = r.for_quick()
+    if overrides:
+        unknown = set(overrides) - set(Recipe.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown recipe fields {sorted(unknown)}")
+        r = replace(r, **overrides)
+        if r.warmup_steps > r.steps:
+            r = replace(r, warmup_steps=r.steps // 10)
+    return r
+
+
 def variants(task: str, model: str) -> list[str]:
     prefix = f"{task}/{model}"
     return [r.variant for n, r in RECIPES.items() if n == prefix or n.startswith(prefix + "/")]
