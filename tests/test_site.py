@@ -204,7 +204,7 @@ def test_build_writes_every_page_and_each_row_links_to_its_record(demo_site):
     for page, key in hrefs:
         # The record's section on its page, and the record in the page's JSON file.
         assert f'<section class="record" id="{key}">' in (site / page).read_text()
-        recs = {r["id"]: r for r in json.loads((site / page.replace(".html", ".json")).read_text())}
+        recs = {r["id"]: r for p, r in sup.published(site) if sup.page_of(p) == site / page}
         assert recs[key]["kind"] == "kernel"
     # The leaderboard holds one row per case (device, norm, backend, dtype, pass, class): its best shape.
     kernels = (site / "kernels.html").read_text()
@@ -273,14 +273,14 @@ def _section(html: str, rid: str) -> str:
 def test_record_pages_show_the_reproducing_command(demo_site):
     root, _ = demo_site
     site = root / "site"
-    recs = [(p, r) for p in (site / "records").glob("*.json") for r in json.loads(p.read_text())]
+    recs = sup.published(site)
     p, k = next((p, r) for p, r in recs if r["kind"] == "kernel" and r["config"]["device"] == "cuda")
-    page = _section(p.with_suffix(".html").read_text(), k["id"])
+    page = _section(sup.page_of(p).read_text(), k["id"])
     c = k["config"]
     assert (f"normbench bench --norm {k['norm']['name']} --backend {c['backend']} --shape-class {c['shape_class']} "
             f"--layout tokens --dtype {c['dtype']} --pass {c['pass']} --device cuda --timing cold") in page
     p, a = next((p, r) for p, r in recs if r["kind"] == "accuracy" and r["config"]["seed"] == 2)
-    page = _section(p.with_suffix(".html").read_text(), a["id"])
+    page = _section(sup.page_of(p).read_text(), a["id"])
     assert (f"normbench train --norm {a['norm']['name']} --task {a['config']['task']} --model {a['config']['model']} "
             "--seeds 1 --seed-start 2") in page
 
@@ -294,7 +294,7 @@ def test_downloads_and_the_published_schema_hold_every_record(demo_site):
     csv = pd.read_csv(site / "downloads" / "records.csv")
     pq = pd.read_parquet(site / "downloads" / "records.parquet")
     assert len(csv) == len(pq) == report.records
-    published = [r for p in (site / "records").glob("*.json") for r in json.loads(p.read_text())]
+    published = [r for _, r in sup.published(site)]
     assert len(published) == report.records and set(pq["id"]) == {r["id"] for r in published}
     k = pq[pq["kind"] == "kernel"].set_index("id")
     some = next(r for r in published if r["kind"] == "kernel")

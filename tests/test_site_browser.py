@@ -120,6 +120,85 @@ def _column(page, table: str, index: int) -> list[str]:
                                      f"rows => rows.map(r => r.cells[{index}].getAttribute('data-v'))")
 
 
+_ROWS_JS = """([id, html]) => {
+  const doc = html ? new DOMParser().parseFromString(html, "text/html") : document;
+  return Array.from(doc.getElementById(id).tBodies[0].rows).map(tr => ({
+    attrs: Array.from(tr.attributes).filter(a => a.name !== "hidden").map(a => [a.name, a.value]).sort(),
+    cells: Array.from(tr.cells).map(td => ({
+      text: td.textContent.trim().replace(/\\s+/g, " "), cls: Array.from(td.classList).sort().join(" "),
+      v: td.getAttribute("data-v"),
+      links: Array.from(td.querySelectorAll("a")).map(a => [a.getAttribute("href"), a.getAttribute("title"),
+                                                             a.getAttribute("rel")]),
+      spans: Array.from(td.querySelectorAll("span")).map(s => [s.className, s.getAttribute("title"), s.textContent]),
+    })),
+  }));
+}"""
+
+
+def _rows_as_data(page, table: str, html: str | None = None) -> list[dict]:
+    """The rows of a table as data: the page's live rows, or (with ``html``) the rows written in that HTML."""
+    return page.evaluate(_ROWS_JS, [table, html])
+
+
+def _num(v) -> bool:
+    try:
+        return v is not None and float(v) == float(v)
+    except ValueError:
+        return False
+
+
+def test_packed_rows_unpack_to_every_field(browser, tmp_path):
+    """Every field a cell can carry survives pack_rows (Python) and the page script's unpacking (JavaScript)."""
+    from normbench.site import tables
+
+    cells = [tables.cell("plain"), tables.cell("3.1 GB/s", 3.123456789, title="IQR 2 %"),
+             tables.cell("layernorm", "layernorm", href="norms/layernorm.html", note="eager", cls="best"),
+             tables.cell("paper", href="https://arxiv.org/abs/1607.06450", ext=True),
+             tables.cell("7", 7, flags=[("noisy", "noisy", "load 3.2 on 2 cores"), ("ε", "suspect", "above <x>")]),
+             tables.cell("", None)]
+    rows = [{"c": cells, "f": {"dtype": "bfloat16", "pass": "fwd"}, "k": "flagged"},
+            {"c": [tables.cell("b")] * len(cells), "f": {"pass": "bwd"}, "k": ""}]
+    sup.write_demo(tmp_path / "results")
+    build_site(tmp_path / "results", tmp_path / "site", charts=False)
+    v = Visit(browser)
+    try:
+        v.open(tmp_path / "site" / "kernels.html")
+        got = v.page.evaluate("""([packed, n]) => {
+          const t = document.createElement("table"); t.id = "nb-packed-test";
+          t.innerHTML = "<thead><tr>" + "<th data-sort='num'></th>".repeat(n) + "</tr></thead><tbody></tbody>";
+          document.body.appendChild(t);
+          window.nbData("nb-packed-test", packed);
+          return Array.from(t.tBodies[0].rows).map(tr => ({
+            k: tr.className, f: Object.fromEntries(Array.from(tr.attributes).filter(a => a.name.startsWith("data-f-"))
+                                                   .map(a => [a.name.slice(7), a.value])),
+            c: Array.from(tr.cells).map(td => ({
+              t: (td.querySelector("a, span:not(.muted):not(.flag)") || td.firstChild || {textContent: ""}).textContent,
+              v: td.getAttribute("data-v"), h: td.querySelector("a") && td.querySelector("a").getAttribute("href"),
+              x: !!(td.querySelector("a") && td.querySelector("a").getAttribute("rel")),
+              ti: (td.querySelector("a[title], span[title]:not(.flag)") || {getAttribute: () => null})
+                    .getAttribute("title"),
+              n: (td.querySelector("span.muted") || {textContent: null}).textContent,
+              b: Array.from(td.querySelectorAll("span.flag")).map(s => [s.textContent, s.className, s.title]),
+              k: Array.from(td.classList).filter(c => c !== "num").join(" ")}))}));
+        }""", [tables.pack_rows(rows), len(cells)])
+    finally:
+        v.close()
+    assert [r["k"] for r in got] == ["flagged", ""]
+    assert [r["f"] for r in got] == [{"dtype": "bfloat16", "pass": "fwd"}, {"pass": "bwd"}]
+    for want, c in zip(cells, got[0]["c"]):
+        assert c["t"] == want["t"] and c["h"] == want.get("h") and c["x"] == bool(want.get("x"))
+        assert c["ti"] == want.get("ti") and c["n"] == want.get("n") and c["k"] == want.get("k", "")
+        assert c["b"] == [[lab, f"flag flag-{f}", f"{f}: {why}"] for lab, f, why in want.get("b", [])]
+        if isinstance(want.get("v"), float):
+            assert float(c["v"]) == pytest.approx(want["v"], rel=1e-5)  # 6 significant digits
+        else:
+            assert c["v"] == (None if want.get("v") is None else str(want["v"]))
+    assert [c["t"] for c in got[1]["c"]] == ["b"] * len(cells)
+    # A string table makes repeated text cheap: the second row's cells are one small index each.
+    assert json.dumps(tables.pack_rows(rows)["rows"][1][0]) == json.dumps([0 + tables.pack_rows(rows)["s"].index("b")]
+                                                                          * len(cells))
+
+
 def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatch):
     from normbench.site import tables
 
@@ -149,6 +228,16 @@ def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatc
 
         v.open(site / "kernels.html")
         table = v.page.get_attribute("table.sortable", "id")
+        # The rows unpacked from the (packed) data file are the rows the template wrote into the page.
+        inline = _rows_as_data(v.page, table, (site / "kernels.html").read_text(encoding="utf-8"))
+        loaded = _rows_as_data(v.page, table)
+        assert len(inline) == tables.PREVIEW and len(loaded) > len(inline)
+        for a, b in zip(inline, loaded):
+            assert [{k: x for k, x in c.items() if k != "v"} for c in a["cells"]] == [
+                {k: x for k, x in c.items() if k != "v"} for c in b["cells"]]
+            assert [c["v"] and float(c["v"]) for c in a["cells"] if _num(c["v"])] == pytest.approx(
+                [c["v"] and float(c["v"]) for c in b["cells"] if _num(c["v"])], rel=1e-5)
+            assert a["attrs"] == b["attrs"]
         heads = v.page.locator(f"#{table} thead th")
         labels = [heads.nth(i).inner_text().strip(" ↕▲▼") for i in range(heads.count())]
         gb = labels.index("GB/s")
@@ -197,8 +286,9 @@ def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatc
         v.page.goto((site / page).as_uri() + "#" + key)
         assert v.page.inner_text(f"section[id='{key}'] pre.command").startswith("normbench bench --norm ")
         assert v.page.evaluate("location.hash") == "#" + key
-        v.page.goto((site / page.replace(".html", ".json")).as_uri())
-        assert '"schema":"normbench.record"' in v.page.content() and key in v.page.content()
+        # ... and the page links its records as validated (gzip-compressed JSON), this one among them.
+        gz = v.page.get_attribute("a[href$='.json.gz']", "href")
+        assert key in {r["id"] for p, r in sup.published(site) if p == (site / page).parent / gz}
         assert not v.errors, v.errors
     finally:
         v.close()
@@ -247,9 +337,8 @@ def test_hostile_records_run_no_script(browser, tmp_path):
         v.close()
     v = Visit(browser)
     try:
-        path, rec = next((p, r) for p in (site / "records").glob("*.json") for r in json.loads(p.read_text())
-                         if r["config"].get("shape_label") == sup.CLOSE)
-        v.open(path.with_suffix(".html"))
+        path, rec = next((p, r) for p, r in sup.published(site) if r["config"].get("shape_label") == sup.CLOSE)
+        v.open(sup.page_of(path))
         # the hostile shape label, as text
         assert rec and v.page.locator("pre.command", has_text="</script><script>").count() == 1
         assert v.page.evaluate("typeof window.__pwned") == "undefined"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
+from pathlib import Path
 
 from normbench.results import make_record, write_records
 
@@ -177,6 +180,17 @@ def invalid_records() -> list:
         nest = [nest]
     deep["config"]["recipe"] = {"nest": nest}  # valid by the schema, but deeper than any real record
     return [bad_name, no_metrics, CLOSE, deep]
+
+
+def published(site) -> list[tuple]:
+    """(page JSON file, record) for every record the built ``site`` publishes (records/*.json.gz)."""
+    return [(p, r) for p in sorted((Path(site) / "records").glob("*.json.gz"))
+            for r in json.loads(gzip.decompress(p.read_bytes()))]
+
+
+def page_of(json_gz) -> Path:
+    """The record page beside a published JSON file."""
+    return Path(str(json_gz)[:-len(".json.gz")] + ".html")
 
 
 def write_hostile(root) -> None:

@@ -836,7 +836,7 @@ class Site:
         prov_ids: dict = {}
         sections = [self.record_section(e, prov_ids) for e in entries]
         p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw,
-                     json_href=path.rsplit("/", 1)[-1][:-len(".html")] + ".json",
+                     json_href=entries[0].json_file.rsplit("/", 1)[-1],
                      hw_href=f"../{device_file(hw)}", norm_href=f"../{norm_file(name)}")
         return p
 

@@ -33,8 +33,8 @@ class Entry:
 
     @property
     def json_file(self) -> str:
-        """The JSON file (an array of the page's records, as validated) that holds this record."""
-        return self.page[:-len(".html")] + ".json"
+        """The gzip-compressed JSON file (an array of the page's records, as validated) that holds this record."""
+        return self.page[:-len(".html")] + ".json.gz"
 
     @property
     def kind(self) -> str:

@@ -84,6 +84,48 @@ class Table:
         self.src = up + path
         # A data file is a script the page's own script loads (same origin, so the strict CSP allows it, also from
         # file://); JSON with ASCII escapes cannot leave its string literals.
-        text = ("window.nbData(" + json.dumps(self.id) + "," + json.dumps({"rows": self.rows}, ensure_ascii=True,
+        text = ("window.nbData(" + json.dumps(self.id) + "," + json.dumps(pack_rows(self.rows), ensure_ascii=True,
                                                                            separators=(",", ":")) + ");\n")
         return path, text
+
+
+#: A packed cell's fields, in order (``assets/site.js`` unpacks the same order).
+CELL_FIELDS = ("t", "v", "h", "ti", "n", "x", "b", "k")
+
+
+def pack_rows(rows: list[dict]) -> dict:
+    """Rows as a data file holds them: every string once in ``s`` and referred to by its index; a cell is the index
+    of its text, or ``[t, v, h, ti, n, x, b, k]`` without trailing nulls (a string sort value ``v`` as ``[index]``,
+    a float one to 6 significant digits: it only orders rows); a row is ``[cells, filter values in the order of
+    ``fk``, class]``. A big leaderboard's rows repeat the same devices, norms, links and filter values, so this is a
+    third of the plain rows' size; ``assets/site.js`` (``unpack``) restores the plain rows."""
+    strings: dict[str, int] = {}
+
+    def s(v):
+        return None if v is None else strings.setdefault(str(v), len(strings))
+
+    def sort_value(v):
+        if v is None or isinstance(v, bool):
+            return v
+        if isinstance(v, float):
+            return float(f"{v:.6g}") if v == v and abs(v) != float("inf") else None
+        return v if isinstance(v, int) else [s(v)]
+
+    def cell(c: dict):
+        if set(c) == {"t"}:
+            return s(c["t"])
+        packed = [s(c.get("t", "")), sort_value(c.get("v")), s(c.get("h")), s(c.get("ti")), s(c.get("n")),
+                  1 if c.get("x") else None, [[s(x) for x in b] for b in c["b"]] if c.get("b") else None,
+                  s(c.get("k"))]
+        while packed[-1] is None:
+            packed.pop()
+        return packed
+
+    keys = list(dict.fromkeys(k for r in rows for k in r.get("f", {})))
+    packed = []
+    for r in rows:
+        row = [[cell(c) for c in r["c"]], [s(r.get("f", {}).get(k)) for k in keys]]
+        if r.get("k"):
+            row.append(s(r["k"]))
+        packed.append(row)
+    return {"s": list(strings), "fk": keys, "rows": packed}

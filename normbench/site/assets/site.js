@@ -43,10 +43,29 @@
     return td;
   }
 
+  // A data file's packed rows (normbench/site/tables.py, pack_rows) as plain ones: every string is an index into
+  // data.s; a cell is the index of its text or [t, v, h, ti, n, x, b, k]; a row is [cells, filter values, class].
+  function unpack(data) {
+    var S = data.s || [], keys = data.fk || [];
+    function str(i) { return typeof i === "number" ? S[i] : undefined; }
+    return data.rows.map(function (r) {
+      var f = {};
+      (r[1] || []).forEach(function (i, j) { if (typeof i === "number") f[keys[j]] = S[i]; });
+      var cells = r[0].map(function (c) {
+        if (typeof c === "number") return { t: S[c] };
+        var v = c[1];
+        return { t: str(c[0]) || "", v: Array.isArray(v) ? str(v[0]) : v, h: str(c[2]), ti: str(c[3]), n: str(c[4]),
+                 x: c[5], b: (c[6] || []).map(function (b) { return b.map(str); }), k: str(c[7]) };
+      });
+      return { c: cells, f: f, k: str(r[2]) };
+    });
+  }
+
   // Called by a table's data file: replace the page's first rows with all of them.
   window.nbData = function (id, data) {
     var table = document.getElementById(id);
     if (!table || !data || !data.rows) return;
+    data = { rows: unpack(data) };
     var cols = Array.prototype.map.call(table.tHead.rows[0].cells, function (th) {
       return { num: th.getAttribute("data-sort") === "num" };
     });
