@@ -35,3 +35,26 @@ def _check_cache(tmp_path_factory):
         os.environ.pop("NORMBENCH_CACHE_DIR", None)
     else:
         os.environ["NORMBENCH_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def demo_site(tmp_path_factory):
+    """The demo records' site, built once for the site tests (test_site.py reads its files, test_site_browser.py
+    drives it in Chromium): ``(root, report)`` with ``root/results``, ``root/docs`` and ``root/site``. Its tables
+    are "big" above 30 rows (first 10 rows in the page, every row in a data file) and page 20 rows at a time, so
+    the data-file path is exercised by the demo's kernel leaderboard."""
+    import test_site_support as sup
+
+    from normbench.site import build_site, tables
+
+    root = tmp_path_factory.mktemp("demo")
+    sup.write_demo(root / "results")
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "measurement.md").write_text("# Measurement\n\nBytes: `2·N·C·s`. See [ref](https://example.org).\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tables, "PAGE_ROWS", 20)
+        mp.setattr(tables, "INLINE_MAX", 30)
+        mp.setattr(tables, "PREVIEW", 10)
+        report = build_site(root / "results", root / "site", docs=docs)
+    return root, report

@@ -147,7 +147,7 @@ def _num(v) -> bool:
         return False
 
 
-def test_packed_rows_unpack_to_every_field(browser, tmp_path):
+def test_packed_rows_unpack_to_every_field(browser, demo_site):
     """Every field a cell can carry survives pack_rows (Python) and the page script's unpacking (JavaScript)."""
     from normbench.site import tables
 
@@ -158,11 +158,9 @@ def test_packed_rows_unpack_to_every_field(browser, tmp_path):
              tables.cell("", None)]
     rows = [{"c": cells, "f": {"dtype": "bfloat16", "pass": "fwd"}, "k": "flagged"},
             {"c": [tables.cell("b")] * len(cells), "f": {"pass": "bwd"}, "k": ""}]
-    sup.write_demo(tmp_path / "results")
-    build_site(tmp_path / "results", tmp_path / "site", charts=False)
     v = Visit(browser)
     try:
-        v.open(tmp_path / "site" / "kernels.html")
+        v.open(demo_site[0] / "site" / "kernels.html")
         got = v.page.evaluate("""([packed, n]) => {
           const t = document.createElement("table"); t.id = "nb-packed-test";
           t.innerHTML = "<thead><tr>" + "<th data-sort='num'></th>".repeat(n) + "</tr></thead><tbody></tbody>";
@@ -199,16 +197,10 @@ def test_packed_rows_unpack_to_every_field(browser, tmp_path):
                                                                           * len(cells))
 
 
-def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatch):
-    from normbench.site import tables
-
-    sup.write_demo(tmp_path / "results")
-    monkeypatch.setattr(tables, "PAGE_ROWS", 20)
-    # The kernels table is "big": its page holds the first rows, its data file all of them.
-    monkeypatch.setattr(tables, "INLINE_MAX", 30)
-    monkeypatch.setattr(tables, "PREVIEW", 10)
-    build_site(tmp_path / "results", tmp_path / "site")
-    site = tmp_path / "site"
+def test_demo_site_renders_sorts_filters_and_pages(browser, demo_site, tmp_path):
+    # The demo site (tests/conftest.py) pages 20 rows and its kernels table is "big": its page holds the first 10
+    # rows, its data file all of them.
+    site = demo_site[0] / "site"
     assert (site / "data" / "kernels.js").is_file()
     extra = ["norms/layernorm.html", "norms/groupnorm.html"] + [
         p.relative_to(site).as_posix() for p in sorted((site / "devices").glob("*.html"))
@@ -231,7 +223,7 @@ def test_demo_site_renders_sorts_filters_and_pages(browser, tmp_path, monkeypatc
         # The rows unpacked from the (packed) data file are the rows the template wrote into the page.
         inline = _rows_as_data(v.page, table, (site / "kernels.html").read_text(encoding="utf-8"))
         loaded = _rows_as_data(v.page, table)
-        assert len(inline) == tables.PREVIEW and len(loaded) > len(inline)
+        assert len(inline) == 10 and len(loaded) > len(inline)
         for a, b in zip(inline, loaded):
             assert [{k: x for k, x in c.items() if k != "v"} for c in a["cells"]] == [
                 {k: x for k, x in c.items() if k != "v"} for c in b["cells"]]
