@@ -207,7 +207,7 @@ def test_build_writes_every_page_and_each_row_links_to_its_record(demo_site):
     for name in ("index.html", "kernels.html", "devices.html", "accuracy.html", "claims.html", "norms.html",
                  "softmax.html", "methodology.html", "methodology/measurement.html", "downloads.html",
                  "rejected.html", "norms/layernorm.html", "norms/groupnorm.html", "assets/site.js", "assets/site.css",
-                 "normbench-record.schema.json", "downloads/records.csv", "downloads/records.parquet"):
+                 "normbench-record.schema.json", "downloads/records.csv.gz", "downloads/records.parquet"):
         assert (site / name).is_file(), name
     # Every kernel record has a row, with a link to its page, in its norm's table.
     norms = "".join(_with_data(p) for p in (site / "norms").glob("*.html"))
@@ -303,7 +303,7 @@ def test_downloads_and_the_published_schema_hold_every_record(demo_site):
 
     root, report = demo_site
     site = root / "site"
-    csv = pd.read_csv(site / "downloads" / "records.csv")
+    csv = pd.read_csv(site / "downloads" / "records.csv.gz")
     pq = pd.read_parquet(site / "downloads" / "records.parquet")
     assert len(csv) == len(pq) == report.records
     published = [r for _, r in sup.published(site)]
