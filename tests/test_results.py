@@ -191,6 +191,7 @@ def fresh_validator():
 def test_the_json_schema_is_the_one_definition_of_structure(monkeypatch, fresh_validator):
     import jsonschema
 
+    jsonschema.Draft202012Validator.check_schema(schema.json_schema())
     published = jsonschema.Draft202012Validator(schema.json_schema())
     breakages = [lambda r: r["config"].update(dtype="float8"), lambda r: r["norm"].pop("layouts"),
                  lambda r: r["provenance"].update(node=7), lambda r: r.update(impl_hash="xyz"),
