@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 
@@ -117,3 +118,20 @@ def test_script_dry_run_and_no_gpu_message(tmp_path):
                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHON": env_py},
                          timeout=120)
     assert run.returncode != 0 and "needs a CUDA device" in run.stderr
+
+
+def test_script_without_jsonschema_says_to_carry_the_wheels(tmp_path):
+    """The GPU image has no jsonschema: with no .whl/ to install it from, the script stops and says what to do."""
+    blocked = tmp_path / "blocked" / "jsonschema"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('not in this image')\n")
+    python = tmp_path / "python"  # this interpreter, as an image without jsonschema sees it
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{blocked.parent}:$PYTHONPATH" exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(f"{REPO}/scripts/gpu-campaign.sh", tree / "scripts")
+    run = subprocess.run(["bash", "scripts/gpu-campaign.sh", "--dry-run"], cwd=tree, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHON": str(python)}, timeout=60)
+    assert run.returncode == 1, run.stderr
+    assert "bash scripts/gpu-wheels.sh" in run.stderr and "name .whl in the device run's carry" in run.stderr

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from normbench import results
+from normbench.results import schema
 
 
 def _prov(hw_id="cpu-test-2c"):
@@ -74,7 +75,7 @@ def test_real_provenance_is_valid():
     (lambda r: r["metrics"].update(time_median_s=-1.0), "metrics.time_median_s must be > 0"),
     (lambda r: r["norm"].update(name="Layer Norm!"), "norm.name 'Layer Norm!' is malformed"),
     (lambda r: r["config"].update(dtype="float8"), "config.dtype must be one of"),
-    (lambda r: r["config"].update(shape=[10, -1]), "config.shape must be a non-empty list of positive integers"),
+    (lambda r: r["config"].update(shape=[10, -1]), "config.shape[1] must be >= 1; got -1"),
     (lambda r: r["metrics"].update(reps=0), "metrics.reps must be >= 1"),
     (lambda r: r["metrics"].update(gbps=1e6), "does not equal bytes_moved / time_median_s"),
     (lambda r: r.update(schema_version=99), "newer than this normbench understands"),
@@ -111,7 +112,8 @@ def test_pct_of_ceiling_may_be_null_when_not_meaningful():
 
 
 @pytest.mark.parametrize("breakage, expected", [
-    (lambda r: r["metrics"]["curve"].append([20, float("nan"), None]), "store null for a diverged loss"),
+    (lambda r: r["metrics"]["curve"].append([20, float("nan"), None]),
+     "metrics.curve[2][1] must be finite (null where training diverged); got nan"),
     (lambda r: r["config"].update(seed="zero"), "config.seed must be an integer"),
     (lambda r: r["metrics"].pop("diverged"), "metrics.diverged is missing"),
     (lambda r: r["metrics"].update(diverged_step=3), "diverged_step is set but metrics.diverged is false"),
@@ -121,6 +123,99 @@ def test_broken_accuracy_records_are_rejected(breakage, expected):
     breakage(rec)
     problems = results.validate_record(rec)
     assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("breakage, expected", [
+    (lambda r: r["metrics"].pop("reps"), ["metrics.reps is missing"]),
+    (lambda r: r["config"].update(dtype="float8"),
+     ["config.dtype must be one of float32, bfloat16, float16, float64; got 'float8'"]),
+    (lambda r: r["config"].update(threads="two"), ["config.threads must be an integer; got 'two'"]),
+    (lambda r: r["metrics"].update(reps=20.0), ["metrics.reps must be an integer; got 20.0"]),
+    (lambda r: r["metrics"].update(ceiling_gbps="fast"), ["metrics.ceiling_gbps must be a number or null; got 'fast'"]),
+    (lambda r: r["metrics"].update(gbps=float("inf")), ["metrics.gbps must be finite; got inf"]),
+    (lambda r: r["config"].update(shape=[8, 0]), ["config.shape[1] must be >= 1; got 0"]),
+    (lambda r: r.update(flags=["slow"]), ["record.flags[0] must be one of non_finite, fell_back, noisy, suspect, "
+                                          "unchecked, forced, diverged, tuning; got 'slow'"]),
+    (lambda r: r.update(config=[]), ["record.config must be an object; got []"]),
+])
+def test_schema_problems_name_the_field_and_say_what_is_wrong(breakage, expected):
+    rec = kernel_record()
+    breakage(rec)
+    assert results.validate_record(rec) == expected
+
+
+def test_schema_problems_in_nested_lists_name_the_index():
+    rec = accuracy_record()
+    rec["metrics"]["curve"][1] = [10, "low", None]
+    rec["metrics"]["curve"].append([20, 1.0])
+    assert results.validate_record(rec) == [
+        "metrics.curve[1][1] must be a number or null (null where training diverged); got 'low'",
+        "metrics.curve[2] must have at least 3 items ([step, train_loss, eval_metric]); got [20, 1.0]"]
+
+
+def test_every_structural_problem_is_reported_in_field_order_before_any_arithmetic():
+    rec = kernel_record()
+    rec["provenance"]["hardware"].pop("cores")
+    rec["metrics"].update(time_median_s=-1.0, gbps=1e6)  # the GB/s check waits for a valid structure
+    rec["config"]["dtype"] = "float8"
+    rec.pop("check")
+    assert results.validate_record(rec) == [
+        "record.check is missing",
+        "config.dtype must be one of float32, bfloat16, float16, float64; got 'float8'",
+        "metrics.time_median_s must be > 0; got -1.0",
+        "provenance.hardware.cores is missing",
+    ]
+    rec = kernel_record(gbps=1e6)
+    assert results.validate_record(rec) == [
+        "metrics.gbps 1e+06 does not equal bytes_moved / time_median_s = 4 GB/s",
+        "metrics.pct_of_ceiling 40 does not equal 100·gbps/ceiling_gbps = 1e+07",
+        "metrics.gbps 1e+06 is far above the measured ceiling 10 GB/s (more than 10x): a broken measurement, "
+        "not a result"]
+
+
+def test_a_newer_schema_version_is_one_problem():
+    rec = kernel_record()
+    rec.update(schema_version=3, shiny_new_field={})
+    del rec["metrics"]
+    assert results.validate_record(rec) == [
+        "record.schema_version 3 is newer than this normbench understands (2); upgrade normbench"]
+
+
+@pytest.fixture
+def fresh_validator():
+    schema._validator.cache_clear()
+    yield
+    schema._validator.cache_clear()
+
+
+def test_the_json_schema_is_the_one_definition_of_structure(monkeypatch, fresh_validator):
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(schema.json_schema())
+    published = jsonschema.Draft202012Validator(schema.json_schema())
+    breakages = [lambda r: r["config"].update(dtype="float8"), lambda r: r["norm"].pop("layouts"),
+                 lambda r: r["provenance"].update(node=7), lambda r: r.update(impl_hash="xyz"),
+                 lambda r: r["metrics"]["err"].update(y={"max_abs": -1.0})]
+    for breakage in breakages:  # a structural problem is reported because the schema rejects the record
+        rec = kernel_record()
+        breakage(rec)
+        assert results.validate_record(rec) and not published.is_valid(rec)
+
+    def changed():  # the same schema, with float8 a dtype and a shape class that must start with "l"
+        s = copy.deepcopy(original())
+        config = s["allOf"][1]["then"]["properties"]["config"]["properties"]
+        config["dtype"]["enum"].append("float8")
+        config["shape_class"]["pattern"] = "^l"
+        return s
+
+    original = schema.json_schema
+    monkeypatch.setattr(schema, "json_schema", changed)
+    schema._validator.cache_clear()
+    rec = kernel_record(dtype="float8")
+    rec["config"]["shape_class"] = "llm"
+    assert results.validate_record(rec) == []
+    rec["config"]["shape_class"] = "quick"
+    assert results.validate_record(rec) == ["config.shape_class 'quick' is malformed (must match ^l)"]
 
 
 def test_record_id_is_stable_and_depends_on_config_and_hardware():

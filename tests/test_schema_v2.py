@@ -67,15 +67,17 @@ def test_add_flag_keeps_flags_sorted_unique_with_reasons():
 
 
 @pytest.mark.parametrize("breakage, expected", [
-    (lambda r: r.update(flags=["bogus"], flag_reasons={"bogus": "x"}), "unknown flag(s) bogus"),
-    (lambda r: r.update(flags=["suspect", "noisy"], flag_reasons={"suspect": "a", "noisy": "b"}), "sorted and unique"),
+    (lambda r: r.update(flags=["bogus"], flag_reasons={"bogus": "x"}),
+     "record.flags[0] must be one of non_finite, fell_back"),
+    (lambda r: r.update(flags=["suspect", "noisy"], flag_reasons={"suspect": "a", "noisy": "b"}),
+     "record.flags must be sorted"),
     (lambda r: r.update(flags=["noisy"], flag_reasons={}), "flag_reasons.noisy must say why"),
     (lambda r: r.update(flag_reasons={"noisy": "x"}), "reasons for flags not set: noisy"),
-    (lambda r: r.update(impl_hash="xyz"), "record.impl_hash must be 16 lowercase hex digits"),
+    (lambda r: r.update(impl_hash="xyz"), "record.impl_hash 'xyz' is malformed (16 lowercase hex digits"),
     (lambda r: r.pop("flags"), "record.flags is missing"),
     (lambda r: r.update(check={"status": "maybe", "impl_hash": "", "detail": None}), "check.status must be one of"),
     (lambda r: r.update(check={"status": "passed"}), "check.impl_hash is missing"),
-    (lambda r: r["provenance"].update(node=7), "provenance.node must be the host name"),
+    (lambda r: r["provenance"].update(node=7), "provenance.node must be a string or null (the host name); got 7"),
 ])
 def test_broken_v2_fields_are_rejected(breakage, expected):
     rec = kernel_record()

@@ -5,11 +5,16 @@ means unknown, which is what a migrated v1 record carries), ``flags`` (sorted na
 ``flag_reasons`` (one sentence per flag) and ``check`` (the ``normbench check`` status of that implementation, or
 null); and ``provenance.node`` (the host name; not part of the id). A record with any flag is never ranked; one with an
 :data:`INVALID_FLAGS` flag is kept and shown as failed.
+
+A record's structure (fields, types, ranges, vocabularies, patterns) is defined once, by :func:`json_schema`, which the
+site publishes for submitters; :func:`validate_record` checks a record against it with jsonschema and then checks, in
+code, only what JSON Schema cannot express (the GB/s arithmetic, the ceiling rules, the flags' order and reasons).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import math
@@ -135,6 +140,10 @@ def is_invalid(record: dict) -> bool:
     return any(f in INVALID_FLAGS for f in record_flags(record))
 
 
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _err_nonfinite(err) -> list[str]:
     parts = []
     if isinstance(err, dict):
@@ -190,354 +199,6 @@ def migrate(record: dict) -> dict:
     return rec
 
 
-# --- small typed checks; each appends a problem naming the field ---------------------------------------------------
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _num(problems, d, key, where, *, minimum=None, strict_min=False, nullable=False, integer=False):
-    if key not in d:
-        return None  # reported once by _missing
-    v = d[key]
-    path = f"{where}.{key}"
-    if v is None:
-        if not nullable:
-            problems.append(f"{path} is null; it must be a number")
-        return None
-    if integer and (not isinstance(v, int) or isinstance(v, bool)):
-        problems.append(f"{path} must be an integer, got {v!r}")
-        return None
-    if not _is_num(v):
-        problems.append(f"{path} must be a number, got {v!r}")
-        return None
-    if not math.isfinite(v):
-        problems.append(f"{path} must be finite, got {v!r}")
-        return None
-    if minimum is not None and (v <= minimum if strict_min else v < minimum):
-        rel = ">" if strict_min else ">="
-        problems.append(f"{path} must be {rel} {minimum}, got {v!r}")
-        return None
-    return v
-
-
-def _str(problems, d, key, where, *, nullable=False, choices=None, pattern=None):
-    if key not in d:
-        return None  # reported once by _missing
-    v = d[key]
-    path = f"{where}.{key}"
-    if v is None:
-        if not nullable:
-            problems.append(f"{path} is null; it must be a string")
-        return None
-    if not isinstance(v, str) or (not v and not nullable):
-        problems.append(f"{path} must be a non-empty string, got {v!r}")
-        return None
-    if choices is not None and v not in choices:
-        problems.append(f"{path} must be one of {', '.join(choices)}; got {v!r}")
-        return None
-    if pattern is not None and not pattern.match(v):
-        problems.append(f"{path} {v!r} is malformed (must match {pattern.pattern})")
-        return None
-    return v
-
-
-def _bool(problems, d, key, where):
-    if key not in d:
-        return None  # reported once by _missing
-    v = d[key]
-    if not isinstance(v, bool):
-        problems.append(f"{where}.{key} must be true or false, got {v!r}")
-        return None
-    return v
-
-
-def _missing(problems, d, fields, where):
-    for f in fields:
-        if f not in d:
-            problems.append(f"{where}.{f} is missing")
-
-
-def _check_timestamp(problems, value, where):
-    if not isinstance(value, str):
-        problems.append(f"{where} must be an ISO-8601 UTC timestamp string, got {value!r}")
-        return
-    try:
-        ts = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        problems.append(f"{where} {value!r} is not an ISO-8601 timestamp")
-        return
-    if ts.utcoffset() is None:
-        problems.append(f"{where} {value!r} has no timezone; write UTC (suffix Z)")
-
-
-def _check_norm(problems, norm):
-    if not isinstance(norm, dict):
-        problems.append("norm must be the norm's metadata object (spec.to_dict()), got " + type(norm).__name__)
-        return
-    _missing(problems, norm, NORM_FIELDS, "norm")
-    _str(problems, norm, "name", "norm", pattern=NAME_RE)
-    _str(problems, norm, "title", "norm")
-    _str(problems, norm, "family", "norm")
-    _str(problems, norm, "kind", "norm")
-    layouts = norm.get("layouts")
-    if "layouts" in norm and (not isinstance(layouts, list) or not layouts
-                              or not all(isinstance(x, str) for x in layouts)):
-        problems.append(f"norm.layouts must be a non-empty list of layout names, got {layouts!r}")
-
-
-def _check_provenance(problems, prov):
-    if not isinstance(prov, dict):
-        problems.append("provenance must be an object (normbench.results.provenance())")
-        return
-    _missing(problems, prov, PROVENANCE_FIELDS, "provenance")
-    if "timestamp" in prov:
-        _check_timestamp(problems, prov["timestamp"], "provenance.timestamp")
-    for key in ("normbench_version", "python", "torch", "platform"):
-        if key in prov:
-            _str(problems, prov, key, "provenance")
-    for key in ("git_commit", "triton"):
-        if key in prov:
-            _str(problems, prov, key, "provenance", nullable=True)
-    if "hardware_id" in prov:
-        _str(problems, prov, "hardware_id", "provenance", pattern=HARDWARE_ID_RE)
-    if "plugins" in prov and not isinstance(prov["plugins"], dict):
-        problems.append("provenance.plugins must be an object {distribution: version}")
-    if prov.get("node") is not None and not isinstance(prov["node"], str):
-        problems.append(f"provenance.node must be the host name as a string (or null), got {prov['node']!r}")
-    if "command" in prov and not isinstance(prov["command"], str):
-        problems.append("provenance.command must be the command line as a string")
-    hw = prov.get("hardware")
-    if "hardware" not in prov:
-        return
-    if not isinstance(hw, dict):
-        problems.append("provenance.hardware must be an object")
-        return
-    _missing(problems, hw, HARDWARE_FIELDS, "provenance.hardware")
-    _str(problems, hw, "cpu", "provenance.hardware")
-    _num(problems, hw, "cores", "provenance.hardware", minimum=1, integer=True)
-    _num(problems, hw, "threads", "provenance.hardware", minimum=1, integer=True)
-    _str(problems, hw, "gpu", "provenance.hardware", nullable=True)
-    _num(problems, hw, "gpu_memory_gb", "provenance.hardware", minimum=0, nullable=True)
-    _str(problems, hw, "driver", "provenance.hardware", nullable=True)
-    _str(problems, hw, "cuda", "provenance.hardware", nullable=True)
-
-
-def _check_err(problems, err):
-    if not isinstance(err, dict):
-        problems.append("metrics.err must be an object {'y': {...}, 'dx': {...}, 'dw': {...}}")
-        return
-    for part, stats in err.items():
-        if stats is None:
-            continue
-        if not isinstance(stats, dict):
-            problems.append(f"metrics.err.{part} must be an object with max_abs and max_rel, or null")
-            continue
-        for key in ("max_abs", "max_rel"):
-            _num(problems, stats, key, f"metrics.err.{part}", minimum=0, nullable=True)
-
-
-def _check_kernel(problems, cfg, met, version=SCHEMA_VERSION, flags=()):
-    _missing(problems, cfg, KERNEL_CONFIG, "config")
-    _str(problems, cfg, "backend", "config", pattern=NAME_RE)
-    _str(problems, cfg, "layout", "config", choices=("tokens", "images"))
-    shape = cfg.get("shape")
-    if not isinstance(shape, list) or not shape or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                           and s > 0 for s in shape):
-        problems.append(f"config.shape must be a non-empty list of positive integers, got {shape!r}")
-    _num(problems, cfg, "num_features", "config", minimum=1, integer=True)
-    _str(problems, cfg, "dtype", "config", choices=("float32", "bfloat16", "float16", "float64"))
-    _str(problems, cfg, "pass", "config", choices=PASSES)
-    _str(problems, cfg, "device", "config", choices=DEVICES)
-    _str(problems, cfg, "timing", "config", choices=TIMINGS)
-    _num(problems, cfg, "threads", "config", minimum=1, integer=True)
-    _str(problems, cfg, "shape_class", "config")
-
-    _missing(problems, met, KERNEL_METRICS + (KERNEL_METRICS_V1 if version == 1 else ()), "metrics")
-    t = _num(problems, met, "time_median_s", "metrics", minimum=0, strict_min=True)
-    _num(problems, met, "time_iqr_s", "metrics", minimum=0)
-    _num(problems, met, "reps", "metrics", minimum=1, integer=True)
-    nbytes = _num(problems, met, "bytes_moved", "metrics", minimum=0, integer=True)
-    gbps = _num(problems, met, "gbps", "metrics", minimum=0)
-    ceiling = _num(problems, met, "ceiling_gbps", "metrics", minimum=0, strict_min=True, nullable=True)
-    pct = _num(problems, met, "pct_of_ceiling", "metrics", minimum=0, nullable=True)
-    _num(problems, met, "datasheet_peak_gbps", "metrics", minimum=0, strict_min=True, nullable=True)
-    suspect = _bool(problems, met, "suspect", "metrics") if "suspect" in met else None
-    if version >= 2:
-        suspect = "suspect" in flags
-    reason = met.get("suspect_reason")
-    if reason is not None and not isinstance(reason, str):
-        problems.append(f"metrics.suspect_reason must be a string or null, got {reason!r}")
-    if version == 1 and suspect and not reason:
-        problems.append("metrics.suspect is true but metrics.suspect_reason does not say why")
-    _num(problems, met, "peak_mem_bytes", "metrics", minimum=0, integer=True, nullable=True)
-    _num(problems, met, "saved_bytes", "metrics", minimum=0, integer=True, nullable=True)
-    if "err" in met:
-        _check_err(problems, met["err"])
-    bm = cfg.get("bytes_model")
-    if bm is not None and (not isinstance(bm, dict) or not isinstance(bm.get("formula"), str)):
-        problems.append("config.bytes_model must be an object with the formula name and its parameters")
-
-    # GB/s and percent of ceiling must follow from the record's own time, bytes and ceiling.
-    if t and nbytes is not None and gbps is not None:
-        expect = nbytes / t / 1e9
-        if not math.isclose(gbps, expect, rel_tol=RECOMPUTE_RTOL, abs_tol=1e-9):
-            problems.append(f"metrics.gbps {gbps:.6g} does not equal bytes_moved / time_median_s = {expect:.6g} GB/s")
-    if pct is not None:
-        if ceiling is None:
-            problems.append("metrics.pct_of_ceiling is set but metrics.ceiling_gbps is null")
-        elif gbps is not None:
-            expect = 100.0 * gbps / ceiling
-            if not math.isclose(pct, expect, rel_tol=RECOMPUTE_RTOL, abs_tol=1e-6):
-                problems.append(f"metrics.pct_of_ceiling {pct:.6g} does not equal 100·gbps/ceiling_gbps = {expect:.6g}")
-    if gbps is not None and ceiling is not None and pct is not None:
-        if gbps > FAR_ABOVE_CEILING * ceiling:
-            problems.append(f"metrics.gbps {gbps:.6g} is far above the measured ceiling {ceiling:.6g} GB/s "
-                            f"(more than {FAR_ABOVE_CEILING:g}x): a broken measurement, not a result")
-        elif gbps > ceiling and suspect is False:
-            how = ("set metrics.suspect and metrics.suspect_reason" if version == 1
-                   else "add the flag 'suspect' with its reason")
-            problems.append(f"metrics.gbps {gbps:.6g} is above the ceiling {ceiling:.6g} GB/s but the record is not "
-                            f"flagged suspect ({how})")
-
-
-def _check_accuracy(problems, cfg, met):
-    _missing(problems, cfg, ACCURACY_CONFIG, "config")
-    for key in ("recipe_hash", "model_hash"):  # schema v2; optional so accuracy records of v1 stay valid
-        if key in cfg and not isinstance(cfg[key], str):
-            problems.append(f"config.{key} must be a string, got {cfg[key]!r}")
-    _str(problems, cfg, "task", "config")
-    _bool(problems, cfg, "task_offline", "config")
-    _str(problems, cfg, "model", "config")
-    _str(problems, cfg, "placement", "config", nullable=True)
-    _num(problems, cfg, "seed", "config", integer=True)
-    if "recipe" in cfg and not isinstance(cfg["recipe"], dict):
-        problems.append("config.recipe must be an object")
-    _bool(problems, cfg, "quick", "config")
-    _str(problems, cfg, "device", "config")
-    _num(problems, cfg, "batch_size", "config", minimum=1, integer=True)
-
-    _missing(problems, met, ACCURACY_METRICS, "metrics")
-    _str(problems, met, "metric", "metrics")
-    _bool(problems, met, "higher_is_better", "metrics")
-    for key in ("final", "best", "target"):
-        _num(problems, met, key, "metrics", nullable=True)
-    _num(problems, met, "steps", "metrics", minimum=0, integer=True)
-    _num(problems, met, "wall_time_s", "metrics", minimum=0)
-    _num(problems, met, "time_to_target_s", "metrics", minimum=0, nullable=True)
-    _num(problems, met, "steps_to_target", "metrics", minimum=0, integer=True, nullable=True)
-    diverged = _bool(problems, met, "diverged", "metrics")
-    _num(problems, met, "diverged_step", "metrics", minimum=0, integer=True, nullable=True)
-    if diverged is False and met.get("diverged_step") is not None:
-        problems.append("metrics.diverged_step is set but metrics.diverged is false")
-    curve = met.get("curve")
-    if "curve" not in met:
-        return
-    if not isinstance(curve, list):
-        problems.append("metrics.curve must be a list of [step, train_loss, eval_metric|null]")
-        return
-    for i, point in enumerate(curve):
-        where = f"metrics.curve[{i}]"
-        if not isinstance(point, list) or len(point) != 3:
-            problems.append(f"{where} must be [step, train_loss, eval_metric|null], got {point!r}")
-            break
-        step, loss, ev = point
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            problems.append(f"{where}[0] (step) must be a non-negative integer, got {step!r}")
-            break
-        bad = [v for v in (loss, ev) if v is not None and (not _is_num(v) or not math.isfinite(v))]
-        if bad:
-            problems.append(f"{where} has a non-finite or non-numeric value {bad[0]!r}; store null for a diverged loss")
-            break
-
-
-def _check_v2(problems, rec) -> list[str]:
-    """The v2 top-level fields; returns the record's flags (those that are well-formed)."""
-    _missing(problems, rec, TOP_FIELDS_V2, "record")
-    if "impl_hash" in rec:
-        h = rec["impl_hash"]
-        if not isinstance(h, str) or (h and not IMPL_HASH_RE.match(h)):
-            problems.append(f"record.impl_hash must be 16 lowercase hex digits, or \"\" for unknown; got {h!r}")
-    flags = rec.get("flags")
-    good: list[str] = []
-    if "flags" in rec:
-        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-            problems.append(f"record.flags must be a list of flag names, got {flags!r}")
-        else:
-            unknown = [f for f in flags if f not in FLAGS]
-            if unknown:
-                problems.append(f"record.flags has unknown flag(s) {', '.join(unknown)}; flags are {', '.join(FLAGS)}")
-            if flags != sorted(set(flags)):
-                problems.append(f"record.flags must be sorted and unique, got {flags!r}")
-            good = [f for f in flags if f in FLAGS]
-    reasons = rec.get("flag_reasons")
-    if "flag_reasons" in rec:
-        if not isinstance(reasons, dict):
-            problems.append(f"record.flag_reasons must be an object {{flag: reason}}, got {reasons!r}")
-        else:
-            for f in good:
-                r = reasons.get(f)
-                if not isinstance(r, str) or not r.strip():
-                    problems.append(f"record.flag_reasons.{f} must say why the record is flagged {f}")
-            extra = [f for f in reasons if not isinstance(flags, list) or f not in flags]
-            if extra:
-                problems.append(f"record.flag_reasons has reasons for flags not set: {', '.join(map(str, extra))}")
-    if "check" in rec and rec["check"] is not None:
-        chk = rec["check"]
-        if not isinstance(chk, dict):
-            problems.append(f"record.check must be an object or null, got {chk!r}")
-        else:
-            _missing(problems, chk, ("status", "impl_hash", "detail"), "check")
-            _str(problems, chk, "status", "check", choices=CHECK_STATUSES)
-            if "impl_hash" in chk and not isinstance(chk["impl_hash"], str):
-                problems.append(f"check.impl_hash must be a string, got {chk['impl_hash']!r}")
-            if chk.get("detail") is not None and not isinstance(chk["detail"], str):
-                problems.append(f"check.detail must be a string or null, got {chk['detail']!r}")
-    return good
-
-
-def validate_record(rec: Any) -> list[str]:
-    """Every problem with ``rec`` as a normbench record, each naming the field; an empty list means valid."""
-    problems: list[str] = []
-    if not isinstance(rec, dict):
-        return [f"a record must be a JSON object, got {type(rec).__name__}"]
-    _missing(problems, rec, TOP_FIELDS, "record")
-    if "schema" in rec and rec["schema"] != SCHEMA:
-        problems.append(f"record.schema must be {SCHEMA!r}, got {rec['schema']!r}")
-    version = rec.get("schema_version")
-    if "schema_version" in rec:
-        if not isinstance(version, int) or isinstance(version, bool):
-            problems.append(f"record.schema_version must be an integer, got {version!r}")
-        elif version > SCHEMA_VERSION:
-            problems.append(f"record.schema_version {version} is newer than this normbench understands "
-                            f"({SCHEMA_VERSION}); upgrade normbench")
-        elif version < 1:
-            problems.append(f"record.schema_version must be >= 1, got {version}")
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
-        version = SCHEMA_VERSION
-    flags = _check_v2(problems, rec) if version >= 2 else list(implied_flags(rec))
-    kind = rec.get("kind")
-    if "kind" in rec and kind not in KINDS:
-        problems.append(f"record.kind must be one of {', '.join(KINDS)}; got {kind!r}")
-    if "id" in rec:
-        _str(problems, rec, "id", "record", pattern=ID_RE)
-    if "norm" in rec:
-        _check_norm(problems, rec["norm"])
-    if "provenance" in rec:
-        _check_provenance(problems, rec["provenance"])
-    cfg, met = rec.get("config"), rec.get("metrics")
-    if "config" in rec and not isinstance(cfg, dict):
-        problems.append("record.config must be an object")
-    if "metrics" in rec and not isinstance(met, dict):
-        problems.append("record.metrics must be an object")
-    if isinstance(cfg, dict) and isinstance(met, dict):
-        if kind == "kernel":
-            _check_kernel(problems, cfg, met, version, flags)
-        elif kind == "accuracy":
-            _check_accuracy(problems, cfg, met)
-    return problems
-
-
 def describe(rec: Any, index: int | None = None) -> str:
     """A short label for a record in messages: its index, id and norm."""
     parts = [f"record {index}" if index is not None else "record"]
@@ -550,34 +211,44 @@ def describe(rec: Any, index: int | None = None) -> str:
     return " ".join(parts)
 
 
-# --- the published JSON Schema ---------------------------------------------------------------------------------------
+
+# --- the record's structure, defined once as JSON Schema --------------------------------------------------------------
+
+def _type(name: str, nullable: bool) -> str | list[str]:
+    return [name, "null"] if nullable else name
+
 
 def _js_num(minimum=None, *, exclusive=False, nullable=False, integer=False) -> dict:
-    s: dict = {"type": "integer" if integer else "number"}
+    s: dict = {"type": _type("integer" if integer else "number", nullable)}
     if minimum is not None:
         s["exclusiveMinimum" if exclusive else "minimum"] = minimum
-    return {"anyOf": [s, {"type": "null"}]} if nullable else s
+    return s
 
 
 def _js_str(*, nullable=False, choices=None, pattern=None) -> dict:
-    s: dict = {"type": "string", "minLength": 1}
     if choices is not None:
-        s = {"enum": list(choices)}
+        return {"enum": list(choices) + ([None] if nullable else [])}
+    s: dict = {"type": _type("string", nullable), "minLength": 1}
     if pattern is not None:
         s["pattern"] = pattern.pattern
-    return {"anyOf": [s, {"type": "null"}]} if nullable else s
+    return s
 
 
-def _js_obj(required, props: dict) -> dict:
-    return {"type": "object", "required": list(required), "properties": props}
+def _js_obj(required, props: dict, *, nullable=False) -> dict:
+    return {"type": _type("object", nullable), "required": list(required), "properties": props}
+
+
+def _when(condition: dict, then: dict) -> dict:
+    """``then`` applies to records whose fields hold the values in ``condition`` ({field: subschema})."""
+    return {"if": {"properties": condition, "required": list(condition)}, "then": then}
 
 
 def json_schema() -> dict:
-    """The record schema as JSON Schema (draft 2020-12), built from this module's field lists, vocabularies and
-    patterns, for submitters' tools; ``normbench validate`` (:func:`validate_record`) checks the same fields plus what
-    JSON Schema cannot say (GB/s and percent of ceiling recomputed from the record's own numbers, the ceiling rules)."""
-    err_part = {"anyOf": [{"type": "null"}, {"type": "object", "properties": {
-        "max_abs": _js_num(0, nullable=True), "max_rel": _js_num(0, nullable=True)}}]}
+    """The record schema as JSON Schema (draft 2020-12): the one definition of a record's structure (its fields, their
+    types, ranges, vocabularies and patterns, the v1 and v2 differences). The site publishes it for submitters' tools;
+    :func:`validate_record` checks records against it and then checks only what JSON Schema cannot express."""
+    err_part = {"type": ["object", "null"], "properties": {
+        "max_abs": _js_num(0, nullable=True), "max_rel": _js_num(0, nullable=True)}}
     kernel = {
         "config": _js_obj(KERNEL_CONFIG, {
             "backend": _js_str(pattern=NAME_RE), "layout": _js_str(choices=("tokens", "images")),
@@ -586,7 +257,7 @@ def json_schema() -> dict:
             "dtype": _js_str(choices=("float32", "bfloat16", "float16", "float64")),
             "pass": _js_str(choices=PASSES), "device": _js_str(choices=DEVICES), "timing": _js_str(choices=TIMINGS),
             "threads": _js_num(1, integer=True), "shape_class": _js_str(),
-            "bytes_model": {"anyOf": [{"type": "null"}, _js_obj(("formula",), {"formula": {"type": "string"}})]}}),
+            "bytes_model": _js_obj(("formula",), {"formula": {"type": "string"}}, nullable=True)}),
         "metrics": _js_obj(KERNEL_METRICS, {
             "time_median_s": _js_num(0, exclusive=True), "time_iqr_s": _js_num(0), "reps": _js_num(1, integer=True),
             "bytes_moved": _js_num(0, integer=True), "gbps": _js_num(0),
@@ -597,8 +268,9 @@ def json_schema() -> dict:
             "err": {"type": "object", "additionalProperties": err_part},
             "suspect": {"type": "boolean"}, "suspect_reason": {"type": ["string", "null"]}}),
     }
-    curve_point = {"type": "array", "minItems": 3, "maxItems": 3, "prefixItems": [
-        {"type": "integer", "minimum": 0}, {"type": ["number", "null"]}, {"type": ["number", "null"]}]}
+    curve_value = {"type": ["number", "null"], "description": "null where training diverged"}
+    curve_point = {"type": "array", "minItems": 3, "maxItems": 3, "description": "[step, train_loss, eval_metric]",
+                   "prefixItems": [{"type": "integer", "minimum": 0}, curve_value, curve_value]}
     accuracy = {
         "config": _js_obj(ACCURACY_CONFIG, {
             "task": _js_str(), "task_offline": {"type": "boolean"}, "model": _js_str(),
@@ -622,10 +294,13 @@ def json_schema() -> dict:
         "$id": "normbench-record.schema.json",
         "title": f"{SCHEMA} v{SCHEMA_VERSION}",
         "description": "One normbench result record (kind kernel or accuracy). Generated from "
-                       "normbench/results/schema.py; `normbench validate FILE` checks the same fields plus the rules "
-                       "JSON Schema cannot express (metrics.gbps = bytes_moved / time_median_s / 1e9, "
-                       "pct_of_ceiling = 100 * gbps / ceiling_gbps, a result above the ceiling must carry the "
-                       "'suspect' flag, a reason for every flag).",
+                       "normbench/results/schema.py; `normbench validate FILE` checks this schema, with numbers "
+                       "finite and integers written without a fraction, and then the rules JSON Schema cannot "
+                       "express: metrics.gbps = bytes_moved / time_median_s / 1e9, pct_of_ceiling = 100 * gbps / "
+                       "ceiling_gbps (and null while ceiling_gbps is), a result above the ceiling must carry the "
+                       "'suspect' flag and one more than 10x above it is rejected, flags are sorted with a reason for "
+                       "each flag set and none for a flag not set, the timestamp has a timezone, and diverged_step is "
+                       "null unless diverged.",
         "type": "object",
         "required": list(TOP_FIELDS),
         "properties": {
@@ -633,13 +308,15 @@ def json_schema() -> dict:
             "schema_version": {"type": "integer", "minimum": 1, "maximum": SCHEMA_VERSION},
             "kind": {"enum": list(KINDS)},
             "id": _js_str(pattern=ID_RE),
-            "impl_hash": {"type": "string", "pattern": r"^([0-9a-f]{16})?$"},
+            "impl_hash": {"type": "string", "pattern": r"^([0-9a-f]{16})?$",
+                          "description": "16 lowercase hex digits naming the implementation, or \"\" for unknown"},
             "flags": {"type": "array", "items": {"enum": list(FLAGS)}, "uniqueItems": True},
             "flag_reasons": {"type": "object", "propertyNames": {"enum": list(FLAGS)},
-                             "additionalProperties": {"type": "string", "minLength": 1}},
-            "check": {"anyOf": [{"type": "null"}, _js_obj(("status", "impl_hash", "detail"), {
+                             "additionalProperties": {"type": "string", "pattern": r"\S",
+                                                      "description": "a sentence saying why the record is flagged"}},
+            "check": _js_obj(("status", "impl_hash", "detail"), {
                 "status": {"enum": list(CHECK_STATUSES)}, "impl_hash": {"type": "string"},
-                "detail": {"type": ["string", "null"]}})]},
+                "detail": {"type": ["string", "null"]}}, nullable=True),
             "norm": _js_obj(NORM_FIELDS, {
                 "name": _js_str(pattern=NAME_RE), "title": _js_str(), "family": _js_str(), "kind": _js_str(),
                 "layouts": {"type": "array", "minItems": 1, "items": {"type": "string"}}}),
@@ -650,12 +327,169 @@ def json_schema() -> dict:
                 **{k: _js_str() for k in ("normbench_version", "python", "torch", "platform")},
                 "git_commit": _js_str(nullable=True), "triton": _js_str(nullable=True),
                 "hardware_id": _js_str(pattern=HARDWARE_ID_RE), "plugins": {"type": "object"},
-                "node": {"type": ["string", "null"]}, "command": {"type": "string"}, "hardware": hardware}),
+                "node": {"type": ["string", "null"], "description": "the host name"},
+                "command": {"type": "string"}, "hardware": hardware}),
         },
         "allOf": [
             # Schema v2 adds the implementation hash, the flags with their reasons and the check status.
             {"if": {"properties": {"schema_version": {"minimum": 2}}}, "then": {"required": list(TOP_FIELDS_V2)}},
-            {"if": {"properties": {"kind": {"const": "kernel"}}}, "then": {"properties": kernel}},
-            {"if": {"properties": {"kind": {"const": "accuracy"}}}, "then": {"properties": accuracy}},
+            _when({"kind": {"const": "kernel"}}, {"properties": kernel}),
+            _when({"kind": {"const": "accuracy"}}, {"properties": accuracy}),
+            # v1 kernel records carried the above-ceiling verdict as booleans in metrics.
+            _when({"schema_version": {"const": 1}, "kind": {"const": "kernel"}},
+                  {"properties": {"metrics": {"required": list(KERNEL_METRICS_V1)}}}),
         ],
     }
+
+
+# --- validation: the schema, then the rules it cannot express ---------------------------------------------------------
+
+@functools.cache
+def _validator():
+    """A draft 2020-12 validator of :func:`json_schema`, built once. Its types follow JSON as Python loads it: a number
+    is finite (``json`` reads NaN and Infinity, which JSON has not) and an integer is an ``int`` (``1.0`` is not)."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    types = base.TYPE_CHECKER.redefine_many({
+        "number": lambda _, v: _is_num(v) and math.isfinite(v),
+        "integer": lambda _, v: isinstance(v, int) and not isinstance(v, bool),
+    })
+    return jsonschema.validators.extend(base, type_checker=types)(json_schema())
+
+
+_TYPE_NAMES = {"number": "a number", "integer": "an integer", "string": "a string", "boolean": "true or false",
+               "object": "an object", "array": "a list", "null": "null"}
+#: What a JSON Schema keyword of :func:`json_schema` requires, in words (``w``: the keyword's value).
+_RULES = {
+    "type": lambda w: "must be " + " or ".join(_TYPE_NAMES[t] for t in ([w] if isinstance(w, str) else w)),
+    "const": lambda w: f"must be {w!r}",
+    "enum": lambda w: "must be one of " + ", ".join("null" if x is None else str(x) for x in w),
+    "minimum": lambda w: f"must be >= {w}",
+    "exclusiveMinimum": lambda w: f"must be > {w}",
+    "maximum": lambda w: f"must be <= {w}",
+    "minLength": lambda w: "must be a non-empty string" if w == 1 else f"must be at least {w} characters long",
+    "minItems": lambda w: "must be a non-empty list" if w == 1 else f"must have at least {w} items",
+    "maxItems": lambda w: f"must have at most {w} items",
+    "uniqueItems": lambda w: "must not repeat an item",
+}
+
+
+#: The record's sections: a field inside one is named from the section (``config.dtype``), any other from the record.
+_SECTIONS = ("norm", "config", "metrics", "provenance", "check")
+
+
+def _field(path) -> str:
+    """A field as problems name it: ``config.dtype``, ``metrics.curve[3]``, ``record.flags``, ``record``."""
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+    return text[1:] if len(path) > 1 and path[0] in _SECTIONS else "record" + text
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _schema_problems(error) -> list[str]:
+    """What a jsonschema ``ValidationError`` of :func:`json_schema` says, as problems naming the field: one per missing
+    field, else the field, what it must be and what it is (``config.dtype must be one of float32, ...; got 'float8'``).
+    """
+    path, want, got = list(error.absolute_path), error.validator_value, error.instance
+    if error.validator == "required":
+        return [f"{_field(path + [key])} is missing" for key in want if key not in got]
+    where = _field(path)
+    hint = f" ({error.schema['description']})" if path and "description" in error.schema else ""
+    if error.validator == "pattern":
+        return [f"{where} {_shown(got)} is malformed{hint or f' (must match {want})'}"]
+    if error.validator == "type" and _is_num(got) and not math.isfinite(got):
+        rule = "must be finite"
+    elif error.validator in _RULES:
+        rule = _RULES[error.validator](want)
+    else:
+        return [f"{where}: {error.message}"]
+    if "propertyNames" in error.absolute_schema_path:  # the value is one of the object's keys
+        return [f"{where} key {_shown(got)} {rule}"]
+    return [f"{where} {rule}{hint}; got {_shown(got)}"]
+
+
+def _path_order(path) -> tuple:
+    return tuple(f"{p:012d}" if isinstance(p, int) else p for p in path)
+
+
+def _timestamp_problems(value: str) -> list[str]:
+    try:
+        ts = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return [f"provenance.timestamp {value!r} is not an ISO-8601 timestamp"]
+    if ts.utcoffset() is None:
+        return [f"provenance.timestamp {value!r} has no timezone; write UTC (suffix Z)"]
+    return []
+
+
+def _flag_problems(flags: list[str], reasons: dict[str, str]) -> list[str]:
+    problems = []
+    if flags != sorted(flags):
+        problems.append(f"record.flags must be sorted; got {flags!r}")
+    problems += [f"record.flag_reasons.{f} must say why the record is flagged {f}" for f in flags if f not in reasons]
+    unset = [f for f in reasons if f not in flags]
+    if unset:
+        problems.append(f"record.flag_reasons has reasons for flags not set: {', '.join(unset)}")
+    return problems
+
+
+def _kernel_problems(met: dict, suspect: bool, v1: bool) -> list[str]:
+    """GB/s and percent of ceiling recomputed from the record's own numbers, and the ceiling rules."""
+    problems = []
+    gbps, ceiling, pct = met["gbps"], met["ceiling_gbps"], met["pct_of_ceiling"]
+    expect = met["bytes_moved"] / met["time_median_s"] / 1e9
+    if not math.isclose(gbps, expect, rel_tol=RECOMPUTE_RTOL, abs_tol=1e-9):
+        problems.append(f"metrics.gbps {gbps:.6g} does not equal bytes_moved / time_median_s = {expect:.6g} GB/s")
+    if v1 and suspect and not met["suspect_reason"]:
+        problems.append("metrics.suspect is true but metrics.suspect_reason does not say why")
+    if pct is None:
+        return problems
+    if ceiling is None:
+        return problems + ["metrics.pct_of_ceiling is set but metrics.ceiling_gbps is null"]
+    expect = 100.0 * gbps / ceiling
+    if not math.isclose(pct, expect, rel_tol=RECOMPUTE_RTOL, abs_tol=1e-6):
+        problems.append(f"metrics.pct_of_ceiling {pct:.6g} does not equal 100·gbps/ceiling_gbps = {expect:.6g}")
+    if gbps > FAR_ABOVE_CEILING * ceiling:
+        problems.append(f"metrics.gbps {gbps:.6g} is far above the measured ceiling {ceiling:.6g} GB/s "
+                        f"(more than {FAR_ABOVE_CEILING:g}x): a broken measurement, not a result")
+    elif gbps > ceiling and not suspect:
+        how = "set metrics.suspect and metrics.suspect_reason" if v1 else "add the flag 'suspect' with its reason"
+        problems.append(f"metrics.gbps {gbps:.6g} is above the ceiling {ceiling:.6g} GB/s but the record is not "
+                        f"flagged suspect ({how})")
+    return problems
+
+
+def _rule_problems(rec: dict) -> list[str]:
+    """What JSON Schema cannot express, checked on a record whose structure is valid: the timestamp's timezone, the
+    flags' order and reasons, the kernel arithmetic and ceiling rules, and ``diverged_step`` only when diverged."""
+    problems = _timestamp_problems(rec["provenance"]["timestamp"])
+    v1 = rec["schema_version"] == 1
+    if not v1:
+        problems += _flag_problems(rec["flags"], rec["flag_reasons"])
+    met = rec["metrics"]
+    if rec["kind"] == "kernel":
+        problems += _kernel_problems(met, met["suspect"] if v1 else "suspect" in rec["flags"], v1)
+    elif not met["diverged"] and met["diverged_step"] is not None:
+        problems.append("metrics.diverged_step is set but metrics.diverged is false")
+    return problems
+
+
+def validate_record(rec: Any) -> list[str]:
+    """Every problem with ``rec`` as a normbench record, each naming the field; an empty list means valid.
+
+    The structure is checked against :func:`json_schema` (every problem, in field order); a record whose structure is
+    valid is then checked by the rules JSON Schema cannot express. A record of a newer schema version gets one
+    problem, to upgrade normbench: its structure is not this version's to judge.
+    """
+    version = rec.get("schema_version") if isinstance(rec, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        return [f"record.schema_version {version} is newer than this normbench understands ({SCHEMA_VERSION}); "
+                "upgrade normbench"]
+    found = {(_path_order(e.absolute_path), p) for e in _validator().iter_errors(rec) for p in _schema_problems(e)}
+    if found:
+        return [p for _, p in sorted(found)]
+    return _rule_problems(rec)
