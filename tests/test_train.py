@@ -209,3 +209,34 @@ def test_model_options_refuse_a_context_that_differs_from_the_batches():
     r = RECIPES["wikitext-2/gpt"]
     with pytest.raises(ValueError, match="seq_len 128 differs from the recipe's seq_len 256"):
         model_options("gpt", replace(r, model_options={**r.model_options, "seq_len": 128}))
+
+
+def test_powernorm_warmup_is_the_recipes_learning_rate_warmup(tmp_path, monkeypatch):
+    # The authors' fairseq code builds MaskPowerNorm(..., warmup_iters=warmup_updates): PowerNorm divides by the
+    # batch's own statistic for as many steps as the learning rate warms up (sIncerass/powernorm, norm_select.py).
+    from normbench.norms.batch import PowerNorm
+    from normbench.train import loop
+    from normbench.train.recipes import cell_recipe
+
+    r = cell_recipe("synth-lm", "gpt", "powernorm")
+    assert r.warmup_steps == 30 and r.norm_kwargs == {"warmup_iters": 30}
+    assert cell_recipe("synth-shapes", "resnet", "powernorm", variant="bs2").norm_kwargs == {"warmup_iters": 60}
+    # It follows the warm-up the run really has (command-line overrides, --quick); an explicit option wins.
+    assert cell_recipe("synth-lm", "gpt", "powernorm", overrides={"warmup_steps": 7}).norm_kwargs == {
+        "warmup_iters": 7}
+    assert cell_recipe("synth-lm", "gpt", "powernorm", variant="deep_stress").norm_kwargs == {"warmup_iters": 0}
+    assert cell_recipe("synth-lm", "gpt", "powernorm",
+                       overrides={"norm_kwargs": {"warmup_iters": 3}}).norm_kwargs == {"warmup_iters": 3}
+    # Other norms get nothing, and their recorded recipe has no such field: their records keep their ids.
+    ln = cell_recipe("synth-lm", "gpt", "layernorm")
+    assert ln.norm_kwargs == {} and "norm_kwargs" not in ln.to_dict()
+
+    built = []
+    real_build = loop.build_model
+    monkeypatch.setattr(loop, "build_model", lambda *a, **k: built.append(real_build(*a, **k)) or built[-1])
+    rec = train(_run(tmp_path, norm="powernorm"))
+    assert rec["config"]["recipe"]["norm_kwargs"] == {"warmup_iters": 2}  # LM_TINY's warm-up
+    norms = [m for m in built[-1].module.modules() if isinstance(m, PowerNorm)]
+    assert len(norms) == 2 * 2 + 1  # two per block (2 blocks) and the final one
+    assert all(m.warmup_iters == 2 for m in norms)
+    assert all(int(m.num_batches_tracked) == LM_TINY["steps"] for m in norms)  # these are the modules trained

@@ -7,7 +7,9 @@ could not tell which code produced a number. ``prune`` lists them (``--dry-run``
 
 Only hashes that can be recomputed from the current code are compared: a record of a norm or model this
 installation does not have (an uninstalled plugin) is kept and reported, never removed. Recipe changes are not
-detected here (the record stores the recipe it ran, not which values were overridden on the command line).
+detected here (the record stores the recipe it ran, not which values were overridden on the command line), with
+one exception: a record whose recipe lacks a constructor option the norm now derives from the recipe
+(``train.recipes.NORM_KWARGS_FROM_RECIPE``, e.g. PowerNorm's warm-up) ran the norm differently, and is stale.
 Kernel records are not touched: ``normbench bench`` re-measures changed code by itself (the id has the hash).
 """
 
@@ -29,6 +31,7 @@ def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str
     """(why ``rec`` is stale, None), (None, why it cannot be judged) or (None, None) if it is current."""
     import normbench
     from normbench.models import model_hash
+    from normbench.train.recipes import norm_kwargs_from_recipe
 
     cache = {} if _cache is None else _cache
     if rec.get("kind") != "accuracy":
@@ -48,6 +51,14 @@ def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str
             cache[key] = normbench.get_norm(name).impl_hash(backend)
         if rec.get("impl_hash") and rec["impl_hash"] != cache[key]:
             reasons.append(f"norm code changed ({name}: {rec['impl_hash']} -> {cache[key]})")
+        recipe = cfg.get("recipe")
+        if isinstance(recipe, dict):
+            given = recipe.get("norm_kwargs") or {}
+            missing = {k: v for k, v in norm_kwargs_from_recipe(name, recipe).items() if k not in given}
+            if missing:
+                options = ", ".join(f"{k}={v!r}" for k, v in missing.items())
+                reasons.append(f"recipe changed ({name} now gets {options} from its recipe; "
+                               "train.recipes.NORM_KWARGS_FROM_RECIPE)")
     except (KeyError, ValueError, ImportError) as exc:
         return None, f"cannot recompute its hashes here ({exc})"
     return ("; ".join(reasons) or None), None

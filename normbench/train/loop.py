@@ -17,6 +17,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from pathlib import Path
 
 import torch
@@ -72,6 +73,14 @@ class Run:
 
     def spec(self):
         return resolve(self.norm)
+
+    def model_spec(self, recipe: Recipe | None = None):
+        """The spec the model builds the norm from: ``spec()`` with the recipe's ``norm_kwargs`` (constructor
+        options its official code derives from the recipe, e.g. PowerNorm's warm-up) added to its defaults."""
+        spec, recipe = self.spec(), recipe or self.recipe()
+        if not recipe.norm_kwargs:
+            return spec
+        return dc_replace(spec, default_kwargs={**spec.default_kwargs, **recipe.norm_kwargs})
 
     def recipe(self) -> Recipe:
         return cell_recipe(self.task, self.model, self.spec().name, self.placement, self.variant, self.quick,
@@ -248,10 +257,9 @@ def run_config(run: Run, model_config: dict | None = None, world: int = 1) -> di
     """The record's ``config`` for ``run`` (what defines the cell and seed; hashed into the record id)."""
     task = get_task(run.task)
     recipe = run.recipe()
-    spec = run.spec()
     if model_config is None:
-        model_config = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
-                                   base_norm=run.base_norm, backend=run.backend,
+        model_config = build_model(run.model, task, run.model_spec(recipe), placement=run.placement,
+                                   qk_norm=run.qk_norm, base_norm=run.base_norm, backend=run.backend,
                                    **model_options(run.model, recipe)).config
     placement = (run.placement or "pre_ln") if run.model == "gpt" else None
     config = {
@@ -342,7 +350,7 @@ def train(run: Run, command: str | None = None) -> dict | None:
         data = validation_split(data)
 
     seed_everything(run.seed)
-    built = build_model(run.model, task, spec, placement=run.placement, qk_norm=run.qk_norm,
+    built = build_model(run.model, task, run.model_spec(recipe), placement=run.placement, qk_norm=run.qk_norm,
                         base_norm=run.base_norm, backend=run.backend,
                         **model_options(run.model, recipe))
     config = run_config(run, built.config, world)

@@ -7,8 +7,11 @@ for placements with warm-up and clipping; ``deep_stress``: the same without eith
 
 Where a norm's or a placement's paper prescribes part of the recipe (DyT's and Derf's embedding scalar and alpha0
 per position; nGPT's zero weight decay and no warm-up), ``norm_overrides``/``placement_overrides`` hold it, and
-``Recipe.adapted(norm, placement)`` applies it; the record stores the adapted recipe. The learning rate is tuned
-per norm (``lr_grid``: multipliers of ``lr`` tried on the validation split; see ``normbench sweep --tune``).
+``Recipe.adapted(norm, placement)`` applies it; the record stores the adapted recipe. Where a norm's official code
+derives one of the norm's own constructor options from the recipe (PowerNorm's warm-up is the learning-rate warm-up),
+``NORM_KWARGS_FROM_RECIPE`` says how and ``cell_recipe`` puts the result in ``Recipe.norm_kwargs``. The learning
+rate is tuned per norm (``lr_grid``: multipliers of ``lr`` tried on the validation split; see ``normbench sweep
+--tune``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class Recipe:
     norm_overrides: dict = field(default_factory=dict)
     #: Recipe fields a placement's own paper prescribes, by placement (applied by ``adapted``).
     placement_overrides: dict = field(default_factory=dict)
+    #: Constructor options of the norm under test that its official code derives from the recipe (set by
+    #: ``cell_recipe`` from ``NORM_KWARGS_FROM_RECIPE``; the model passes them to every instance of that norm).
+    norm_kwargs: dict = field(default_factory=dict)
     #: Learning-rate search: multipliers of ``lr`` tried, each with ``tune_seeds`` seeds, on the validation split.
     lr_grid: tuple[float, ...] = (1 / 3, 1.0, 3.0)
     #: When the best rate is at an edge of the grid, the search goes up to this many grid steps further that way.
@@ -105,6 +111,8 @@ class Recipe:
         """The recipe as recorded (notes are left out: prose edits must not change record ids)."""
         d = asdict(self)
         d.pop("notes")
+        if not d["norm_kwargs"]:  # left out when empty, so recipes without them keep their hashes (and record ids)
+            d.pop("norm_kwargs")
         d["betas"] = list(self.betas)
         d["lr_grid"] = list(self.lr_grid)
         d["adapted_for"] = list(self.adapted_for)
@@ -138,6 +146,26 @@ def llm_norm_overrides(width: int) -> dict:
     attn, other = dyt_alpha0(width)
     opts = {"embed_scale": True, "alpha_attn": attn, "alpha_ffn": other, "alpha_final": other}
     return {name: {"model_options": opts} for name in ("dyt", "derf")}
+
+
+def _powernorm_kwargs(recipe: dict) -> dict:
+    """PowerNorm's warm-up is the learning-rate warm-up: the authors' fairseq code builds the layer as
+    ``MaskPowerNorm(embed_dim, group_num=head_num, warmup_iters=warmup_updates)`` (sIncerass/powernorm,
+    ``fairseq/modules/norm_select.py``); during those steps it divides by the batch's own ψ (``PowerNorm``)."""
+    return {"warmup_iters": int(recipe["warmup_steps"])}
+
+
+#: Constructor options a norm's official code derives from the training recipe, by norm name: a function of the
+#: recipe (as ``Recipe.to_dict()`` gives it) returning the options. ``cell_recipe`` applies it after ``--quick`` and
+#: command-line overrides (so a shortened warm-up is followed); options given on the command line win.
+NORM_KWARGS_FROM_RECIPE = {"powernorm": _powernorm_kwargs}
+
+
+def norm_kwargs_from_recipe(norm: str, recipe: dict) -> dict:
+    """The constructor options ``norm``'s official code derives from ``recipe`` (a ``Recipe.to_dict()``); most
+    norms have none ({})."""
+    derive = NORM_KWARGS_FROM_RECIPE.get(norm)
+    return derive(recipe) if derive else {}
 
 
 #: nGPT's own training recipe (official launcher): no weight decay, no warm-up.
@@ -265,7 +293,8 @@ def cell_recipe(task: str, model: str, norm: str, placement: str | None = None, 
                 quick: bool = False, overrides: dict | None = None) -> Recipe:
     """The recipe a run uses: the cell's recipe adapted for ``norm`` and the GPT ``placement`` (Pre-LN by default),
     shortened for ``quick``, with command-line ``overrides`` (a warm-up longer than the shortened run becomes a tenth
-    of it). ``normbench train`` and the site's reproduce commands both build it here."""
+    of it), and the norm's constructor options derived from the result (``NORM_KWARGS_FROM_RECIPE``).
+    ``normbench train`` and the site's reproduce commands both build it here."""
     placement = (placement or "pre_ln") if model == "gpt" else None
     r = get_recipe(task, model, variant).adapted(norm, placement)
     if quick:
@@ -277,6 +306,9 @@ def cell_recipe(task: str, model: str, norm: str, placement: str | None = None, 
         r = replace(r, **overrides)
         if r.warmup_steps > r.steps:
             r = replace(r, warmup_steps=r.steps // 10)
+    derived = norm_kwargs_from_recipe(norm, r.to_dict())
+    if derived:
+        r = replace(r, norm_kwargs={**derived, **r.norm_kwargs})
     return r
 
 
