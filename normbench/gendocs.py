@@ -29,7 +29,8 @@ def _fmt(v, metric: str | None = None) -> str:
 
 
 def cells_markdown(records: list[dict]) -> str:
-    """One table per task, model and variant: every cell ranked by divergence rate, then the metric."""
+    """One table per task, model, variant and machine (cells never compare across hardware): every cell ranked by
+    divergence rate, then the metric."""
     acc = [r for r in C._dedupe(records) if r.get("kind") == "accuracy"]
     if not acc:
         return "No accuracy records yet."
@@ -37,11 +38,12 @@ def cells_markdown(records: list[dict]) -> str:
     for r in acc:
         cfg = r["config"]
         key = (cfg.get("task_offline") is not True, str(cfg.get("task")), str(cfg.get("model")),
-               str(cfg.get("variant") or "default"), cfg.get("quick") is True)
+               str(cfg.get("variant") or "default"), cfg.get("quick") is True,
+               str(r["provenance"].get("hardware_id")))
         by_table.setdefault(key, []).append(r)
     out = []
     for key in sorted(by_table):
-        _, task, model, variant, quick = key
+        _, task, model, variant, quick, hardware = key
         cells = S.aggregate(by_table[key])
         c0 = cells[0]
         log = S.is_log_metric(c0["metric"])
@@ -49,7 +51,8 @@ def cells_markdown(records: list[dict]) -> str:
         spread = "sd of log" if log else "sd"
         title = f"{task}/{model}" + ("" if variant == "default" else f"/{variant}") + (" (quick)" if quick else "")
         direction = "higher" if c0["higher_is_better"] else "lower"
-        out.append(f"#### `{C._md(title).replace('`', '')}` ({C._md(c0['metric'])}, {direction} is better)\n")
+        out.append(f"#### `{C._md(title).replace('`', '')}` on {C._md(hardware)} ({C._md(c0['metric'])}, "
+                   f"{direction} is better)\n")
         ref = S.reference_of(model)
         vs = ("vs " + ref[0] + (f" ({ref[1]})" if ref[1] else "") + (": ratio" if log else ": difference")
               + " [95% CI], Welch p (MWU p)") if ref else "vs reference"

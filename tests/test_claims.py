@@ -269,6 +269,22 @@ def test_generated_cell_tables_list_tuning_runs_apart_and_unranked():
     assert f"| layernorm | pre_ln | 0.3 | {st.gmean([9.0, 10.0]):.4g} | 2 | 0 |" in tuning
 
 
+def test_generated_cell_tables_never_mix_machines():
+    # The same cell on two machines is two tables, each naming its machine, each with its own ranking.
+    here = [acc("layernorm", s, v) for s, v in enumerate(LN)]
+    there = [acc("layernorm", s, v * 2) for s, v in enumerate(LN)]
+    for r in there:
+        r["provenance"]["hardware_id"] = "cpu-other-2c"
+        r["id"] += "-other"
+    text = gendocs.cells_markdown(here + there)
+    tables = text.split("#### ")[1:]
+    assert len(tables) == 2
+    first, second = sorted(tables, key=lambda t: "on cpu-other-2c " in t)
+    assert f"on {HW} " in first and "on cpu-other-2c " in second
+    assert f"{st.gmean(LN):.4g}" in first and f"{st.gmean(LN):.4g}" not in second
+    assert all(t.count("| 1 | layernorm |") == 1 and "| 2 |" not in t for t in (first, second))
+
+
 def test_docs_blocks_match_the_committed_records():
     """Every statistic in docs/ comes from results/: regenerate with `normbench docs` after new runs."""
     root = Path(__file__).resolve().parents[1]
