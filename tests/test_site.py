@@ -456,6 +456,23 @@ def test_accuracy_rows_are_tested_against_the_tables_reference(tmp_path):
     assert f"×{ratio:.3f}" in norm_page  # the norm's own page tests against the same reference
 
 
+def test_accuracy_tables_and_cell_pages_are_one_per_machine(tmp_path):
+    # The same cell on two machines: two tables, two cell pages, each ranking and plotting its own machine's seeds.
+    kw = dict(metric="perplexity", higher=False, task="synth-lm", model="gpt", placement="pre_ln", offline=True)
+    recs = [sup.accuracy("layernorm", s, 5.0 + s / 10, **kw) for s in range(3)]
+    recs += [sup.accuracy("layernorm", s, 7.0 + s / 10, hwid="cpu-other-2c", **kw) for s in range(3)]
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "acc.json").write_text(json.dumps(recs))
+    build_site(tmp_path / "results", tmp_path / "site", charts=False)
+    pages = sorted((tmp_path / "site" / "accuracy").glob("*.html"))
+    assert len(pages) == 2
+    here, there = sorted((p.read_text() for p in pages), key=lambda t: "cpu-other-2c" in t.split("</h1>")[0])
+    assert "on cpu-test-cpu-9000-8c" in here.split("</h1>")[0] and "on cpu-other-2c" in there.split("</h1>")[0]
+    assert "5.1" in here and "7.1" not in here and "7.1" in there and "5.1" not in there
+    acc = (tmp_path / "site" / "accuracy.html").read_text()
+    assert "synth-lm · gpt on cpu-test-cpu-9000-8c" in acc and "synth-lm · gpt on cpu-other-2c" in acc
+
+
 def test_reproduce_command_is_built_from_the_config_and_quotes_every_value():
     import shlex
 

@@ -263,8 +263,9 @@ class Cell:
 
     @property
     def table_key(self) -> tuple:
-        """The leaderboard table this cell belongs to: one per task, model, budget and recipe variant."""
-        return (self.offline, self.task, self.model, self.quick, self.variant)
+        """The leaderboard table this cell belongs to: one per task, model, budget, recipe variant and machine
+        (cells never compare across hardware: a table ranks one machine's runs)."""
+        return (self.offline, self.task, self.model, self.quick, self.variant, self.hardware)
 
 
 def _options(cfg: dict) -> str:

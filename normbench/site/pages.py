@@ -498,7 +498,7 @@ class Site:
         inline = sum(d["points"] for d in devices) <= INLINE_POINTS
         cells = [c for c in self.cells if c.norm == name and not c.tuning]
         acc = []
-        for key in sorted({c.table_key for c in cells}, key=lambda k: (k[0], k[3], k[1], k[2], k[4])):
+        for key in sorted({c.table_key for c in cells}, key=lambda k: (k[0], k[3], k[1], k[2], k[4], k[5])):
             ranked = agg.rank_cells([c for c in self.cells if c.table_key == key])
             for c in cells:
                 if c.table_key == key:
@@ -531,17 +531,17 @@ class Site:
             tables.setdefault(c.table_key, []).append(c)
         # Real tasks first, full budgets before quick ones.
         return sorted(tables.items(), key=lambda kv: (kv[0][0], kv[0][3], kv[0][1], kv[0][2], kv[0][4] != "default",
-                                                      kv[0][4]))
+                                                      kv[0][4], kv[0][5]))
 
     @staticmethod
     def cell_page_file(key: tuple) -> str:
-        offline, task, model, quick, variant = key
-        return f"accuracy/{slug(task, model, variant, 'quick' if quick else 'full')}.html"
+        offline, task, model, quick, variant, hardware = key
+        return f"accuracy/{slug(task, model, variant, 'quick' if quick else 'full', hardware)}.html"
 
     @staticmethod
     def table_title(key: tuple) -> str:
-        offline, task, model, quick, variant = key
-        return f"{task} · {model}" + ("" if variant == "default" else f" · {variant}")
+        offline, task, model, quick, variant, hardware = key
+        return f"{task} · {model}" + ("" if variant == "default" else f" · {variant}") + f" on {hardware}"
 
     def _mean_ci(self, c) -> tuple[str, str]:
         st = c.final
