@@ -378,7 +378,9 @@ def evaluate_accuracy(comp: Accuracy, acc: list[dict]) -> dict:
            "hardware": None, "n_a": 0, "n_b": 0, "failed_a": 0, "failed_b": 0, "effect": None, "p_welch": None,
            "p_mann_whitney": None, "p_fisher": None}
     ga, gb = _arm_groups(acc, comp.a), _arm_groups(acc, comp.b)
-    both = sorted(set(ga) & set(gb), key=lambda hw: -(_counted(_pick(ga[hw])) + _counted(_pick(gb[hw]))))
+    # The machine with the most counted runs of both arms decides; a tie goes to the first hardware id (a set's
+    # order changes between processes, and the claims must not).
+    both = sorted(set(ga) & set(gb), key=lambda hw: (-(_counted(_pick(ga[hw])) + _counted(_pick(gb[hw]))), hw))
     if not both:
         missing = [arm.command() for arm, g in ((comp.a, ga), (comp.b, gb)) if not g]
         if not missing:  # each arm ran, but on different machines

@@ -98,6 +98,34 @@ def test_equivalence_by_tost_reproduces_and_an_undecided_sibling_names_its_missi
     assert claim["n"] == 10 and r["records"] == sorted(x["id"] for x in recs)
 
 
+def _on(rec, hw):
+    rec["provenance"]["hardware_id"] = hw
+    rec["id"] += "-" + hw
+    return rec
+
+
+def test_a_comparison_run_on_two_machines_is_decided_on_the_same_one_in_every_process(tmp_path):
+    # Both arms on two machines with as many runs: the first hardware id decides, whatever the set order of the
+    # process (hash randomisation); different numbers per machine make the choice visible.
+    recs = []
+    for hw, shift in (("cpu-b-2c", 0.0), ("cpu-a-2c", 1.0)):
+        recs += [_on(acc("layernorm", s, v + shift), hw) for s, v in enumerate(LN)]
+        recs += [_on(acc("rmsnorm", s, v + shift), hw) for s, v in enumerate(RMS)]
+    assert comp(C.evaluate(recs), "rmsnorm (pre_ln) matches")["hardware"] == "cpu-a-2c"
+    (tmp_path / "r.json").write_text(json.dumps(recs))
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from normbench import claims as C; recs = json.load(open(sys.argv[1])); "
+            "print(next(r['hardware'] for c in C.evaluate(recs) for r in c['comparisons'] "
+            "if r['label'].startswith('rmsnorm (pre_ln) matches')))")
+    seen = {subprocess.run([sys.executable, "-c", code, str(tmp_path / "r.json")], capture_output=True, text=True,
+                           check=True, env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout.strip()
+            for seed in range(4)}
+    assert seen == {"cpu-a-2c"}
+
+
 def test_superiority_refuted_when_the_claimed_better_norm_is_clearly_worse():
     pn = [5.20, 5.25, 5.22, 5.18, 5.24]
     recs = [acc("layernorm", s, v) for s, v in enumerate(LN)] + [acc("powernorm", s, v) for s, v in enumerate(pn)]
