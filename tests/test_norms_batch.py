@@ -249,23 +249,22 @@ def test_ghost_batchnorm_float32_single_value_and_gradcheck():
 
 
 class RefPowerNorm:
-    """Shen et al. 2020, Algorithm 1, with the first ``warmup`` steps normalised by the batch's own ψ_B."""
+    """Shen et al. 2020, Algorithm 1, with the warm-up of the authors' fairseq ``MaskPowerNorm``: the first ``warmup``
+    steps normalise by the batch's own ψ_B; before the last of them ψ² is first the running mean of the ψ_B², and
+    every step then takes the exponential average with the batch's ψ_B²."""
 
     def __init__(self, layout, warmup=1, alpha_fwd=0.9, alpha_bkw=0.9, eps=1e-5):
         self.layout, self.warmup, self.af, self.ab, self.eps = layout, warmup, alpha_fwd, alpha_bkw, eps
-        self.psi2, self.nu, self.t, self.seen = torch.ones(C, dtype=D), torch.zeros(C, dtype=D), 0, []
+        self.psi2, self.nu, self.t = torch.ones(C, dtype=D), torch.zeros(C, dtype=D), 0
 
     def train_step(self, x, p, proj):
         d, bc = _dims(x, self.layout), (lambda t: _bc(t, x, self.layout))
         self.t += 1
         psi2_b = (x * x).mean(dim=d)
-        if self.t <= self.warmup:
-            used = psi2_b
-            self.seen.append(psi2_b)
-            self.psi2 = torch.stack(self.seen).mean(0)
-        else:
-            used = self.psi2
-            self.psi2 = self.af * self.psi2 + (1 - self.af) * psi2_b
+        used = psi2_b if self.t <= self.warmup else self.psi2
+        if self.t < self.warmup:
+            self.psi2 = self.psi2 * (self.t - 1) / self.t + psi2_b / self.t
+        self.psi2 = self.af * self.psi2 + (1 - self.af) * psi2_b
         psi = torch.sqrt(used + self.eps)
         xhat = x / bc(psi)
         y = bc(p["weight"]) * xhat + bc(p["bias"])

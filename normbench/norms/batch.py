@@ -206,11 +206,12 @@ class PowerNorm(_BatchStatNorm):
     Eval: y = γ·x/√(ψ² + ε) + β. Defaults follow the authors' code: α_f = α_b = 0.9, ε = 1e-5, ψ² starts at 1,
     ν at 0.
 
-    First steps: Algorithm 1 leaves ψ_0 undefined. For the first ``warmup_iters`` steps (default 1) the layer
-    normalises by the current batch's ψ_B (same approximate backward, with s = ψ_B) and ψ² holds the running
-    mean of the ψ_B² seen so far, so step 2 divides by the first batch's ψ. The authors' code has the same
-    mechanism with a default of 10000 steps and a slightly different running update during warm-up.
-    ``warmup_iters=0`` gives Algorithm 1 from step 1 with ψ_0² = 1.
+    First steps: Algorithm 1 leaves ψ_0 undefined. As in the authors' code (fairseq ``MaskPowerNorm``), for the
+    first ``warmup_iters`` steps (default 1) the layer normalises by the current batch's ψ_B (same approximate
+    backward, with s = ψ_B), and ψ² is updated as that code does: on steps t < ``warmup_iters`` it first becomes
+    the running mean ψ² ← ψ²·(t−1)/t + ψ_B²/t, and on every step (warm-up included) the average above follows.
+    Their default is 10000 steps; their training recipes pass the learning-rate warm-up, and so do ours
+    (``train.recipes.NORM_KWARGS_FROM_RECIPE``). ``warmup_iters=0`` gives Algorithm 1 from step 1 with ψ_0² = 1.
     The authors' code also divides the gradient by the current batch's ψ_B after warm-up while the forward used
     ψ_{t−1}; here both use ψ_{t−1}, as Algorithm 1 states. Their optional group pre-scaling (not in the paper) is
     left out. Works at batch size 1 (no centring: a single value per channel is fine).
@@ -234,12 +235,9 @@ class PowerNorm(_BatchStatNorm):
             t = int(self.num_batches_tracked)
             psi2_b = xs.pow(2).mean(dim=(0, 2))
             phi = self.running_phi.to(xs.dtype, copy=True)  # a copy: ψ_{t−1} must survive the update below
-            if t <= self.warmup_iters:
-                used = psi2_b
-                self.running_phi.copy_(phi + (psi2_b - phi) / t)
-            else:
-                used = phi
-                self.running_phi.copy_(self.alpha_fwd * phi + (1 - self.alpha_fwd) * psi2_b)
+            used = psi2_b if t <= self.warmup_iters else phi
+            running = phi + (psi2_b - phi) / t if t < self.warmup_iters else phi  # the warm-up's running mean
+            self.running_phi.copy_(self.alpha_fwd * running + (1 - self.alpha_fwd) * psi2_b)
             scale = (_c(used, xs.dtype) + self.eps).sqrt()
         z = _power_norm(xs, scale, self.running_nu, self.alpha_bkw)
         return self._finish(z, x)
