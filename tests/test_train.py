@@ -240,3 +240,10 @@ def test_powernorm_warmup_is_the_recipes_learning_rate_warmup(tmp_path, monkeypa
     assert len(norms) == 2 * 2 + 1  # two per block (2 blocks) and the final one
     assert all(m.warmup_iters == 2 for m in norms)
     assert all(int(m.num_batches_tracked) == LM_TINY["steps"] for m in norms)  # these are the modules trained
+    # The site's reproduce command rebuilds the same recipe; one made before the option says its recipe differs.
+    from normbench.site.repro import command
+
+    rec["config"]["recipe"] = r.to_dict()  # the cell's own recipe (this run's tiny overrides are not options)
+    assert "differs" not in command(rec)
+    rec["config"]["recipe"].pop("norm_kwargs")
+    assert "recipe differs from this normbench's in norm_kwargs:" in command(rec)
