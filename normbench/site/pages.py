@@ -498,7 +498,7 @@ class Site:
         inline = sum(d["points"] for d in devices) <= INLINE_POINTS
         cells = [c for c in self.cells if c.norm == name and not c.tuning]
         acc = []
-        for key in sorted({c.table_key for c in cells}, key=lambda k: (k[0], k[3], k[1], k[2], k[4], k[5])):
+        for key in sorted({c.table_key for c in cells}, key=self.table_order):
             ranked = agg.rank_cells([c for c in self.cells if c.table_key == key])
             for c in cells:
                 if c.table_key == key:
@@ -529,9 +529,14 @@ class Site:
         tables: dict[tuple, list] = {}
         for c in self.cells:
             tables.setdefault(c.table_key, []).append(c)
-        # Real tasks first, full budgets before quick ones.
-        return sorted(tables.items(), key=lambda kv: (kv[0][0], kv[0][3], kv[0][1], kv[0][2], kv[0][4] != "default",
-                                                      kv[0][4], kv[0][5]))
+        return sorted(tables.items(), key=lambda kv: self.table_order(kv[0]))
+
+    @staticmethod
+    def table_order(key: tuple) -> tuple:
+        """Where a table (``Cell.table_key``) goes: real tasks first, full budgets before quick ones, then task,
+        model, the default variant before the others, and machine."""
+        offline, task, model, quick, variant, hardware = key
+        return (offline, quick, task, model, variant != "default", variant, hardware)
 
     @staticmethod
     def cell_page_file(key: tuple) -> str:
@@ -592,7 +597,7 @@ class Site:
     def acc_table(self, tid: str, cells: list, up: str) -> Table:
         c0 = cells[0]
         centre = "geometric mean" if S.is_log_metric(c0.metric) else "mean"
-        cols = [Col("#", True, sorted="ascending"), Col("norm"), Col("placement"), Col("device"),
+        cols = [Col("#", True, sorted="ascending"), Col("norm"), Col("placement"),
                 Col(f"{c0.metric} {centre} [95 % CI]", True, _metric_label(c0.metric, c0.higher)),
                 Col("best", True, "best evaluation over training, mean over seeds"),
                 Col("time to target", True, "mean over the seeds that reached the target (k/n reached)"),
@@ -603,7 +608,7 @@ class Site:
                 Col("lr", True, "learning rate of the counted runs (chosen by the search on the validation split "
                     "when tuned)"),
                 Col("wall time", True, "training wall time, mean over seeds"), Col("seeds", True), Col("records")]
-        t = Table(tid, cols, filters=[("placement", "placement"), ("hardware", "device")])
+        t = Table(tid, cols, filters=[("placement", "placement")])  # one machine's table (its title names it)
         for i, c in enumerate(agg.rank_cells(cells)):
             if c.ttt.mean is not None:
                 tgt = cell(fmt_seconds_human(c.ttt.mean), c.ttt.mean, note=f"({c.n_reached}/{c.n})")
@@ -619,7 +624,6 @@ class Site:
                 cell(i + 1, float(i + 1)),
                 cell(c.norm, f"{c.norm} {c.options}".strip(), href=up + norm_file(c.norm), note=c.options or None),
                 cell(c.placement or "–", c.placement or ""),
-                cell(c.hardware, c.hardware, href=up + device_file(c.hardware)),
                 cell(mean, c.final.mean, title=tip, cls="muted" if c.final.mean is None else None),
                 cell(fmt_metric(c.best.mean, c.metric), c.best.mean), tgt,
                 cell(div, c.divergence_rate, cls="warn" if c.n_diverged else None,
@@ -629,7 +633,7 @@ class Site:
                 cell(fmt_seconds_human(c.wall.mean), c.wall.mean), cell(c.n, float(c.n)),
                 cell(" ".join(s[0] for s in seeds), None, href=seeds[0][1] if seeds else None,
                      title="records: see the seed table on the cell page"),
-            ], {"placement": c.placement or "", "hardware": c.hardware}, "diverged" if c.final.mean is None else "")
+            ], {"placement": c.placement or ""}, "diverged" if c.final.mean is None else "")
         return t
 
     def tuning_rows(self, cells: list, up: str) -> list[dict]:
