@@ -74,10 +74,10 @@ class Run:
     def spec(self):
         return resolve(self.norm)
 
-    def model_spec(self, recipe: Recipe | None = None):
-        """The spec the model builds the norm from: ``spec()`` with the recipe's ``norm_kwargs`` (constructor
-        options its official code derives from the recipe, e.g. PowerNorm's warm-up) added to its defaults."""
-        spec, recipe = self.spec(), recipe or self.recipe()
+    def model_spec(self, recipe: Recipe):
+        """The spec the model builds the norm from: ``spec()`` with ``recipe.norm_kwargs`` (constructor options its
+        official code derives from the recipe, e.g. PowerNorm's warm-up) added to its defaults."""
+        spec = self.spec()
         if not recipe.norm_kwargs:
             return spec
         return dc_replace(spec, default_kwargs={**spec.default_kwargs, **recipe.norm_kwargs})
