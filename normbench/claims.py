@@ -633,13 +633,17 @@ def _why(verdict: str, rows: list[dict]) -> str:
 
 
 def load_records(root: str | Path = "results") -> list[dict]:
-    """Every valid record under ``root`` (invalid ones are the business of ``normbench validate``)."""
+    """Every valid record under ``root`` (invalid ones are the business of ``normbench validate``), those made by
+    code that has since changed flagged ``stale`` (``results.prune.mark_stale``), so they count nowhere."""
     from normbench.results import iter_records
+    from normbench.results.prune import mark_stale
 
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"no results at {root}: pass --results DIR")
-    return [rec for _, rec in iter_records(root)]
+    records = [rec for _, rec in iter_records(root)]
+    mark_stale(records)
+    return records
 
 
 # --- output ---------------------------------------------------------------------------------------------------------

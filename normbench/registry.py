@@ -215,12 +215,15 @@ def _backend_files(backend: "Backend") -> list[str]:
     return sorted(files)
 
 
-def _library_versions() -> list[str]:
-    try:
-        triton = metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        triton = None
-    return [f"torch={torch.__version__}", f"triton={triton}"]
+def _library_versions(libraries: dict | None = None) -> list[str]:
+    """The library lines of an implementation hash: this process's torch and Triton (as provenance reports them),
+    or ``libraries`` (``{"torch": ..., "triton": ...}``, a record's provenance) to recompute the hash that today's
+    sources would have had on the machine that made the record."""
+    if libraries is None:
+        from normbench.results.provenance import triton_version
+
+        libraries = {"torch": torch.__version__, "triton": triton_version()}
+    return [f"torch={libraries.get('torch')}", f"triton={libraries.get('triton')}"]
 
 
 
@@ -321,11 +324,12 @@ class NormSpec:
             return module
         return _resolve(self._backend(backend).build)(module, self)
 
-    def impl_hash(self, backend: str = "eager") -> str:
+    def impl_hash(self, backend: str = "eager", libraries: dict | None = None) -> str:
         """16 hex digits naming this implementation: a sha256 of the norm's module sources (the factory's module,
         the modules of the classes it builds and the same-package helpers they use), ``backend``'s sources (its
         builder's module and the modules it declares in ``Backend.sources``: its kernels; for a backend declaring
-        none, every ``.py`` beside its builder) and the torch and Triton versions.
+        none, every ``.py`` beside its builder) and the torch and Triton versions: this process's, or those given
+        as ``libraries={"torch": ..., "triton": ...}`` (a record's provenance: is its code still today's code?).
 
         Stable across processes and machines for the same code; any edit to those sources changes it, so a record
         id that includes it is re-measured after the code changes. The ``.py`` paths are hashed relative to nothing
@@ -347,7 +351,7 @@ class NormSpec:
             else:
                 for path in _backend_files(b):
                     h.update(f"file {os.path.basename(path)} {_file_digest(path)}\n".encode())
-        for line in _library_versions():
+        for line in _library_versions(libraries):
             h.update(f"{line}\n".encode())
         return h.hexdigest()[:16]
 

@@ -8,6 +8,7 @@ import test_site_support as sup
 import normbench
 from normbench.cli import main
 from normbench.models import model_hash
+from normbench.results.prune import model_hash_at
 from normbench.results.schema import make_record
 from normbench.results.store import iter_records, write_records
 
@@ -18,7 +19,8 @@ def _accuracy(norm: str, seed: int, *, model_h: str | None = None, impl_h: str |
     if recipe is not None:
         rec["config"]["recipe"] = recipe
     rec["config"]["model_hash"] = model_h or model_hash("resnet")
-    impl = impl_h or (normbench.get_norm(norm).impl_hash("eager") if norm in normbench.list_norms() else "a" * 16)
+    impl = impl_h or (sup.current_impl_hash(norm, "eager", rec["provenance"]) if norm in normbench.list_norms()
+                      else "a" * 16)
     return make_record("accuracy", rec["norm"], rec["config"], rec["metrics"], rec["provenance"], impl_hash=impl)
 
 
@@ -58,3 +60,54 @@ def test_prune_removes_records_made_before_the_norm_took_an_option_from_its_reci
     assert main(["prune", str(tmp_path)]) == 0
     assert "recipe changed (powernorm now gets warmup_iters=12" in capsys.readouterr().out
     assert {r["id"] for _, r in iter_records(tmp_path)} == {current["id"], other["id"]}
+
+
+def test_a_record_from_a_machine_with_other_library_versions_is_judged_by_its_code(tmp_path, capsys):
+    # A GPU machine's records name its own torch, Triton and timm; today's code hashes the same there, so they are
+    # current, not "changed code" because this machine's torch differs. A record of changed code from that machine
+    # is still stale.
+    libs = {"torch": "2.99.0+cu129", "triton": "9.9.9"}
+    other = {**libs, "timm": "0.0.1"}
+    gpu = _accuracy("groupnorm", 0, model_h=model_hash_at("resnet", other["timm"]),
+                    impl_h=normbench.get_norm("groupnorm").impl_hash("eager", libraries=libs))
+    gpu_old = _accuracy("groupnorm", 1, model_h=model_hash_at("resnet", other["timm"]), impl_h="f" * 16)
+    for rec in (gpu, gpu_old):
+        rec["provenance"].update(other)
+    assert gpu["impl_hash"] != normbench.get_norm("groupnorm").impl_hash("eager")  # what the old prune compared
+    assert gpu["config"]["model_hash"] != model_hash("resnet")
+    write_records([gpu, gpu_old], tmp_path)
+    assert main(["prune", str(tmp_path)]) == 0
+    assert "removed 1 stale" in capsys.readouterr().out
+    assert {r["id"] for _, r in iter_records(tmp_path)} == {gpu["id"]}
+
+
+def test_stale_reason_judges_kernel_records_by_their_implementation_hash():
+    from normbench.results.prune import stale_reason
+
+    spec = normbench.get_norm("rmsnorm")
+    p = {"torch": "2.99.0+cu129", "triton": "9.9.9"}
+    now = sup.kernel("rmsnorm", "compile", [8, 512], 1e-4)
+    now["provenance"].update(p)
+    now["impl_hash"] = spec.impl_hash("compile", libraries=p)
+    assert stale_reason(now) == (None, None)
+    assert spec.impl_hash("compile", libraries=p) != spec.impl_hash("eager", libraries=p)  # the backend's code counts
+    old = {**now, "impl_hash": spec.impl_hash("eager", libraries=p)}
+    why, unknown = stale_reason(old)
+    assert unknown is None and "norm code changed (rmsnorm/compile" in why
+    legacy = {**now, "impl_hash": ""}  # a migrated v1 record: nothing to judge it by
+    assert stale_reason(legacy) == (None, None)
+    plugin = {**now, "norm": {**now["norm"], "name": "not_installed_norm"}}
+    assert stale_reason(plugin)[0] is None and "cannot recompute" in stale_reason(plugin)[1]
+
+
+def test_impl_hash_at_this_machines_library_versions_is_the_default():
+    from normbench.results.provenance import provenance
+
+    spec, p = normbench.get_norm("layernorm"), provenance(device="cpu")
+    assert spec.impl_hash("eager", libraries={"torch": p["torch"], "triton": p["triton"]}) == spec.impl_hash("eager")
+    assert spec.impl_hash("eager", libraries={"torch": "0.0", "triton": p["triton"]}) != spec.impl_hash("eager")
+    from normbench.models import MODEL_LAYOUT
+
+    for model in MODEL_LAYOUT:  # the re-implementation hashes exactly as models.model_hash does
+        assert model_hash_at(model, p["timm"]) == model_hash(model), model
+    assert model_hash_at("resnet", "0.0.1") != model_hash("resnet")

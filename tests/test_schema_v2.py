@@ -45,7 +45,7 @@ def test_v2_records_carry_the_new_fields_and_validate():
     assert results.validate_record(rec) == []
     assert results.is_ranked(rec) and not results.is_invalid(rec)
     assert results.FLAGS == ("non_finite", "fell_back", "noisy", "suspect", "unchecked", "forced", "diverged",
-                             "tuning")
+                             "tuning", "stale")
     assert results.INVALID_FLAGS == ("non_finite",)
 
 

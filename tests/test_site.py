@@ -12,6 +12,7 @@ import pytest
 import test_site_support as sup
 from markupsafe import escape
 
+from normbench.results.schema import make_record
 from normbench.site import aggregate as agg
 from normbench.site import build_site, markdown
 from normbench.site.fmt import fmt_bytes, fmt_gbps, fmt_time, safe_url
@@ -395,6 +396,25 @@ def test_sparse_records_render(tmp_path):
     assert ranking.index("rmsnorm") < ranking.index('norms/dyt.html">dyt')  # the diverged cell ranks last
     for page in _pages(tmp_path / "site"):
         assert not audit(page.read_text()).problems
+
+
+def test_a_kernel_record_of_changed_code_is_marked_stale_and_never_ranked(tmp_path):
+    # Two measurements of one case: the faster one was made by an earlier implementation of rmsnorm/compile (its
+    # hash is not what today's sources give at its torch/Triton versions), the slower one by today's code.
+    stale = sup.kernel("rmsnorm", "compile", [64, 512], 2e-5, ts="2025-11-20T10:00:00Z")
+    stale = make_record("kernel", stale["norm"], stale["config"], stale["metrics"],
+                        stale["provenance"], impl_hash="f" * 16, check=stale["check"])
+    current = sup.kernel("rmsnorm", "compile", [64, 512], 4e-5)
+    sup.write_records([stale, current], tmp_path / "results")
+    build_site(tmp_path / "results", tmp_path / "site", charts=False)
+    page = tmp_path / "site" / "norms" / "rmsnorm.html"
+    html = _with_data(page)
+    assert ">stale code</span>" in html and "made by code that has since changed" in html
+    assert "norm code changed (rmsnorm/compile: ffffffffffffffff" in html
+    ranks = [f.get("ranked") for f in _filter_values(page, "kn-rmsnorm")]
+    assert ranks == ["ranked", "flagged"]  # today's slower record ranks; the stale faster one does not
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "1 made by code that has since changed" in index
 
 
 def test_accuracy_page_shows_divergence_ranks_it_first_and_lists_tuning_runs_apart(tmp_path):

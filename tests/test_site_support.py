@@ -65,8 +65,20 @@ def kernel(norm: str | dict, backend: str, shape: list[int], time_s: float, *, d
     flags = {"suspect": met["suspect_reason"]} if suspect else {}
     # Passed `normbench check` unless ``legacy`` (a migrated v1 record: check null, never ranked).
     check = None if legacy else {"status": "passed", "impl_hash": "0123456789abcdef", "detail": None}
-    return make_record("kernel", meta, cfg, met, prov(hw, hwid, ts), flags=flags, flag_reasons=flags, check=check,
-                       impl_hash="" if legacy else "0123456789abcdef")
+    p = prov(hw, hwid, ts)
+    return make_record("kernel", meta, cfg, met, p, flags=flags, flag_reasons=flags, check=check,
+                       impl_hash="" if legacy else current_impl_hash(meta["name"], backend, p))
+
+
+def current_impl_hash(norm: str, backend: str, p: dict) -> str:
+    """The hash today's code of a registered norm has at ``p``'s torch/Triton versions (so the site does not mark the
+    record stale); a fixed one for a norm or backend this installation lacks (the site cannot judge it)."""
+    import normbench
+
+    try:
+        return normbench.get_norm(norm).impl_hash(backend, libraries={"torch": p["torch"], "triton": p["triton"]})
+    except KeyError:
+        return "0123456789abcdef"
 
 
 def accuracy(norm: str | dict, seed: int, final: float | None, *, task="cifar10", model="resnet18", offline=False,

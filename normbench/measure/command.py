@@ -160,11 +160,14 @@ def _cmd_bench(args) -> int:
 def _cmd_validate(args) -> int:
     from pathlib import Path
 
+    from normbench.results.prune import stale_reason
     from normbench.results.store import _scan
 
     bad = 0
     total = 0
     files = set()
+    stale: dict[str, int] = {}
+    cache: dict = {}
     for root in args.paths:
         if not Path(root).exists():
             print(f"{root}: no such file or directory", file=sys.stderr)
@@ -177,8 +180,16 @@ def _cmd_validate(args) -> int:
                 print(f"INVALID {problem}")
             else:
                 total += 1
+                if stale_reason(rec, cache)[0]:
+                    stale[rec["kind"]] = stale.get(rec["kind"], 0) + 1
     if not args.quiet or bad:
         print(f"{total} valid record(s) in {len(files)} file(s); {bad} problem(s)")
+    if stale and not args.quiet:
+        # Valid, but made by code that has since changed: worth knowing, not a validation failure.
+        print("made by code that has since changed (valid; not ranked): "
+              + ", ".join(f"{n} {kind}" for kind, n in sorted(stale.items()))
+              + (" (`normbench prune` removes the accuracy ones)" if "accuracy" in stale else "")
+              + (" (`normbench bench` on their machine re-measures the kernel ones)" if "kernel" in stale else ""))
     return 1 if bad else 0
 
 

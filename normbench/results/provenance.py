@@ -141,6 +141,16 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def triton_version() -> str | None:
+    """The installed Triton's version: the ``triton`` distribution, or PyTorch's own builds of it."""
+    return _version("triton") or _version("pytorch-triton") or _version("pytorch-triton-rocm")
+
+
+def timm_version() -> str | None:
+    """The installed timm's version (part of a timm model's code hash, ``models.model_hash``)."""
+    return _version("timm")
+
+
 def plugin_versions() -> dict[str, str]:
     """{distribution: version} of the plugin packages whose norms this process loaded (none when
     ``NORMBENCH_DISABLE_PLUGINS`` is set; a plugin that failed to load or was rejected is not among them)."""
@@ -173,7 +183,8 @@ def provenance(command: str | list[str] | None = None, device: str | None = None
         "git_dirty": dirty,
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "triton": _version("triton") or _version("pytorch-triton") or _version("pytorch-triton-rocm"),
+        "triton": triton_version(),
+        "timm": timm_version(),
         "platform": platform.platform(),
         "node": platform.node() or None,
         "hardware": hw,

@@ -5,12 +5,15 @@ and ``impl_hash`` (the norm's implementation, ``NormSpec.impl_hash``). After a f
 records are another cell, not the current one: left in ``results/`` they would sit beside the re-run and a reader
 could not tell which code produced a number. ``prune`` lists them (``--dry-run``) or removes them; git keeps them.
 
-Only hashes that can be recomputed from the current code are compared: a record of a norm or model this
-installation does not have (an uninstalled plugin) is kept and reported, never removed. Recipe changes are not
+Only hashes that can be recomputed from the current code are compared, at the torch, Triton and timm versions the
+record names (a GPU machine's records are not stale because this machine has another torch); a record of a norm or
+model this installation does not have (an uninstalled plugin) is kept and reported, never removed. Recipe changes are not
 detected here (the record stores the recipe it ran, not which values were overridden on the command line), with
 one exception: a record whose recipe lacks a constructor option the norm now derives from the recipe
 (``train.recipes.NORM_KWARGS_FROM_RECIPE``, e.g. PowerNorm's warm-up) ran the norm differently, and is stale.
-Kernel records are not touched: ``normbench bench`` re-measures changed code by itself (the id has the hash).
+Kernel records are not touched: ``normbench bench`` re-measures changed code by itself (the id has the hash), and the
+readers that rank (the site, ``normbench claims``, the generated docs) flag a record of changed code ``stale`` when
+they read it (``mark_stale``): shown, never ranked. A kernel record may be the only measurement of its machine.
 """
 
 from __future__ import annotations
@@ -27,41 +30,93 @@ class PruneReport:
     files: list[Path] = field(default_factory=list)  # files rewritten (empty on a dry run)
 
 
+def _libraries(prov: dict) -> dict:
+    """The torch and Triton versions a record was made with (its provenance), for ``NormSpec.impl_hash``."""
+    return {"torch": prov.get("torch"), "triton": prov.get("triton")}
+
+
+def model_hash_at(model: str, timm_version: str | None) -> str:
+    """``models.model_hash(model)`` as it would be with timm ``timm_version`` installed (a record's
+    ``provenance.timm``; None: absent): the same sources and bytes, hashed the same way (a test holds the two
+    equal at the installed version). It cannot live in ``normbench.models``: that package's ``__init__.py`` is part
+    of every model's hash, so any edit there makes every accuracy record stale."""
+    import hashlib
+
+    from normbench import models
+
+    installed = models.model_hash(model)  # also reads the sources into models._SOURCES, once per process
+    if "timm_models.py" not in models._MODEL_SOURCES[model]:
+        return installed
+    h = hashlib.sha256()
+    for name in ("__init__.py", "norms.py", *models._MODEL_SOURCES[model]):
+        h.update(name.encode() + b"\0" + models._SOURCES[name] + b"\0")
+    h.update(f"timm=={timm_version}".encode() if timm_version else b"timm==absent")
+    return h.hexdigest()[:16]
+
+
 def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str | None]:
-    """(why ``rec`` is stale, None), (None, why it cannot be judged) or (None, None) if it is current."""
+    """(why ``rec`` is stale, None), (None, why it cannot be judged) or (None, None) if it is current.
+
+    Stale means made by code that has since changed: today's sources hash differently **at the library versions
+    the record names** (its provenance's torch, Triton and, for timm models, timm), so a record measured on
+    another machine with another torch is judged by its code, not by that machine's torch. A kernel record is
+    judged by its implementation hash alone; an accuracy record also by its model's code and its recipe. A record
+    without an implementation hash (a migrated schema-v1 record) is not judged by it.
+    """
     import normbench
     from normbench.models import model_hash
     from normbench.train.recipes import norm_kwargs_from_recipe
 
     cache = {} if _cache is None else _cache
-    if rec.get("kind") != "accuracy":
+    if rec.get("kind") not in ("kernel", "accuracy"):
         return None, None
-    cfg = rec.get("config") or {}
-    model, name = cfg.get("model"), (rec.get("norm") or {}).get("name")
+    cfg, prov = rec.get("config") or {}, rec.get("provenance") or {}
+    name = (rec.get("norm") or {}).get("name")
     backend = cfg.get("backend") or "eager"
     reasons = []
     try:
-        key = ("model", model)
-        if key not in cache:
-            cache[key] = model_hash(model)
-        if cfg.get("model_hash") and cfg["model_hash"] != cache[key]:
-            reasons.append(f"model code changed ({model}: {cfg['model_hash']} -> {cache[key]})")
-        key = ("impl", name, backend)
-        if key not in cache:
-            cache[key] = normbench.get_norm(name).impl_hash(backend)
-        if rec.get("impl_hash") and rec["impl_hash"] != cache[key]:
-            reasons.append(f"norm code changed ({name}: {rec['impl_hash']} -> {cache[key]})")
-        recipe = cfg.get("recipe")
-        if isinstance(recipe, dict):
-            given = recipe.get("norm_kwargs") or {}
-            missing = {k: v for k, v in norm_kwargs_from_recipe(name, recipe).items() if k not in given}
-            if missing:
-                options = ", ".join(f"{k}={v!r}" for k, v in missing.items())
-                reasons.append(f"recipe changed ({name} now gets {options} from its recipe; "
-                               "train.recipes.NORM_KWARGS_FROM_RECIPE)")
+        if rec.get("impl_hash"):
+            libs = _libraries(prov)
+            key = ("impl", name, backend, libs["torch"], libs["triton"])
+            if key not in cache:
+                cache[key] = normbench.get_norm(name).impl_hash(backend, libraries=libs)
+            if rec["impl_hash"] != cache[key]:
+                reasons.append(f"norm code changed ({name}/{backend}: {rec['impl_hash']} -> {cache[key]})")
+        if rec["kind"] == "accuracy":
+            model = cfg.get("model")
+            # Records made before provenance named timm's version: judged with the installed one.
+            key = ("model", model, prov["timm"] if "timm" in prov else "installed")
+            if key not in cache:
+                cache[key] = model_hash(model) if key[2] == "installed" else model_hash_at(model, key[2])
+            if cfg.get("model_hash") and cfg["model_hash"] != cache[key]:
+                reasons.append(f"model code changed ({model}: {cfg['model_hash']} -> {cache[key]})")
+            recipe = cfg.get("recipe")
+            if isinstance(recipe, dict):
+                given = recipe.get("norm_kwargs") or {}
+                missing = {k: v for k, v in norm_kwargs_from_recipe(name, recipe).items() if k not in given}
+                if missing:
+                    options = ", ".join(f"{k}={v!r}" for k, v in missing.items())
+                    reasons.append(f"recipe changed ({name} now gets {options} from its recipe; "
+                                   "train.recipes.NORM_KWARGS_FROM_RECIPE)")
     except (KeyError, ValueError, ImportError) as exc:
         return None, f"cannot recompute its hashes here ({exc})"
     return ("; ".join(reasons) or None), None
+
+
+def mark_stale(records, _cache: dict | None = None) -> int:
+    """Flag ``stale`` (in place, with ``stale_reason``'s sentence) each record made by code that has since changed,
+    so that no reader ranks it; returns how many. Records that cannot be judged here are left as they are."""
+    cache = {} if _cache is None else _cache
+    n = 0
+    for rec in records:
+        why, _unknown = stale_reason(rec, cache)
+        if why:
+            from normbench.results.schema import add_flag
+
+            add_flag(rec, "stale", f"made by code that has since changed: {why}; measure it again on that machine "
+                                   "(`normbench prune` removes stale accuracy records)")
+            n += 1
+    return n
 
 
 def prune(root: str | Path = "results", dry_run: bool = False) -> PruneReport:
@@ -74,7 +129,8 @@ def prune(root: str | Path = "results", dry_run: bool = False) -> PruneReport:
             continue  # `normbench validate` reports unreadable files; never touch them here
         keep = []
         for rec in records:
-            why, unknown = stale_reason(rec, cache) if isinstance(rec, dict) else (None, None)
+            accuracy = isinstance(rec, dict) and rec.get("kind") == "accuracy"
+            why, unknown = stale_reason(rec, cache) if accuracy else (None, None)
             if unknown:
                 rep.kept_unknown.append((rec.get("id", "?"), unknown))
             if why:

@@ -24,8 +24,10 @@ from typing import Any
 SCHEMA = "normbench.record"
 SCHEMA_VERSION = 2
 #: Every flag a record may carry; who sets each: non_finite, suspect, noisy (the kernel core), fell_back (the compile
-#: backend), unchecked, forced (the check gate), diverged, tuning (accuracy runs).
-FLAGS = ("non_finite", "fell_back", "noisy", "suspect", "unchecked", "forced", "diverged", "tuning")
+#: backend), unchecked, forced (the check gate), diverged, tuning (accuracy runs); stale (the readers that rank: the
+#: site, ``normbench claims`` and the generated docs mark a record whose code has since changed when they read it,
+#: ``results.prune.mark_stale``; the file is not changed).
+FLAGS = ("non_finite", "fell_back", "noisy", "suspect", "unchecked", "forced", "diverged", "tuning", "stale")
 #: Flags that make a record invalid: it is kept and shown as failed, never ranked.
 INVALID_FLAGS = ("non_finite",)
 CHECK_STATUSES = ("passed", "failed", "not_run")

@@ -41,7 +41,7 @@ from normbench.site.tables import Col, Table, cell
 LEGACY = "legacy"
 LEGACY_REASON = ("migrated schema-v1 record: its implementation was never run through `normbench check` "
                  "(check: null), so it is shown and never ranked")
-FLAG_LABELS = {LEGACY: "unchecked (legacy)"}
+FLAG_LABELS = {LEGACY: "unchecked (legacy)", "stale": "stale code"}
 #: A norm's page shows its figures for every device while they hold at most this many points in all (each point
 #: is in the SVG and in the spec); beyond that each device's figures are one click away on their own page.
 INLINE_POINTS = 1500
@@ -334,7 +334,8 @@ class Site:
             top=[(hw, self.hw_name(hw), device_file(hw), [self._top_row(r) for r in top[hw]]) for hw in hws],
             acc_tables=tables, n_rejected=len(self.loaded.rejected), empty=not self.loaded.entries,
             n_unranked=sum(r["flagged"] for r in self.kernels),
-            n_legacy=sum(LEGACY in r["flags"] for r in self.kernels)))
+            n_legacy=sum(LEGACY in r["flags"] for r in self.kernels),
+            n_stale=sum("stale" in r["flags"] for r in self.kernels)))
 
     def _top_row(self, r: dict) -> dict:
         return {"norm": r["norm"], "norm_href": norm_file(r["norm"]), "backend": r["backend"],

@@ -273,6 +273,10 @@ def load_results(root: str | os.PathLike) -> Loaded:
         else:
             superseded.append((e, old))
     kept = list(newest.values())
+    # A record of code that has since changed is shown, flagged stale, and never ranked.
+    from normbench.results.prune import mark_stale
+
+    mark_stale(e.rec for e in kept)
     _assign_keys(kept)
     _assign_pages(kept)
     return Loaded(kept, rejected, superseded, len(files))
