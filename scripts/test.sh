@@ -13,4 +13,4 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "[test] chromium not found and not root: the browser test will be skipped (apt-get install chromium)" >&2
   fi
 fi
-exec .venv/bin/python -m pytest -q -p no:randomly "$@"
+exec .venv/bin/python -m pytest -q -rs -p no:randomly "$@"

@@ -111,3 +111,23 @@ def test_impl_hash_at_this_machines_library_versions_is_the_default():
     for model in MODEL_LAYOUT:  # the re-implementation hashes exactly as models.model_hash does
         assert model_hash_at(model, p["timm"]) == model_hash(model), model
     assert model_hash_at("resnet", "0.0.1") != model_hash("resnet")
+
+
+def test_stale_reason_judges_an_external_baselines_record_at_its_library_version():
+    # F.rms_norm ("native", library torch): the hash covers the adapter's code and the library's version, which the
+    # record names in config.baseline_version; an adapter edit since (here: another hash) makes the record stale.
+    from normbench.measure import core
+    from normbench.results.prune import stale_reason
+
+    spec = normbench.get_norm("rmsnorm")
+    libs = {"torch": "2.99.0+cu129", "triton": "9.9.9", "baseline": "2.99.0+cu129"}
+    rec = sup.kernel("rmsnorm", "native", [8, 512], 1e-4)
+    rec["provenance"].update(torch=libs["torch"], triton=libs["triton"])
+    rec["config"]["baseline_version"] = f"torch {libs['baseline']}"
+    rec["impl_hash"] = core.impl_hash(spec, "native", libraries=libs)
+    assert rec["impl_hash"] != core.impl_hash(spec, "native")  # this machine's torch is another
+    assert stale_reason(rec) == (None, None)
+    older = {**rec, "config": {**rec["config"], "baseline_version": "torch 2.98.0+cu129"}}
+    assert "norm code changed (rmsnorm/native" in stale_reason(older)[0]
+    unknown = {**rec, "config": {**rec["config"], "backend": "some_library"}}
+    assert stale_reason(unknown)[0] is None and "cannot recompute" in stale_reason(unknown)[1]

@@ -99,16 +99,19 @@ class Case:
         return cfg
 
 
-def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
+def impl_hash(spec, backend: str, cache: dict | None = None, libraries: dict | None = None) -> str:
     """The implementation hash of ``spec`` run by ``backend`` (``NormSpec.impl_hash``); for an external baseline
     (Liger, quack, TE, FlashInfer, Apex, native) the eager norm's hash (its sources, torch and Triton versions)
     combined with the baseline's adapter sources (the adapters' shared base and its library's adapter module), what
-    its registry entry tells the core, and the library's version."""
-    key = (spec.name, spec.package, spec.package_version, backend)
+    its registry entry tells the core, and the library's version.
+
+    ``libraries`` (``{"torch": ..., "triton": ..., "baseline": ...}``, from a record) replaces this process's
+    versions: the hash today's code would have had where the record was made (``results.prune.stale_reason``)."""
+    key = (spec.name, spec.package, spec.package_version, backend, repr(sorted((libraries or {}).items())))
     if cache is not None and key in cache:
         return cache[key]
     if backend in spec.backends:
-        h = spec.impl_hash(backend)
+        h = spec.impl_hash(backend, libraries)
     else:
         import hashlib
         from importlib import metadata
@@ -116,10 +119,10 @@ def impl_hash(spec, backend: str, cache: dict | None = None) -> str:
         from normbench.registry import source_lines
 
         b = baselines.REGISTRY.get((backend, spec.name))
-        lines = [f"eager {spec.impl_hash('eager')}", f"baseline {backend}"]
+        lines = [f"eager {spec.impl_hash('eager', libraries)}", f"baseline {backend}"]
         if b is not None:
             lines += [b.declared(), *source_lines(b.sources())]
-            pkg, version = b.dist, b.version()
+            pkg, version = b.dist, (libraries["baseline"] if libraries and "baseline" in libraries else b.version())
         else:
             try:
                 pkg, version = backend, metadata.version(backend)

@@ -30,9 +30,16 @@ class PruneReport:
     files: list[Path] = field(default_factory=list)  # files rewritten (empty on a dry run)
 
 
-def _libraries(prov: dict) -> dict:
-    """The torch and Triton versions a record was made with (its provenance), for ``NormSpec.impl_hash``."""
-    return {"torch": prov.get("torch"), "triton": prov.get("triton")}
+def _libraries(rec: dict) -> dict:
+    """The library versions a record was made with, for ``measure.core.impl_hash``: torch and Triton (its
+    provenance) and, for an external baseline, the baseline library's (``config.baseline_version``, "<dist>
+    <version>" or "<dist> not installed")."""
+    prov, cfg = rec.get("provenance") or {}, rec.get("config") or {}
+    libs = {"torch": prov.get("torch"), "triton": prov.get("triton")}
+    if isinstance(cfg.get("baseline_version"), str):
+        version = cfg["baseline_version"].partition(" ")[2]
+        libs["baseline"] = None if version == "not installed" else version
+    return libs
 
 
 def model_hash_at(model: str, timm_version: str | None) -> str:
@@ -52,6 +59,18 @@ def model_hash_at(model: str, timm_version: str | None) -> str:
         h.update(name.encode() + b"\0" + models._SOURCES[name] + b"\0")
     h.update(f"timm=={timm_version}".encode() if timm_version else b"timm==absent")
     return h.hexdigest()[:16]
+
+
+def _impl_hash_at(name: str, backend: str, libs: dict) -> str:
+    """The implementation hash of today's code of ``name`` run by ``backend`` at the versions ``libs``; KeyError for a
+    norm, backend or external baseline this installation does not have."""
+    import normbench
+    from normbench.measure import baselines, core
+
+    spec = normbench.get_norm(name)
+    if backend not in spec.backends and ((backend, name) not in baselines.REGISTRY or "baseline" not in libs):
+        raise KeyError(f"norm {name!r} has no backend or baseline {backend!r} here")
+    return core.impl_hash(spec, backend, libraries=libs)
 
 
 def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str | None]:
@@ -76,10 +95,10 @@ def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str
     reasons = []
     try:
         if rec.get("impl_hash"):
-            libs = _libraries(prov)
-            key = ("impl", name, backend, libs["torch"], libs["triton"])
+            libs = _libraries(rec)
+            key = ("impl", name, backend, repr(sorted(libs.items())))
             if key not in cache:
-                cache[key] = normbench.get_norm(name).impl_hash(backend, libraries=libs)
+                cache[key] = _impl_hash_at(name, backend, libs)
             if rec["impl_hash"] != cache[key]:
                 reasons.append(f"norm code changed ({name}/{backend}: {rec['impl_hash']} -> {cache[key]})")
         if rec["kind"] == "accuracy":
