@@ -132,8 +132,9 @@ def mark_stale(records, _cache: dict | None = None) -> int:
         if why:
             from normbench.results.schema import add_flag
 
-            add_flag(rec, "stale", f"made by code that has since changed: {why}; measure it again on that machine "
-                                   "(`normbench prune` removes stale accuracy records)")
+            todo = ("`normbench bench` on that machine measures today's code" if rec.get("kind") == "kernel"
+                    else "`normbench prune` removes it; re-run the cell for today's code")
+            add_flag(rec, "stale", f"made by code that has since changed: {why}; {todo}")
             n += 1
     return n
 
