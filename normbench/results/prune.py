@@ -82,7 +82,6 @@ def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str
     judged by its implementation hash alone; an accuracy record also by its model's code and its recipe. A record
     without an implementation hash (a migrated schema-v1 record) is not judged by it.
     """
-    import normbench
     from normbench.models import model_hash
     from normbench.train.recipes import norm_kwargs_from_recipe
 
