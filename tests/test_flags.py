@@ -185,6 +185,17 @@ def test_bench_warns_at_start_on_a_busy_machine(monkeypatch, tmp_path):
     assert "noisy" in rec["flags"]
 
 
+def test_bench_warns_when_the_runs_ceiling_alone_flags_every_record(monkeypatch, tmp_path):
+    monkeypatch.setattr(noise, "load_average", lambda: 0.0)
+    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx(spread=0.108))
+    logged = []
+    core.run_sweep(_cases("dyt", ("fwd",)), tmp_path, settings=FAST, progress=False, log=logged.append)
+    assert any("spread by 11%" in m and "every record of this run will be flagged 'noisy'" in m for m in logged)
+    [rec] = [r for _, r in results.iter_records(tmp_path)]
+    assert "noisy" in rec["flags"]
+    assert noise.ceiling_warning(0.05) is None and noise.ceiling_warning(None) is None
+
+
 def results_spec(name):
     import normbench
 

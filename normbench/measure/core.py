@@ -902,6 +902,9 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     ctx.impl_hashes = hashes
     spread = f", spread {100 * ctx.ceiling_spread:.1f}%" if ctx.ceiling_spread is not None else ""
     log(f"ceiling: {ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method}{spread})")
+    unsteady = noise.ceiling_warning(ctx.ceiling_spread)
+    if unsteady:
+        log(unsteady)
     skips, measured = [], []
     executor = executor or InProcessExecutor()
     broken: dict[str, str] = {}  # norm -> why its remaining groups are not attempted

@@ -70,6 +70,15 @@ def reasons(noise: dict) -> list[str]:
     return out
 
 
+def ceiling_warning(spread: float | None) -> str | None:
+    """A warning to print once the run's copy ceiling is measured, when its spread alone flags every record noisy."""
+    if spread is None or spread <= CEILING_SPREAD_LIMIT:
+        return None
+    return (f"warning: the copy ceiling's repeated measurements spread by {100 * spread:.0f}% (above "
+            f"{100 * CEILING_SPREAD_LIMIT:.0f}%): every record of this run will be flagged 'noisy' and none ranked. "
+            "The memory system is unsteady now; stop (Ctrl-C keeps what is written) and re-run when it is quieter.")
+
+
 def busy_warning(device: str, threads: int) -> str | None:
     """A warning to print at the start of a run when the machine is already busy, else ``None``."""
     load = machine_load()  # before the run starts, all of the load is someone else's
