@@ -131,3 +131,16 @@ def test_stale_reason_judges_an_external_baselines_record_at_its_library_version
     assert "norm code changed (rmsnorm/native" in stale_reason(older)[0]
     unknown = {**rec, "config": {**rec["config"], "backend": "some_library"}}
     assert stale_reason(unknown)[0] is None and "cannot recompute" in stale_reason(unknown)[1]
+
+
+def test_the_pandas_loader_flags_stale_records_unless_asked_for_them_as_stored(tmp_path):
+    from normbench import results
+
+    now = sup.kernel("rmsnorm", "compile", [8, 512], 1e-4)
+    old = make_record("kernel", now["norm"], now["config"], now["metrics"], now["provenance"], impl_hash="f" * 16,
+                      check=now["check"])
+    write_records([now, old], tmp_path)
+    df = results.load(tmp_path).set_index("id")
+    assert df.loc[now["id"], "flags"] == () and df.loc[old["id"], "flags"] == ("stale",)
+    assert "norm code changed (rmsnorm/compile" in df.loc[old["id"], "flag_reasons"]["stale"]
+    assert results.load(tmp_path, stale=False).set_index("id").loc[old["id"], "flags"] == ()

@@ -458,11 +458,21 @@ def flatten(rec: dict, path: str | os.PathLike | None = None) -> dict:
     return row
 
 
-def load(root: str | os.PathLike = "results", kind: str = "kernel", errors: str = "warn"):
-    """The valid records of ``kind`` at ``root`` as a pandas DataFrame, one row per record (see ``flatten``)."""
+def load(root: str | os.PathLike = "results", kind: str = "kernel", errors: str = "warn", stale: bool = True):
+    """The valid records of ``kind`` at ``root`` as a pandas DataFrame, one row per record (see ``flatten``).
+
+    With ``stale`` (the default) a record made by code that has since changed carries the ``stale`` flag in
+    ``flags``, as the site and ``normbench claims`` see it (``results.prune.mark_stale``; the files are unchanged):
+    rank only rows whose ``flags`` are empty. ``stale=False`` gives the records exactly as stored (and skips the
+    recomputation of the implementation hashes)."""
     import pandas as pd
 
-    rows = [flatten(rec, path) for path, rec in iter_records(root, kind, errors=errors)]
+    pairs = list(iter_records(root, kind, errors=errors))
+    if stale:
+        from normbench.results.prune import mark_stale
+
+        mark_stale(rec for _, rec in pairs)
+    rows = [flatten(rec, path) for path, rec in pairs]
     if not rows:
         return pd.DataFrame(columns=["id", "kind", "norm", "record_path"])
     return pd.DataFrame(rows)
