@@ -124,13 +124,13 @@ def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str
 def mark_stale(records, _cache: dict | None = None) -> int:
     """Flag ``stale`` (in place, with ``stale_reason``'s sentence) each record made by code that has since changed,
     so that no reader ranks it; returns how many. Records that cannot be judged here are left as they are."""
+    from normbench.results.schema import add_flag
+
     cache = {} if _cache is None else _cache
     n = 0
     for rec in records:
         why, _unknown = stale_reason(rec, cache)
         if why:
-            from normbench.results.schema import add_flag
-
             todo = ("`normbench bench` on that machine measures today's code" if rec.get("kind") == "kernel"
                     else "`normbench prune` removes it; re-run the cell for today's code")
             add_flag(rec, "stale", f"made by code that has since changed: {why}; {todo}")
