@@ -316,8 +316,7 @@ def _summarise(results: list[CheckResult]) -> tuple[str, str | None]:
 def _outcome_results(name: str, outcome) -> list[CheckResult]:
     if outcome.ok:
         return outcome.value
-    what = {"timeout": "hung", "stalled": "hung", "crashed": "crashed"}.get(outcome.status, "raised")
-    return [CheckResult(name, what, False, outcome.error)]
+    return [CheckResult(name, outcome.broke or "raised", False, outcome.error)]
 
 
 def harness_failed(outcome) -> bool:

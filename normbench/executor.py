@@ -91,6 +91,17 @@ class Outcome:
     def ok(self) -> bool:
         return self.status == OK
 
+    @property
+    def broke(self) -> str | None:
+        """``"hung"`` (stopped at its time or no-progress limit), ``"crashed"`` (its process died), else ``None``
+        (it returned, or raised an ordinary exception). A task that broke this way would break again on the same
+        work: callers skip that norm's remaining work and say so in these words."""
+        if self.status in (TIMEOUT, STALLED):
+            return "hung"
+        if self.status == CRASHED:
+            return "crashed"
+        return None
+
 
 def _resolve(fn):
     """``normbench.registry.resolve``, imported when first needed (this module imports no torch)."""

@@ -814,9 +814,8 @@ def _run_sweep_remote(cases, out, force, settings, progress, command, log, execu
             outcome = fut.result()
             if not outcome.ok:
                 msg = outcome.error
-                if outcome.status != "error":
-                    what = "hung" if outcome.status in ("timeout", "stalled") else "crashed"
-                    msg = f"{first.norm} {what} in {where}: {outcome.error}"
+                if outcome.broke:
+                    msg = f"{first.norm} {outcome.broke} in {where}: {outcome.error}"
                     if first.norm not in broken:
                         broken[first.norm] = msg
                         for other, g in futures.items():
@@ -936,9 +935,8 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
                 measured += _store_group(outcome.value["records"], refused, group, out, summary, on_record)
             else:
                 msg = outcome.error
-                if outcome.status != "error":  # a hang or a dead process: this norm's other groups would do it too
-                    what = "hung" if outcome.status in ("timeout", "stalled") else "crashed"
-                    msg = f"{first.norm} {what} in {where}: {outcome.error}"
+                if outcome.broke:  # a hang or a dead process: this norm's other groups would do it too
+                    msg = f"{first.norm} {outcome.broke} in {where}: {outcome.error}"
                     broken[first.norm] = msg
                 for c in group:
                     summary.failed.append((c.describe(), msg))

@@ -276,9 +276,9 @@ def _finish(run, name, label, fut, out, verdicts, force, rank0, as_json, broken,
             raise DatasetUnavailable(outcome.message or outcome.error)
         if outcome.status == "error" and outcome.exc_type not in _RUN_ERRORS:
             print(outcome.traceback, file=sys.stderr)
-        if outcome.status in ("timeout", "stalled", "crashed"):
+        if outcome.broke:
             # The same norm would hang or crash again in its next seeds: say so once, move on.
-            broken[name] = f"{name} {'hung' if outcome.status != 'crashed' else 'crashed'} in {label}"
+            broken[name] = f"{name} {outcome.broke} in {label}"
         failures.append((label, outcome.error))
         print(f"{label}: FAILED: {outcome.error}", file=sys.stderr)
         return
