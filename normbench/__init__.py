@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from normbench.registry import (
-    ENTRY_POINT_GROUP,
-    Backend,
-    BackendUnavailable,
-    NormSpec,
-    Paper,
-    get_norm,
-    list_norms,
-    plugin_errors,
-)
-
-__version__ = "0.1.0"
+from normbench.discovery import get_norm, list_norms, plugin_errors
+from normbench.registry import ENTRY_POINT_GROUP, Backend, BackendUnavailable, NormSpec, Paper
+from normbench.versions import __version__
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -57,10 +57,10 @@ class Tier:
 
 def _cases(norms, shapes, dtypes, backends, device, modes=None):
     """Cases without touching the device (planning works on a CPU): the core's ``plan`` minus its device check."""
+    from normbench.discovery import REGISTRY
     from normbench.measure import baselines
     from normbench.measure.core import MODES, Case, backends_for
     from normbench.measure.shapes import by_label
-    from normbench.registry import REGISTRY
 
     out = []
     for name in norms:
@@ -94,9 +94,9 @@ def _importable(backend: str, norm: str, device: str) -> bool:
 
 def plan_tiers(device: str = "cuda") -> list[Tier]:
     """The three tiers' cases (baseline cases split out as optional: they run only where their library imports)."""
+    from normbench.discovery import REGISTRY
     from normbench.measure import baselines
     from normbench.measure.shapes import vision_shapes
-    from normbench.registry import REGISTRY
 
     t1 = Tier(1, "LN/RMSNorm/DyT/add+RMSNorm x LLM widths x bf16 x 3 passes x eager/compile/triton (+liger)")
     for c in _cases(TIER1_NORMS, TIER1_SHAPES, ("bfloat16",), TIER1_BACKENDS, device):
@@ -139,8 +139,8 @@ CHECK_S = 10.0
 
 
 def _case_bytes(case) -> int:
+    from normbench.discovery import REGISTRY
     from normbench.measure.shapes import input_shape
-    from normbench.registry import REGISTRY
 
     spec = REGISTRY.get(case.norm)
     n = 1

@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from normbench.registry import REGISTRY, NormSpec
+from normbench.discovery import REGISTRY
+from normbench.registry import NormSpec
 
 # Small shapes: the check must run on a laptop CPU in seconds per norm.
 TOKENS_C = 32
@@ -292,13 +293,13 @@ def cached_status(spec: NormSpec) -> CheckStatus | None:
 
 def store_status(status: CheckStatus) -> None:
     """Remember a verdict (read-merge-write, atomic; a lost race only means a check runs again)."""
-    from normbench.registry import _normbench_version
     from normbench.results.provenance import utc_now
     from normbench.results.store import atomic_write_text
+    from normbench.versions import __version__ as _nb_version
 
     data = _read_cache()
     data[status.norm] = {"status": status.status, "detail": status.detail, "hashes": status.hashes,
-                         "checked_at": utc_now(), "normbench_version": _normbench_version()}
+                         "checked_at": utc_now(), "normbench_version": _nb_version}
     try:
         atomic_write_text(cache_path(), json.dumps(dict(sorted(data.items())), indent=1) + "\n")
     except OSError as exc:  # an unwritable cache costs re-checks, never a result

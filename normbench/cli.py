@@ -7,6 +7,8 @@ import importlib
 import json
 import sys
 
+from normbench.discovery import report_plugin_problems
+
 # Each area owns a module with ``register(subparsers)`` adding its subcommands; the handler is
 # stored as ``func`` on the parser defaults and returns the exit code.
 COMMAND_MODULES = (
@@ -20,22 +22,9 @@ COMMAND_MODULES = (
 )
 
 
-def report_plugin_problems(file=None, errors: bool = True) -> None:
-    """Print plugin load errors and slow plugin imports to stderr (before any work, so they are seen first)."""
-    from normbench.registry import REGISTRY, SLOW_IMPORT_ENV, _slow_threshold
-
-    file = file or sys.stderr
-    for e in REGISTRY.errors if errors else ():
-        print(f"normbench: plugin {e.name!r} from {e.source} was skipped (not loaded): {e.error}", file=file)
-    for i in REGISTRY.slow_imports():
-        print(f"normbench: plugin {i.name!r} from {i.package} {i.version} took {i.load_s:.1f}s to import "
-              f"(more than {_slow_threshold():g}s, {SLOW_IMPORT_ENV}); every normbench command pays this. "
-              f"NORMBENCH_DISABLE_PLUGINS=1 skips plugins", file=file)
-
-
 def _cmd_list(args) -> int:
     from normbench._stdout import document_stream
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     specs = [REGISTRY.get(n) for n in REGISTRY.names()]
     errors = REGISTRY.errors

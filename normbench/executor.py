@@ -212,7 +212,7 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
     try:
         import torch  # noqa: F401  (the import this worker exists to pay once)
 
-        from normbench.registry import REGISTRY
+        from normbench.discovery import REGISTRY
 
         REGISTRY.specs
         for mod in preload:  # paid before any task's clock starts

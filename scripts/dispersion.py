@@ -28,11 +28,11 @@ import time
 import torch
 import torch.utils.benchmark as tb
 
+from normbench.discovery import get_norm
 from normbench.measure.core import Prepared
 from normbench.measure.shapes import by_label
 from normbench.measure.stats import summarize
 from normbench.measure.timers import TimerSettings, cpu_time, cuda_time
-from normbench.registry import get_norm
 
 OPS = ("layernorm/fwd", "rmsnorm/fwd+bwd", "dyt/fwd")
 TIMERS = ("harness", "quick", "autorange")

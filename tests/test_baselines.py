@@ -165,6 +165,6 @@ def test_missing_library_is_a_skip_with_its_reason():
 
 
 def _spec(name):
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     return REGISTRY.get(name)

@@ -149,7 +149,7 @@ SPEC = NormSpec(name="planted", title="planted", paper=Paper("p", "a", 2024, "ht
 
 def test_compare_catches_a_planted_slowdown_in_real_records(tmp_path, monkeypatch, capsys):
     """Two real sweeps of one norm, the second with 40x the work: a gross change, so not a timing test."""
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     monkeypatch.syspath_prepend(str(tmp_path))
     settings = TimerSettings(warmup=2, min_reps=15, max_reps=15, min_time=0.0)

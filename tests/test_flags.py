@@ -65,7 +65,7 @@ NAN_GRAD = _spec("nan_grad", NaNGrad)
 @pytest.fixture
 def nan_norms(tmp_path, monkeypatch):
     """Two plugin-like norms from a real module on sys.path, registered as discovery would."""
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     (tmp_path / "nb_nan_plugins.py").write_text(textwrap.dedent(_PLUGINS))
     monkeypatch.syspath_prepend(str(tmp_path))

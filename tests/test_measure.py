@@ -326,7 +326,7 @@ def test_cli_bench_list_and_validate(tmp_path, capsys, monkeypatch):
 def test_plugin_norms_are_swept_and_their_records_outlive_the_plugin(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     plugin = replace(normbench.get_norm("rmsnorm"), name="plug_rms", title="Plugin RMS", package="normbench-plug",
                      package_version="9.9", extra_backends=())

@@ -152,7 +152,7 @@ def test_list_json_stays_clean_builtins_win_and_slow_import_is_reported(hostile,
 
 def test_provenance_names_loaded_plugins_and_honours_disable(hostile, monkeypatch, capfd):
     """In this process (discovery is what is tested, not a command): the hostile distributions on sys.path."""
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
     from normbench.results.provenance import plugin_versions
 
     before = set(sys.modules)

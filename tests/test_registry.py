@@ -127,7 +127,7 @@ def test_uninstalled_source_tree_still_finds_the_builtins(monkeypatch):
     """With no entry points visible (PYTHONPATH=. on a machine without an install), the built-ins still load."""
     from importlib import metadata
 
-    from normbench.registry import Registry
+    from normbench.discovery import Registry
 
     class NoEntryPoints:
         def select(self, group):

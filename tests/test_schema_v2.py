@@ -191,7 +191,7 @@ SPEC = NormSpec(name="hash_probe", title="Hash probe", paper=Paper("p", "a", 202
 @pytest.fixture
 def hash_probe(tmp_path, monkeypatch):
     """A plugin-like norm module on sys.path; ``write(eps)`` rewrites its source and reloads it."""
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     monkeypatch.syspath_prepend(str(tmp_path))
     path = tmp_path / "nb_hash_probe.py"

@@ -35,7 +35,7 @@ def test_default_plan_times_running_state_norms_in_train_and_eval_only_them():
 
 
 def test_mode_is_part_of_the_id_for_running_state_norms_only():
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     bn, ln = REGISTRY.get("batchnorm"), REGISTRY.get("layernorm")
     train = core.Case("batchnorm", "eager", IMAGES, "float32", "fwd", "cpu", "hot", 1)
@@ -71,7 +71,7 @@ def test_eval_mode_uses_running_statistics_and_leaves_them_alone(one_thread):
 
 
 def core_spec(name):
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     return REGISTRY.get(name)
 
@@ -94,7 +94,7 @@ def test_suite_cases_on_a_gpu_are_labelled_host_not_cold(monkeypatch):
     assert pytest_case.timing == "host"
     core_case = suite.case_for("layernorm", "eager", "quick-8x128x512", "float32", "fwd", "asv", timer="events")
     assert core_case.timing == "cold"
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     cfg = pytest_case.config(REGISTRY.get("layernorm"))
     assert cfg["timing"] == "host" and "l2_flush" not in cfg
@@ -102,7 +102,7 @@ def test_suite_cases_on_a_gpu_are_labelled_host_not_cold(monkeypatch):
 
 
 def test_flush_and_keep_ahead_are_recorded_and_in_the_id(monkeypatch):
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     spec = REGISTRY.get("layernorm")
     shape = Shape("t", "tokens", (4, 8), "quick")

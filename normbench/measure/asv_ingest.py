@@ -161,10 +161,10 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict, impl_hash: str = "")
     """A kernel record from ASV's timing alone (no core measurement of this parameter set)."""
     import torch
 
+    from normbench.discovery import REGISTRY
     from normbench.measure import bytes_model as bm
     from normbench.measure.core import Prepared
     from normbench.measure.timers import timing_label
-    from normbench.registry import REGISTRY
     from normbench.results.schema import make_record
 
     norm, backend, shape, dtype, pass_ = entry["params"]
@@ -203,7 +203,7 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict, impl_hash: str = "")
 def _stamp_cached(rec: dict) -> None:
     """A record built from ASV's timing alone gets the norm's cached check verdict (``unchecked`` if none passed)."""
     from normbench.check import cached_status, stamp
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     try:
         status = cached_status(REGISTRY.get(rec["norm"]["name"]))

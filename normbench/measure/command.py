@@ -118,7 +118,7 @@ def _cmd_bench(args) -> int:
     # Dynamo's warnings stay on: a recompile-limit or graph-break warning is what a fallback looks like
     # (the records say so too: metrics.compile and the fell_back flag).
     from normbench.check import ensure_checked, refusal, stamp
-    from normbench.cli import report_plugin_problems
+    from normbench.discovery import report_plugin_problems
     from normbench.executor import from_args, time_limit
 
     report_plugin_problems()

@@ -172,7 +172,7 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
     ``modes`` is given; other norms in train mode only. Unknown names raise ``ValueError``/``KeyError`` naming what
     exists.
     """
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     device = device or default_device()
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
@@ -607,8 +607,8 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
     Raises :class:`Unsupported` when the group cannot run here. A case whose bandwidth comes out far above
     the ceiling is left out; ``refused`` (if given) collects ``(case, reason)`` for it.
     """
+    from normbench.discovery import REGISTRY
     from normbench.measure.memory import saved_bytes
-    from normbench.registry import REGISTRY
 
     first = cases[0]
     assert all(c.group == first.group for c in cases), "measure_group needs cases of one group"
@@ -648,7 +648,7 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
 
 def case_id(case: Case, hardware_id: str, cache: dict | None = None) -> str:
     """The id the record of ``case`` will get here (it includes the implementation hash of the code now)."""
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
     from normbench.results.schema import record_id
 
     spec = REGISTRY.get(case.norm)

@@ -49,21 +49,21 @@ __all__ = ["GRIDS", "PARAM_NAMES", "Unsupported", "grid", "case_for", "prepare",
 
 
 def _plugin_norms() -> list[str]:
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     return [n for n in REGISTRY.names() if REGISTRY.get(n).package != "normbench" and REGISTRY.get(n).kind != "softmax"]
 
 
 def _layer_norms() -> list[str]:
     """Every registered norm but the softmax ones, which have their own grid."""
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     return [n for n in REGISTRY.names() if REGISTRY.get(n).kind != "softmax"]
 
 
 def grid(kind: str | None = None, norms: str | None = None, env_prefix: str = "NORMBENCH_ASV") -> list[list[str]]:
     """``[norms, backends, shape labels, dtypes, passes]`` for the chosen grid (see the module docstring)."""
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     kind = (kind or os.environ.get(f"{env_prefix}_GRID") or "small").strip().lower()
     if kind not in GRIDS:
@@ -104,8 +104,8 @@ def forced() -> bool:
 def check_verdicts(norms) -> dict:
     """``{norm: CheckStatus}``: cached verdicts, missing ones checked now in a worker process (time-limited)."""
     from normbench.check import cached_status, ensure_checked
+    from normbench.discovery import REGISTRY
     from normbench.executor import make_executor, time_limit
-    from normbench.registry import REGISTRY
 
     norms = list(dict.fromkeys(norms))
     out = {n: _VERDICTS.get(n) or cached_status(REGISTRY.get(n)) for n in norms}
@@ -147,7 +147,7 @@ def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harnes
     """
     import torch
 
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     spec = REGISTRY.get(norm)
     gate(spec.name)
@@ -175,7 +175,7 @@ def prepare(case: Case, retain_graph: bool = False):
     """
     import torch
 
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     if retain_graph and case.pass_ == "bwd" and case.backend == "compile":
         allow_retained_compiled_backward()
@@ -261,7 +261,7 @@ def write_impl_sidecar(params: list[list[str]]) -> Path:
     """Record, for the ASV run under way, the implementation hash of every (norm, backend) of the grid, computed
     from the code being benchmarked, so ``normbench ingest-asv`` stamps ASV's timings with the code that made them
     (the checkout it runs from may hold another commit)."""
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
     from normbench.results.store import atomic_write_text
 
     hashes = {}

@@ -10,8 +10,10 @@ import re
 import shlex
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
+
+from normbench.versions import __version__, timm_version, triton_version
+from normbench.versions import dist_version as _version
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -134,27 +136,10 @@ def git_commit() -> tuple[str | None, bool | None]:
         return None, None
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def triton_version() -> str | None:
-    """The installed Triton's version: the ``triton`` distribution, or PyTorch's own builds of it."""
-    return _version("triton") or _version("pytorch-triton") or _version("pytorch-triton-rocm")
-
-
-def timm_version() -> str | None:
-    """The installed timm's version (part of a timm model's code hash, ``models.model_hash``)."""
-    return _version("timm")
-
-
 def plugin_versions() -> dict[str, str]:
     """{distribution: version} of the plugin packages whose norms this process loaded (none when
     ``NORMBENCH_DISABLE_PLUGINS`` is set; a plugin that failed to load or was rejected is not among them)."""
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     return REGISTRY.loaded_plugins()
 
@@ -166,8 +151,6 @@ def provenance(command: str | list[str] | None = None, device: str | None = None
     ``device`` "cpu" leaves the GPU fields null even on a GPU machine (a CPU measurement).
     """
     import torch
-
-    from normbench import __version__
 
     if command is None:
         command = [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]

@@ -125,7 +125,7 @@ def write_downloads(entries, dest: Path) -> None:
 
 def _version() -> str:
     try:
-        from normbench import __version__
+        from normbench.versions import __version__
 
         return __version__
     except Exception:  # pragma: no cover - only when the package is half-installed

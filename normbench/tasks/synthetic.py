@@ -17,6 +17,8 @@ import math
 
 import torch
 
+from normbench.tasks.base import Task, TaskData, split_summary
+
 SHAPES_SIZE = 16
 SHAPES_CLASSES = ("square", "frame", "disc", "ring", "hbar", "vbar", "diagonal", "plus", "cross", "dots")
 SHAPES_TRAIN, SHAPES_EVAL = 12_000, 2_000
@@ -136,8 +138,6 @@ def make_lm(n_docs: int, seed: int, chain: torch.Tensor, doc_len: int = LM_DOC, 
 
 
 def _load_shapes(task, data_dir=None, quick=False):
-    from normbench.tasks import TaskData, split_summary
-
     train = make_shapes(SHAPES_TRAIN, DATA_SEED)
     ev = make_shapes(SHAPES_EVAL, DATA_SEED + 1)
     # Validation is drawn from the same generator with its own seed: held out like a carved split, while the
@@ -155,8 +155,6 @@ def _load_shapes(task, data_dir=None, quick=False):
 
 
 def _load_lm(task, data_dir=None, quick=False):
-    from normbench.tasks import TaskData, split_summary
-
     chain = markov_chain(LM_VOCAB, _gen(DATA_SEED))
     train = make_lm(LM_TRAIN_DOCS, DATA_SEED + 1, chain).reshape(-1)
     ev = make_lm(LM_EVAL_DOCS, DATA_SEED + 2, chain).reshape(-1)
@@ -169,8 +167,6 @@ def _load_lm(task, data_dir=None, quick=False):
 
 
 def _tasks():
-    from normbench.tasks import Task
-
     return [
         Task(
             name="synth-shapes", title="Synthetic shapes (offline)", modality="image", offline=True, metric="top1",

@@ -11,6 +11,7 @@ import os
 import numpy as np
 import torch
 
+from normbench.tasks.base import Task, TaskData, split_summary
 from normbench.tasks.hub import DatasetUnavailable, HubSource, load_splits
 from normbench.tasks.splits import SPLIT_SEED, VAL_FRACTION
 from normbench.tasks.vision import cache_dir
@@ -124,8 +125,6 @@ WIKITEXT_103 = HubSource("Salesforce/wikitext", "wikitext-103-raw-v1", {"train":
 
 def _wikitext_loader(src: HubSource):
     def load(task, data_dir=None, quick=False):
-        from normbench.tasks import TaskData, split_summary
-
         splits = load_splits(task.name, src, data_dir=data_dir)
         parts = text_splits(splits["train"], splits["test"], task.name, quick)
         sizes = {p: len(t) for p, t in parts.items()}
@@ -146,8 +145,6 @@ def _wikitext_loader(src: HubSource):
 
 
 def _tasks():
-    from normbench.tasks import Task
-
     return [
         Task(
             name="wikitext-2", title="WikiText-2 (raw, bytes)", modality="text", offline=False, metric="perplexity",

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from normbench.tasks import labels as L
+from normbench.tasks.base import Task, TaskData, split_summary
 from normbench.tasks.hub import DatasetUnavailable, HubSource, load_splits
 from normbench.tasks.splits import SPLIT_SEED, VAL_FRACTION, carve_validation, quick_subset
 
@@ -129,8 +130,6 @@ class _HubImages:
         return data
 
     def load(self, task, data_dir=None, quick=False):
-        from normbench.tasks import TaskData, split_summary
-
         parts, data = self._plan(task, data_dir, quick)
         out = {}
         for part, (ds, idx, labels) in parts.items():
@@ -162,8 +161,6 @@ def _images(*args) -> dict:
 
 
 def _tasks():
-    from normbench.tasks import Task
-
     image_models = ("resnet", "vit", "fixup_resnet", "skipinit_resnet", "nf_resnet")
     split_note = "validation: a class-stratified tenth of train (seed 1234)"
     return [

@@ -203,7 +203,7 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
     check_limit = time_limit(getattr(args, "time_limit", None), check=True)
     command = command_line()
     broken: dict[str, str] = {}
-    from normbench.cli import report_plugin_problems
+    from normbench.discovery import report_plugin_problems
 
     report_plugin_problems()
     preload = ("normbench.train.loop", "normbench.check")
