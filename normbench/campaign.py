@@ -224,7 +224,7 @@ def pack(records: list[dict], out_dir, prefix: str = "records", max_files: int =
 
 def unpack(paths) -> list[dict]:
     """Records from packed files (or directories of them), each validated as the store validates records."""
-    from normbench.results.schema import validate_record
+    from normbench.records.schema import validate_record
 
     files = []
     for p in map(Path, paths):
@@ -248,7 +248,7 @@ def unpack(paths) -> list[dict]:
 def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = DEFAULT_BUDGET_S,
         commit: str | None = None, log=None) -> dict:
     """Measure the chosen tiers until done or out of budget; pack what exists under ``out``; return the log."""
-    from normbench.results.provenance import GIT_COMMIT_ENV
+    from normbench.records.provenance import GIT_COMMIT_ENV
 
     if commit:
         os.environ[GIT_COMMIT_ENV] = commit
@@ -260,7 +260,7 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
     from normbench.check import ensure_checked, stamp
     from normbench.measure.core import run_sweep
     from normbench.measure.timers import TimerSettings
-    from normbench.results.store import write_records
+    from normbench.records.store import write_records
 
     if not torch.cuda.is_available():
         raise SystemExit("normbench campaign needs a CUDA device (use --dry-run to plan on this machine)")
@@ -362,7 +362,7 @@ def parse_tiers(text: str) -> tuple[int, ...]:
 def command(args) -> int:
     tiers = parse_tiers(args.tier)
     if args.unpack:
-        from normbench.results.store import write_records
+        from normbench.records.store import write_records
 
         recs = unpack(args.unpack)
         write_records(recs, args.into)

@@ -293,8 +293,8 @@ def cached_status(spec: NormSpec) -> CheckStatus | None:
 
 def store_status(status: CheckStatus) -> None:
     """Remember a verdict (read-merge-write, atomic; a lost race only means a check runs again)."""
-    from normbench.results.provenance import utc_now
-    from normbench.results.store import atomic_write_text
+    from normbench.records.provenance import utc_now
+    from normbench.records.store import atomic_write_text
     from normbench.versions import __version__ as _nb_version
 
     data = _read_cache()
@@ -363,7 +363,7 @@ def ensure_checked(names, executor=None, time_limit: float | None = None, log=No
 
 def stamp(record: dict, status: CheckStatus | None, backend: str, forced: bool) -> dict:
     """Put the check verdict on a record; flag it ``forced`` (measured despite a failed check) or ``unchecked``."""
-    from normbench.results.schema import add_flag
+    from normbench.records.schema import add_flag
 
     if status is None:
         record["check"] = {"status": NOT_RUN, "impl_hash": record.get("impl_hash", ""), "detail": None}

@@ -278,14 +278,10 @@ def get_claim(cid: str) -> Claim:
 # --- picking records ----------------------------------------------------------------------------------------------
 
 def _dedupe(records: Iterable[dict]) -> list[dict]:
-    """One record per id: the newest (a re-run replaces the old record)."""
-    best: dict[str, dict] = {}
-    for r in records:
-        rid = r.get("id")
-        old = best.get(rid)
-        if old is None or str(r["provenance"].get("timestamp", "")) >= str(old["provenance"].get("timestamp", "")):
-            best[rid] = r
-    return list(best.values())
+    """One record per id, by the rule every ranking reader shares (``normbench.results.one_per_id``)."""
+    from normbench.results.counted import one_per_id
+
+    return one_per_id(records)
 
 
 def _plain(cfg: dict) -> bool:
@@ -633,17 +629,15 @@ def _why(verdict: str, rows: list[dict]) -> str:
 
 
 def load_records(root: str | Path = "results") -> list[dict]:
-    """Every valid record under ``root`` (invalid ones are the business of ``normbench validate``), those made by
-    code that has since changed flagged ``stale`` (``results.prune.mark_stale``), so they count nowhere."""
-    from normbench.results import iter_records
-    from normbench.results.prune import mark_stale
+    """The records that count under ``root`` (``normbench.results.records_that_count``: one per id, those made by
+    code that has since changed flagged ``stale`` and those never checked flagged ``legacy``, so they count
+    nowhere); invalid ones are the business of ``normbench validate``."""
+    from normbench.results import records_that_count
 
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"no results at {root}: pass --results DIR")
-    records = [rec for _, rec in iter_records(root)]
-    mark_stale(records)
-    return records
+    return records_that_count(root).records
 
 
 # --- output ---------------------------------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def register(sub) -> None:
 
 
 def _cmd_docs(args) -> int:
-    from normbench.results import atomic_write_text
+    from normbench.records import atomic_write_text
 
     paths = [Path(d) for d in args.doc] if args.doc else documents()
     if not paths:

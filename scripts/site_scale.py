@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from normbench.results import iter_records, write_records  # noqa: E402
-from normbench.results.schema import record_id  # noqa: E402
+from normbench.records import iter_records, write_records  # noqa: E402
+from normbench.records.schema import record_id  # noqa: E402
 
 BACKENDS = ("eager", "compile", "triton")
 DTYPES = ("float32", "bfloat16", "float16")

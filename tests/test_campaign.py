@@ -98,7 +98,7 @@ def test_parse_tiers():
 def test_commit_passed_in_names_a_tree_without_git(monkeypatch):
     import importlib
 
-    provenance = importlib.import_module("normbench.results.provenance")
+    provenance = importlib.import_module("normbench.records.provenance")
 
     provenance.git_commit.cache_clear()
     monkeypatch.setenv(provenance.GIT_COMMIT_ENV, "0123abcd" * 5)

@@ -20,7 +20,7 @@ from normbench.measure import core, noise
 from normbench.measure.shapes import Shape
 from normbench.measure.timers import TimerSettings
 from normbench.results import compare as cmp
-from normbench.results import store
+from normbench.records import store
 
 TINY = Shape("tiny-tokens", "tokens", (16, 64), "quick")
 

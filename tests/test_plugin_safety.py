@@ -153,7 +153,7 @@ def test_list_json_stays_clean_builtins_win_and_slow_import_is_reported(hostile,
 def test_provenance_names_loaded_plugins_and_honours_disable(hostile, monkeypatch, capfd):
     """In this process (discovery is what is tested, not a command): the hostile distributions on sys.path."""
     from normbench.discovery import REGISTRY
-    from normbench.results.provenance import plugin_versions
+    from normbench.records.provenance import plugin_versions
 
     before = set(sys.modules)
     monkeypatch.delenv("NORMBENCH_DISABLE_PLUGINS", raising=False)
@@ -199,7 +199,7 @@ def test_check_reports_hang_and_crash_by_name_and_goes_on(hostile, cache_dir):
 
 
 def _records(out: Path, kind: str = "kernel") -> list[dict]:
-    from normbench.results.store import iter_records
+    from normbench.records.store import iter_records
 
     return [rec for _, rec in iter_records(out, kind, errors="ignore")] if out.exists() else []
 

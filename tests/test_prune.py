@@ -8,9 +8,9 @@ import test_site_support as sup
 import normbench
 from normbench.cli import main
 from normbench.models import model_hash
-from normbench.results.prune import model_hash_at
-from normbench.results.schema import make_record
-from normbench.results.store import iter_records, write_records
+from normbench.results.staleness import model_hash_at
+from normbench.records.schema import make_record
+from normbench.records.store import iter_records, write_records
 
 
 def _accuracy(norm: str, seed: int, *, model_h: str | None = None, impl_h: str | None = None,
@@ -82,7 +82,7 @@ def test_a_record_from_a_machine_with_other_library_versions_is_judged_by_its_co
 
 
 def test_stale_reason_judges_kernel_records_by_their_implementation_hash():
-    from normbench.results.prune import stale_reason
+    from normbench.results.staleness import stale_reason
 
     spec = normbench.get_norm("rmsnorm")
     p = {"torch": "2.99.0+cu129", "triton": "9.9.9"}
@@ -101,7 +101,7 @@ def test_stale_reason_judges_kernel_records_by_their_implementation_hash():
 
 
 def test_impl_hash_at_this_machines_library_versions_is_the_default():
-    from normbench.results.provenance import provenance
+    from normbench.records.provenance import provenance
 
     spec, p = normbench.get_norm("layernorm"), provenance(device="cpu")
     assert spec.impl_hash("eager", libraries={"torch": p["torch"], "triton": p["triton"]}) == spec.impl_hash("eager")
@@ -117,7 +117,7 @@ def test_stale_reason_judges_an_external_baselines_record_at_its_library_version
     # F.rms_norm ("native", library torch): the hash covers the adapter's code and the library's version, which the
     # record names in config.baseline_version; an adapter edit since (here: another hash) makes the record stale.
     from normbench.measure import core
-    from normbench.results.prune import stale_reason
+    from normbench.results.staleness import stale_reason
 
     spec = normbench.get_norm("rmsnorm")
     libs = {"torch": "2.99.0+cu129", "triton": "9.9.9", "baseline": "2.99.0+cu129"}
@@ -143,4 +143,4 @@ def test_the_pandas_loader_flags_stale_records_unless_asked_for_them_as_stored(t
     df = results.load(tmp_path).set_index("id")
     assert df.loc[now["id"], "flags"] == () and df.loc[old["id"], "flags"] == ("stale",)
     assert "norm code changed (rmsnorm/compile" in df.loc[old["id"], "flag_reasons"]["stale"]
-    assert results.load(tmp_path, stale=False).set_index("id").loc[old["id"], "flags"] == ()
+    assert results.load(tmp_path, as_stored=True).set_index("id").loc[old["id"], "flags"] == ()

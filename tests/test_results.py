@@ -10,7 +10,7 @@ import os
 import pytest
 
 from normbench import results
-from normbench.results import schema
+from normbench.records import schema
 
 
 def _prov(hw_id="cpu-test-2c"):
@@ -135,7 +135,7 @@ def test_broken_accuracy_records_are_rejected(breakage, expected):
     (lambda r: r["metrics"].update(gbps=float("inf")), ["metrics.gbps must be finite; got inf"]),
     (lambda r: r["config"].update(shape=[8, 0]), ["config.shape[1] must be >= 1; got 0"]),
     (lambda r: r.update(flags=["slow"]), ["record.flags[0] must be one of non_finite, fell_back, noisy, suspect, "
-                                          "unchecked, forced, diverged, tuning, stale; got 'slow'"]),
+                                          "unchecked, forced, diverged, tuning, stale, legacy; got 'slow'"]),
     (lambda r: r.update(config=[]), ["record.config must be an object; got []"]),
 ])
 def test_schema_problems_name_the_field_and_say_what_is_wrong(breakage, expected):
@@ -329,7 +329,7 @@ def test_git_dirty_ignores_results_but_not_code(tmp_path, monkeypatch):
     import importlib
     import subprocess
 
-    prov = importlib.import_module("normbench.results.provenance")  # the package exports a function of that name
+    prov = importlib.import_module("normbench.records.provenance")  # the package exports a function of that name
 
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)

@@ -21,7 +21,7 @@ from normbench import results
 from normbench.measure import core
 from normbench.measure.shapes import Shape
 from normbench.measure.timers import TimerSettings
-from normbench.results import schema
+from normbench.records import schema
 
 FAST = TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0)
 TINY = Shape("tiny-tokens", "tokens", (16, 64), "quick")
@@ -45,7 +45,7 @@ def test_v2_records_carry_the_new_fields_and_validate():
     assert results.validate_record(rec) == []
     assert results.is_ranked(rec) and not results.is_invalid(rec)
     assert results.FLAGS == ("non_finite", "fell_back", "noisy", "suspect", "unchecked", "forced", "diverged",
-                             "tuning", "stale")
+                             "tuning", "stale", "legacy")
     assert results.INVALID_FLAGS == ("non_finite",)
 
 

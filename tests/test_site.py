@@ -12,7 +12,7 @@ import pytest
 import test_site_support as sup
 from markupsafe import escape
 
-from normbench.results.schema import make_record
+from normbench.records.schema import make_record
 from normbench.site import aggregate as agg
 from normbench.site import build_site, markdown
 from normbench.site.fmt import fmt_bytes, fmt_gbps, fmt_time, safe_url

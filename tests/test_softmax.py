@@ -209,7 +209,7 @@ def test_record_reports_row_passes_and_same_bytes(tmp_path, one_thread):
     from normbench.measure.core import Case, Context, measure_group
     from normbench.measure.shapes import Shape
     from normbench.measure.timers import TimerSettings
-    from normbench.results.provenance import provenance
+    from normbench.records.provenance import provenance
 
     shape = Shape("tiny", "tokens", (1, 6, 301), "softmax")  # the compiled formulations test's rows: no recompile
     # A stated ceiling (measuring one copies 512 MiB five times); this test checks bytes and passes, not speed.
@@ -241,7 +241,7 @@ def _rec(backend, t, shape=(1, 32, 4194304), dtype="float32", commit="abc", hw="
 def test_two_pass_claim_evidence_pairs_out_of_cache_records():
     import pandas as pd
 
-    from normbench.results.store import flatten
+    from normbench.records.store import flatten
     from normbench.softmax import two_pass_claim_evidence
 
     recs = [_rec("compile_two_pass", 0.8), _rec("compile_three_pass", 1.0),

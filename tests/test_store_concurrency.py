@@ -11,6 +11,7 @@ import time
 import pytest
 
 from normbench import results
+from normbench.records import store
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -35,7 +36,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(results.store.fcntl is None, reason="no fcntl (flock) on this platform")
+@pytest.mark.skipif(store.fcntl is None, reason="no fcntl (flock) on this platform")
 def test_concurrent_processes_writing_one_norm_file_lose_no_record(tmp_path):
     writers, per_writer = 4, 20
     script = tmp_path / "writer.py"
@@ -51,9 +52,9 @@ def test_concurrent_processes_writing_one_norm_file_lose_no_record(tmp_path):
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
 
-    files = results.store.record_files(root)
+    files = store.record_files(root)
     assert len(files) == 1, files  # one norm, one hardware: every writer merged into the same file
-    data, problem = results.store.read_record_file(files[0])
+    data, problem = store.read_record_file(files[0])
     assert problem is None, problem
     labels = [r["config"].get("shape_label") for r in data]
     ids = [r["id"] for r in data]

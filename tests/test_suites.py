@@ -130,7 +130,7 @@ def test_ingest_asv_with_and_without_core_records(monkeypatch, tmp_path):
     assert asv_only["time_median_s"] == 0.004 and asv_only["timing"] == "hot"
     assert asv_only["hw_cpu"] == ctx.provenance["hardware"]["cpu"]
     # case_for ran rmsnorm's contract check (the gate); the ASV-only record carries that verdict, unflagged
-    from normbench.results.store import iter_records
+    from normbench.records.store import iter_records
 
     raw = {r["config"]["pass"]: r for _, r in iter_records(out, kind="kernel")}
     assert raw["fwd+bwd"]["check"]["status"] == "passed" and raw["fwd+bwd"]["flags"] == []

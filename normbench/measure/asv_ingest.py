@@ -36,7 +36,7 @@ def measure_grid(params: list[list[str]]) -> dict:
     """
     from normbench.measure.core import Unsupported, make_context, measure_group
     from normbench.measure.timers import TimerSettings
-    from normbench.results.store import write_records
+    from normbench.records.store import write_records
 
     combos = list(itertools.product(*params))
     cases, skipped = {}, {}
@@ -165,7 +165,7 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict, impl_hash: str = "")
     from normbench.measure import bytes_model as bm
     from normbench.measure.core import Prepared
     from normbench.measure.timers import timing_label
-    from normbench.results.schema import make_record
+    from normbench.records.schema import make_record
 
     norm, backend, shape, dtype, pass_ = entry["params"]
     case = suite.case_for(norm, backend, shape, dtype, pass_, harness="asv")
@@ -214,7 +214,7 @@ def _stamp_cached(rec: dict) -> None:
 
 def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int, list[str]]:
     """Write normbench records for the ASV results found; returns (records written, problems)."""
-    from normbench.results.store import InvalidRecordError, iter_records, write_records
+    from normbench.records.store import InvalidRecordError, iter_records, write_records
 
     asv_results = Path(asv_results)
     if not asv_results.is_dir():

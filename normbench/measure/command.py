@@ -1,4 +1,4 @@
-"""CLI subcommands of the measurement area: ``bench``, ``validate`` and ``ingest-asv``."""
+"""CLI subcommands of the measurement area: ``bench`` and ``ingest-asv``."""
 
 from __future__ import annotations
 
@@ -65,11 +65,6 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_bench)
 
-    p = subparsers.add_parser(
-        "validate", help="check result records (files or directories); exit 1 on any invalid record")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="record files or directories (e.g. results)")
-    p.add_argument("--quiet", action="store_true", help="print problems only")
-    p.set_defaults(func=_cmd_validate)
 
     p = subparsers.add_parser(
         "ingest-asv", help="turn ASV results (+ the suite's side records) into normbench kernel records",
@@ -155,42 +150,6 @@ def _cmd_bench(args) -> int:
         print("interrupted; the records written so far are kept (re-run to resume)", file=sys.stderr)
         return 130
     return 1 if s.failed or refused else 0
-
-
-def _cmd_validate(args) -> int:
-    from pathlib import Path
-
-    from normbench.results.prune import stale_reason
-    from normbench.results.store import _scan
-
-    bad = 0
-    total = 0
-    files = set()
-    stale: dict[str, int] = {}
-    cache: dict = {}
-    for root in args.paths:
-        if not Path(root).exists():
-            print(f"{root}: no such file or directory", file=sys.stderr)
-            bad += 1
-            continue
-        for path, rec, problem in _scan(root):
-            files.add(str(path))
-            if problem is not None:
-                bad += 1
-                print(f"INVALID {problem}")
-            else:
-                total += 1
-                if stale_reason(rec, cache)[0]:
-                    stale[rec["kind"]] = stale.get(rec["kind"], 0) + 1
-    if not args.quiet or bad:
-        print(f"{total} valid record(s) in {len(files)} file(s); {bad} problem(s)")
-    if stale and not args.quiet:
-        # Valid, but made by code that has since changed: worth knowing, not a validation failure.
-        print("made by code that has since changed (valid; not ranked): "
-              + ", ".join(f"{n} {kind}" for kind, n in sorted(stale.items()))
-              + (" (`normbench prune` removes the accuracy ones)" if "accuracy" in stale else "")
-              + (" (`normbench bench` on their machine re-measures the kernel ones)" if "kernel" in stale else ""))
-    return 1 if bad else 0
 
 
 def _cmd_ingest(args) -> int:

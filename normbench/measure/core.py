@@ -20,7 +20,7 @@ from normbench.measure import bytes_model as bm
 from normbench.measure.shapes import Shape, input_shape, shapes_for
 from normbench.measure.stats import summarize
 from normbench.measure.timers import FLUSHES, TimerSettings, cpu_time, cuda_time
-from normbench.results.schema import FAR_ABOVE_CEILING, make_record
+from normbench.records.schema import FAR_ABOVE_CEILING, make_record
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PASSES = ("fwd", "bwd", "fwd+bwd")
@@ -470,7 +470,7 @@ class Context:
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
     from normbench.measure import ceiling
-    from normbench.results.provenance import provenance
+    from normbench.records.provenance import provenance
 
     prov = provenance(command=command, device=device)
     ceil = ceiling.measure(device)
@@ -588,7 +588,7 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         metrics["flops"] = flops
         metrics["tflops"] = flops / st["median"] / 1e12
     prov = dict(ctx.provenance)
-    from normbench.results.provenance import utc_now
+    from normbench.records.provenance import utc_now
 
     prov["timestamp"] = utc_now()
     if prep.baseline is not None:
@@ -649,7 +649,7 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
 def case_id(case: Case, hardware_id: str, cache: dict | None = None) -> str:
     """The id the record of ``case`` will get here (it includes the implementation hash of the code now)."""
     from normbench.discovery import REGISTRY
-    from normbench.results.schema import record_id
+    from normbench.records.schema import record_id
 
     spec = REGISTRY.get(case.norm)
     return record_id("kernel", case.norm, case.config(spec), hardware_id, impl_hash(spec, case.backend, cache))
@@ -676,7 +676,7 @@ def _skip_log(out, hardware_id: str, entries: list[dict], measured: list[str] = 
     import json
     from pathlib import Path
 
-    from normbench.results.store import atomic_write_text
+    from normbench.records.store import atomic_write_text
 
     path = Path(out) / "kernel" / hardware_id / "_skipped.json"
     if not entries and not (measured and path.exists()):
@@ -715,7 +715,7 @@ def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: 
     """
     import platform
 
-    from normbench.results.provenance import hardware, hardware_id
+    from normbench.records.provenance import hardware, hardware_id
 
     device = cases[0].device
     # The ceiling is measured with the cases' thread count, as `normbench bench --threads` does in one process
@@ -741,7 +741,7 @@ def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: 
 def _store_group(records: list, refused: list, group: list, out, summary: "SweepSummary", on_record) -> list[str]:
     """Write one finished group's records (after ``on_record`` amends each) and count them in ``summary``; returns
     the descriptions of the group's cases that were measured (not refused). Both sweep paths write through here."""
-    from normbench.results.store import write_records
+    from normbench.records.store import write_records
 
     if not records:
         return []
@@ -765,8 +765,8 @@ def _run_sweep_remote(cases, out, force, settings, progress, command, log, execu
     from collections import defaultdict
 
     from normbench.executor import Task
-    from normbench.results.provenance import utc_now
-    from normbench.results.store import iter_records
+    from normbench.records.provenance import utc_now
+    from normbench.records.store import iter_records
 
     summary = SweepSummary()
     if command is None:  # the driver's command line, not the Ray worker's
@@ -871,15 +871,15 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     if cases and getattr(executor, "remote", False):
         return _run_sweep_remote(cases, out, force, settings, progress, command,
                                  log or (lambda msg: print(msg, file=sys.stderr)), executor, time_limit, on_record)
-    from normbench.results.provenance import utc_now
-    from normbench.results.store import existing_ids
+    from normbench.records.provenance import utc_now
+    from normbench.records.store import existing_ids
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     summary = SweepSummary()
     if not cases:
         return summary
     device = cases[0].device
-    from normbench.results.provenance import hardware, hardware_id
+    from normbench.records.provenance import hardware, hardware_id
 
     hw_id = hardware_id(hardware(device))
     done = set() if force else existing_ids(out, "kernel")

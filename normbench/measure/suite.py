@@ -232,7 +232,7 @@ def sidecar_root() -> Path:
 
 def write_machine_sidecar(ctx) -> Path:
     """Record this machine's provenance (GPU fields included) and ceiling for ``normbench ingest-asv``."""
-    from normbench.results.store import atomic_write_text
+    from normbench.records.store import atomic_write_text
 
     path = sidecar_root() / "machine" / f"{socket.gethostname()}.json"
     data = {"hostname": socket.gethostname(), "provenance": ctx.provenance, "ceiling_gbps": ctx.ceiling_gbps,
@@ -262,7 +262,7 @@ def write_impl_sidecar(params: list[list[str]]) -> Path:
     from the code being benchmarked, so ``normbench ingest-asv`` stamps ASV's timings with the code that made them
     (the checkout it runs from may hold another commit)."""
     from normbench.discovery import REGISTRY
-    from normbench.results.store import atomic_write_text
+    from normbench.records.store import atomic_write_text
 
     hashes = {}
     for norm in params[0]:

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from normbench.results.schema import ID_IGNORED_CONFIG, is_invalid, record_flags
+from normbench.records.schema import ID_IGNORED_CONFIG, is_invalid, record_flags
 
 #: The default factor: a 10 % change (``asv compare``'s default).
 DEFAULT_FACTOR = 1.1
@@ -121,7 +121,7 @@ def _latest(records, ignore_hardware: bool) -> dict[str, dict]:
 
 def load_set(path) -> list[dict]:
     """The valid kernel records at ``path`` (a results directory or a record file); invalid ones are warned about."""
-    from normbench.results.store import iter_records
+    from normbench.records.store import iter_records
 
     return [rec for _, rec in iter_records(path, kind="kernel", errors="warn")]
 

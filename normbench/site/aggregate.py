@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from normbench import stats as S
-from normbench.results.schema import INVALID_FLAGS, implied_flags
+from normbench.records.schema import INVALID_FLAGS, implied_flags
 from normbench.site.fmt import num
 from normbench.site.records import Entry
 

@@ -18,7 +18,7 @@ from normbench.site.records import Rejected, load_results
 
 #: A directory holding this file was written by ``normbench site build`` and may be replaced by the next build.
 MARKER = ".normbench-site"
-#: The record schema as published on the site (``normbench.results.schema.json_schema``).
+#: The record schema as published on the site (``normbench.records.schema.json_schema``).
 SCHEMA_FILE = "normbench-record.schema.json"
 # No inline script or style anywhere: scripts and styles come only from assets/ next to the pages (the only inline
 # scripts are type=application/json data blocks, which never run).
@@ -114,7 +114,8 @@ def record_frame(entries):
 
 
 def write_downloads(entries, dest: Path) -> None:
-    """All records as gzip-compressed CSV and Parquet (each record's full JSON is in records/<norm>--<device>.json.gz)."""
+    """All records as gzip-compressed CSV and Parquet (each record's full JSON is in
+    records/<norm>--<device>.json.gz)."""
     dest.mkdir(parents=True, exist_ok=True)
     df = record_frame(entries)
     # gzip-compressed (pandas, R, DuckDB and Polars read it as is): the plain CSV of 100k records is ~100 MB, a
@@ -202,7 +203,7 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
             text = "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
             (tmp / entries[0].json_file).write_bytes(gzip.compress((text + "\n]\n").encode("utf-8"), mtime=0))
         write_downloads(loaded.entries, tmp / "downloads")
-        from normbench.results.schema import json_schema
+        from normbench.records.schema import json_schema
 
         (tmp / SCHEMA_FILE).write_text(json.dumps(json_schema(), indent=1) + "\n", encoding="utf-8")
         (tmp / ".nojekyll").write_text("", encoding="utf-8")  # GitHub Pages: serve files as they are

@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from normbench import stats as S
 from normbench.gendocs import MARKER_LINE
-from normbench.results.schema import FLAGS, INVALID_FLAGS
+from normbench.records.schema import FLAGS, INVALID_FLAGS
 from normbench.site import aggregate as agg
 from normbench.site import markdown
 from normbench.site.fmt import (
@@ -36,11 +36,9 @@ from normbench.site.records import Entry, Loaded, norm_stem, pages_of, slug
 from normbench.site.repro import command
 from normbench.site.tables import Col, Table, cell
 
-#: The pseudo-flag of a migrated v1 record (``check: null``): it never passed ``normbench check``, so it is shown
-#: and never ranked, like a flagged one.
+#: The flag the reader (``normbench.results.records_that_count``) gives a migrated v1 record (``check: null``): it
+#: never passed ``normbench check``, so it is shown and never ranked.
 LEGACY = "legacy"
-LEGACY_REASON = ("migrated schema-v1 record: its implementation was never run through `normbench check` "
-                 "(check: null), so it is shown and never ranked")
 FLAG_LABELS = {LEGACY: "unchecked (legacy)", "stale": "stale code"}
 #: A norm's page shows its figures for every device while they hold at most this many points in all (each point
 #: is in the SVG and in the spec); beyond that each device's figures are one click away on their own page.
@@ -128,7 +126,7 @@ class Site:
         self.docs = docs
         self.charts = charts
         self.data_files: dict[str, str] = {}
-        self.kernels = [self.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
+        self.kernels = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
         agg.add_speedups(self.kernels)
         self.acc_rows = [agg.accuracy_row(e) for e in loaded.entries if e.kind == "accuracy"]
         self.cells = agg.accuracy_cells(self.acc_rows)
@@ -146,15 +144,6 @@ class Site:
         self._wfig: dict[tuple, tuple[list, int]] = {}
 
     # --- rows ----------------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def kernel_row(e: Entry) -> dict:
-        """``aggregate.kernel_row`` plus the legacy mark: a record that never passed the check gate is not ranked."""
-        r = agg.kernel_row(e)
-        if e.rec.get("check") is None and LEGACY not in r["flags"]:
-            r["flags"] = {**r["flags"], LEGACY: LEGACY_REASON}
-            r["flagged"] = True
-        return r
 
     # --- links ---------------------------------------------------------------------------------------------------
 
@@ -357,7 +346,7 @@ class Site:
     def kernels_page(self) -> Page:
         table = self.kernel_table("kernels", self.best_per_case(self.kernels), "")
         return Page("kernels.html", "kernels.html", "Kernel leaderboard", active="kernels.html", ctx=dict(
-            table=table, n=len(self.kernels), flags=[(FLAG_LABELS.get(f, f), f) for f in FLAGS + (LEGACY,)],
+            table=table, n=len(self.kernels), flags=[(FLAG_LABELS.get(f, f), f) for f in FLAGS],
             hws=[(hw, self.hw_name(hw), device_file(hw), len(self.by_hw[hw])) for hw in self.kernel_hws],
             norms=[(n, norm_file(n), len(self.by_norm[n])) for n in sorted(self.by_norm)]))
 
@@ -819,7 +808,7 @@ class Site:
 
     def record_section(self, e: Entry, prov_ids: dict) -> dict:
         rec = e.rec
-        flags = (self.kernel_row(e)["flags"] if e.kind == "kernel"
+        flags = (agg.kernel_row(e)["flags"] if e.kind == "kernel"
                  else {f: _s((rec.get("flag_reasons") or {}).get(f)) for f in rec.get("flags") or []})
         chk = rec.get("check")
         prov = {k: v for k, v in rec["provenance"].items() if k != "hardware"}

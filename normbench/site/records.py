@@ -1,13 +1,13 @@
-"""Reading result records for the site: every file is read, every record validated, and nothing is dropped silently.
+"""The site's view of the records that count (``normbench.results.records_that_count``): anchors and record pages.
 
-Valid records become ``Entry`` objects; invalid ones (bad JSON, failed validation, a record the site cannot
-render) become ``Rejected`` items that the build prints and the site lists on its "rejected records" page.
+Valid records become ``Entry`` objects; invalid ones (bad JSON, failed validation, a record no reader can use)
+become ``Rejected`` items that the build prints and the site lists on its "rejected records" page; nothing is
+dropped silently.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -71,112 +71,6 @@ def _display_path(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _label(rec, index) -> str:
-    try:
-        from normbench.results.schema import describe
-
-        return describe(rec, index)
-    except Exception:  # a hostile record must not break the description either
-        return f"record {index}"
-
-
-MAX_DEPTH = 32
-
-
-def _too_deep(obj, limit: int = MAX_DEPTH) -> bool:
-    stack = [(obj, 0)]
-    while stack:
-        o, d = stack.pop()
-        if d > limit:
-            return True
-        if isinstance(o, dict):
-            stack.extend((v, d + 1) for v in o.values())
-        elif isinstance(o, list):
-            stack.extend((v, d + 1) for v in o)
-    return False
-
-
-def site_problems(rec: dict) -> list[str]:
-    """What the site itself needs beyond the schema (so that a validator gap cannot crash the build)."""
-    if _too_deep(rec):
-        return [f"nested more than {MAX_DEPTH} levels deep; no normbench record is"]
-    problems = []
-    if rec.get("kind") not in ("kernel", "accuracy"):
-        problems.append("kind must be kernel or accuracy")
-    norm = rec.get("norm")
-    if not isinstance(norm, dict) or not isinstance(norm.get("name"), str) or not norm["name"]:
-        problems.append("norm.name must be a string")
-    for part in ("config", "metrics", "provenance"):
-        if not isinstance(rec.get(part), dict):
-            problems.append(f"{part} must be an object")
-    prov = rec.get("provenance")
-    if isinstance(prov, dict) and not isinstance(prov.get("hardware_id"), str):
-        problems.append("provenance.hardware_id must be a string")
-    if not isinstance(rec.get("id"), str) or not rec.get("id"):
-        problems.append("id must be a string")
-    return problems
-
-
-def _validate(rec) -> list[str]:
-    try:
-        from normbench.results import validate_record
-    except ImportError:  # the results package is the authority; without it the site's own checks still run
-        validate_record = None
-    problems: list[str] = []
-    if validate_record is not None:
-        try:
-            problems = list(validate_record(rec))
-        except Exception as exc:  # the validator crashing on a record is itself a finding
-            problems = [f"the validator failed on this record: {type(exc).__name__}: {exc}"]
-    if not problems and isinstance(rec, dict):
-        problems = site_problems(rec)
-    elif not isinstance(rec, dict):
-        problems = problems or [f"a record must be a JSON object, got {type(rec).__name__}"]
-    return [str(p) for p in problems]
-
-
-def _record_files(root: Path) -> list[Path]:
-    try:
-        from normbench.results import record_files
-
-        return list(record_files(root))
-    except ImportError:
-        pass
-    if root.is_file():
-        return [root]
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        files.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".json") and not f.startswith("."))
-    return files
-
-
-def _read(path: Path) -> tuple[list | None, str | None]:
-    """The records of one file (compact ``.json.gz`` or plain ``.json``), or the problem reading it."""
-    try:
-        from normbench.results.store import read_record_file
-
-        return read_record_file(path)
-    except ImportError:
-        pass
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"cannot be read: {exc}"
-    except (json.JSONDecodeError, RecursionError) as exc:
-        return None, f"is not valid JSON: {exc}"
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
-        return None, f"must hold a JSON array of records, not {type(data).__name__}"
-    return data, None
-
-
-def _timestamp(rec: dict) -> str:
-    ts = rec.get("provenance", {}).get("timestamp")
-    return ts if isinstance(ts, str) else ""
-
-
 def _assign_keys(entries: list[Entry]) -> None:
     used: set[str] = set()
     for e in entries:
@@ -238,45 +132,21 @@ def pages_of(entries: list[Entry]) -> dict[str, list[Entry]]:
 
 
 def load_results(root: str | os.PathLike) -> Loaded:
-    """Read every record under ``root`` (a directory or one file)."""
-    root = Path(root)
-    if not root.exists():
-        raise FileNotFoundError(
-            f"no results at {root}: run `normbench bench --quick` (or `normbench train --quick`) first, "
-            "or pass --results DIR"
-        )
-    files = _record_files(root)
-    entries: list[Entry] = []
-    rejected: list[Rejected] = []
-    for path in files:
-        shown = _display_path(path, root)
-        data, problem = _read(path)
-        if problem is not None:
-            rejected.append(Rejected(shown, None, "file", [problem]))
-            continue
-        for i, rec in enumerate(data):
-            problems = _validate(rec)
-            if problems:
-                rejected.append(Rejected(shown, i, _label(rec, i), problems))
-            else:
-                entries.append(Entry(rec, shown, i))
-    # One id is one measurement: keep the newest copy and report the others.
-    newest: dict[str, Entry] = {}
-    superseded: list[tuple[Entry, Entry]] = []
-    for e in entries:
-        old = newest.get(e.rid)
-        if old is None:
-            newest[e.rid] = e
-        elif _timestamp(e.rec) > _timestamp(old.rec):
-            superseded.append((old, e))
-            newest[e.rid] = e
-        else:
-            superseded.append((e, old))
-    kept = list(newest.values())
-    # A record of code that has since changed is shown, flagged stale, and never ranked.
-    from normbench.results.prune import mark_stale
+    """The records that count under ``root`` (a directory or one file), as ``normbench.results.records_that_count``
+    reads them for every ranking reader, with their site anchors and record pages; the rejected ones and the
+    superseded copies as the site shows them."""
+    from normbench.results.counted import records_that_count
 
-    mark_stale(e.rec for e in kept)
+    root = Path(root)
+    counted = records_that_count(root)
+
+    def entry(e) -> Entry:
+        return Entry(e.rec, _display_path(e.path, root), e.index)
+
+    kept = [entry(e) for e in counted.entries]
+    by_id = {k.rid: k for k in kept}
+    superseded = [(entry(old), by_id[old.rid]) for old, _new in counted.superseded]
+    rejected = [Rejected(_display_path(r.path, root), r.index, r.label, list(r.problems)) for r in counted.rejected]
     _assign_keys(kept)
     _assign_pages(kept)
-    return Loaded(kept, rejected, superseded, len(files))
+    return Loaded(kept, rejected, superseded, counted.files)

@@ -259,7 +259,7 @@ def _finish(run, name, label, fut, out, verdicts, force, rank0, as_json, broken,
     """Report one run's outcome and write its record (this process is the only writer of ``out``)."""
     from normbench._stdout import document_stream
     from normbench.check import stamp
-    from normbench.results import write_records
+    from normbench.records import write_records
     from normbench.tasks import DatasetUnavailable
 
     outcome = fut.result()
@@ -467,7 +467,7 @@ def _tune_and_run(args, norm, task, model, variant, placement, store: dict) -> t
 
 
 def cmd_sweep(args) -> int:
-    from normbench.results import existing_ids
+    from normbench.records import existing_ids
     from normbench.tasks import DatasetUnavailable
 
     if args.tune:
@@ -492,7 +492,7 @@ def cmd_sweep(args) -> int:
 
 
 def _cmd_sweep_tuned(args) -> int:
-    from normbench.results import iter_records
+    from normbench.records import iter_records
     from normbench.tasks import DatasetUnavailable
 
     todo = cells(args)

@@ -331,7 +331,7 @@ def command_line() -> str:
 
 def train(run: Run, command: str | None = None) -> dict | None:
     """Train one run and return its accuracy record (``None`` on ranks other than 0, or when stopped early)."""
-    from normbench.results import make_record, provenance
+    from normbench.records import make_record, provenance
 
     rank, world, device = _setup_distributed(run.device)
     if run.threads and device.type == "cpu":
@@ -504,7 +504,7 @@ def train(run: Run, command: str | None = None) -> dict | None:
 
 def record_id_for(run: Run, world: int = 1) -> str:
     """The id ``train(run)`` will give its record here (used to skip cells already in ``results/``)."""
-    from normbench.results import hardware, hardware_id
+    from normbench.records import hardware, hardware_id
 
     if run.threads and not str(run.device).startswith("cuda"):
         torch.set_num_threads(int(run.threads))

@@ -21,7 +21,7 @@ def pytest_addoption(parser):
 
 def pytest_benchmark_update_machine_info(config, machine_info):
     # pytest-benchmark's machine_info describes the CPU only; add what a GPU result needs.
-    from normbench.results.provenance import provenance
+    from normbench.records.provenance import provenance
 
     prov = provenance(command="pytest suites/pytest_benchmark")
     machine_info["normbench"] = {

@@ -23,6 +23,6 @@ def test_kernel(benchmark, nb_params, nb_context, request):
     benchmark.extra_info.update(info["extra_info"])
     out = request.config.getoption("--normbench-out")
     if out:
-        from normbench.results import write_records
+        from normbench.records import write_records
 
         write_records([info["record"]], out)

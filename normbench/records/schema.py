@@ -24,10 +24,10 @@ from typing import Any
 SCHEMA = "normbench.record"
 SCHEMA_VERSION = 2
 #: Every flag a record may carry; who sets each: non_finite, suspect, noisy (the kernel core), fell_back (the compile
-#: backend), unchecked, forced (the check gate), diverged, tuning (accuracy runs); stale (the readers that rank: the
-#: site, ``normbench claims`` and the generated docs mark a record whose code has since changed when they read it,
-#: ``results.prune.mark_stale``; the file is not changed).
-FLAGS = ("non_finite", "fell_back", "noisy", "suspect", "unchecked", "forced", "diverged", "tuning", "stale")
+#: backend), unchecked, forced (the check gate), diverged, tuning (accuracy runs); stale and legacy (never written:
+#: the one reader that ranks, ``normbench.results.records_that_count``, marks a record whose code has since changed
+#: and a record without a check verdict, a migrated schema-v1 one, when it reads them; the file is not changed).
+FLAGS = ("non_finite", "fell_back", "noisy", "suspect", "unchecked", "forced", "diverged", "tuning", "stale", "legacy")
 #: Flags that make a record invalid: it is kept and shown as failed, never ranked.
 INVALID_FLAGS = ("non_finite",)
 CHECK_STATUSES = ("passed", "failed", "not_run")
@@ -296,7 +296,7 @@ def json_schema() -> dict:
         "$id": "normbench-record.schema.json",
         "title": f"{SCHEMA} v{SCHEMA_VERSION}",
         "description": "One normbench result record (kind kernel or accuracy). Generated from "
-                       "normbench/results/schema.py; `normbench validate FILE` checks this schema, with numbers "
+                       "normbench/records/schema.py; `normbench validate FILE` checks this schema, with numbers "
                        "finite and integers written without a fraction, and then the rules JSON Schema cannot "
                        "express: metrics.gbps = bytes_moved / time_median_s / 1e9, pct_of_ceiling = 100 * gbps / "
                        "ceiling_gbps (and null while ceiling_gbps is), a result above the ceiling must carry the "

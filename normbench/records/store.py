@@ -30,15 +30,15 @@ import copy
 import gzip
 import json
 import os
-import zlib
 import re
 import tempfile
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from normbench.results.schema import describe, migrate, record_id, validate_record
+from normbench.records.schema import describe, migrate, record_id, validate_record
 
 try:  # advisory locking so two writers (bench and an ASV ingest, say) merge instead of overwrite
     import fcntl
@@ -342,11 +342,82 @@ def record_files(root: str | os.PathLike) -> list[Path]:
     return files
 
 
-def _scan(root, kind=None) -> Iterator[tuple[Path, dict | None, Problem | None]]:
+MAX_DEPTH = 32
+
+
+def _too_deep(obj, limit: int = MAX_DEPTH) -> bool:
+    stack = [(obj, 0)]
+    while stack:
+        o, d = stack.pop()
+        if d > limit:
+            return True
+        if isinstance(o, dict):
+            stack.extend((v, d + 1) for v in o.values())
+        elif isinstance(o, list):
+            stack.extend((v, d + 1) for v in o)
+    return False
+
+
+def structural_problems(rec: dict) -> list[str]:
+    """What every reader needs beyond the schema, checked again so that a validator gap cannot crash a reader."""
+    if _too_deep(rec):
+        return [f"nested more than {MAX_DEPTH} levels deep; no normbench record is"]
+    problems = []
+    if rec.get("kind") not in ("kernel", "accuracy"):
+        problems.append("kind must be kernel or accuracy")
+    norm = rec.get("norm")
+    if not isinstance(norm, dict) or not isinstance(norm.get("name"), str) or not norm["name"]:
+        problems.append("norm.name must be a string")
+    for part in ("config", "metrics", "provenance"):
+        if not isinstance(rec.get(part), dict):
+            problems.append(f"{part} must be an object")
+    prov = rec.get("provenance")
+    if isinstance(prov, dict) and not isinstance(prov.get("hardware_id"), str):
+        problems.append("provenance.hardware_id must be a string")
+    if not isinstance(rec.get("id"), str) or not rec.get("id"):
+        problems.append("id must be a string")
+    return problems
+
+
+def record_problems(rec) -> list[str]:
+    """Every reason ``rec`` is not a valid record (empty when it is): the schema, then the structural checks. A
+    validator that crashes on a hostile record is itself a finding, never a crash of the reader."""
+    if not isinstance(rec, dict):
+        return [f"a record must be a JSON object, got {type(rec).__name__}"]
+    if _too_deep(rec):
+        return [f"nested more than {MAX_DEPTH} levels deep; no normbench record is"]
+    try:
+        problems = [str(p) for p in validate_record(rec)]
+    except Exception as exc:
+        problems = [f"the validator failed on this record: {type(exc).__name__}: {exc}"]
+    return problems or structural_problems(rec)
+
+
+@dataclass
+class Scanned:
+    """One record read from a file: valid (``record``, migrated to the current schema) or not (``problems``); or an
+    unreadable file (``index`` None)."""
+
+    path: Path
+    index: int | None
+    record: dict | None
+    problems: list[str] = field(default_factory=list)
+    raw: object = None     # the record as read
+
+    @property
+    def label(self) -> str | None:
+        """The record as messages name it (index, id, norm); None for a whole file."""
+        return None if self.index is None else describe(self.raw, self.index)
+
+
+def scan(root, kind: str | None = None) -> Iterator[Scanned]:
+    """Every record file at ``root`` (a file or a directory) in sorted path order, and in it every record in file
+    order: valid ones migrated, invalid ones (and unreadable files) with every problem. The one walk over stored
+    records that ``iter_records``, ``validate`` and the ranking reader (``normbench.results``) share."""
     for path in record_files(root):
         records, problem = _read_file(path)
         if problem is not None:
-            yield path, None, Problem(str(path), None, problem)
+            yield Scanned(path, None, None, [problem])
             continue
         merged_ids: set = set()
         if path.name.endswith(LEGACY_SUFFIX) and not path.name.endswith(COMPACT_SUFFIX):
@@ -359,12 +430,20 @@ def _scan(root, kind=None) -> Iterator[tuple[Path, dict | None, Problem | None]]
                 continue
             if kind is not None and isinstance(rec, dict) and rec.get("kind") != kind:
                 continue
-            problems = validate_record(rec)
+            problems = record_problems(rec)
             if problems:
-                for p in problems:
-                    yield path, None, Problem(str(path), describe(rec, i), p)
+                yield Scanned(path, i, None, problems, raw=rec)
             else:
-                yield path, migrate(rec), None
+                yield Scanned(path, i, migrate(rec), raw=rec)
+
+
+def _scan(root, kind=None) -> Iterator[tuple[Path, dict | None, Problem | None]]:
+    for s in scan(root, kind):
+        if s.problems:
+            for p in s.problems:
+                yield s.path, None, Problem(str(s.path), s.label, p)
+        else:
+            yield s.path, s.record, None
 
 
 def iter_records(root: str | os.PathLike = "results", kind: str | None = None,
@@ -458,24 +537,21 @@ def flatten(rec: dict, path: str | os.PathLike | None = None) -> dict:
     return row
 
 
-def load(root: str | os.PathLike = "results", kind: str = "kernel", errors: str = "warn", stale: bool = True):
-    """The valid records of ``kind`` at ``root`` as a pandas DataFrame, one row per record (see ``flatten``).
-
-    With ``stale`` (the default) a record made by code that has since changed carries the ``stale`` flag in
-    ``flags``, as the site and ``normbench claims`` see it (``results.prune.mark_stale``; the files are unchanged):
-    rank only rows whose ``flags`` are empty. ``stale=False`` gives the records exactly as stored (and skips the
-    recomputation of the implementation hashes)."""
+def frame(pairs) -> "pandas.DataFrame":  # noqa: F821
+    """A pandas DataFrame of ``(path, record)`` pairs, one row per record (see ``flatten``)."""
     import pandas as pd
 
-    pairs = list(iter_records(root, kind, errors=errors))
-    if stale:
-        from normbench.results.prune import mark_stale
-
-        mark_stale(rec for _, rec in pairs)
     rows = [flatten(rec, path) for path, rec in pairs]
     if not rows:
         return pd.DataFrame(columns=["id", "kind", "norm", "record_path"])
     return pd.DataFrame(rows)
+
+
+def load(root: str | os.PathLike = "results", kind: str = "kernel", errors: str = "warn"):
+    """The valid records of ``kind`` at ``root`` **as stored**, as a pandas DataFrame (see ``flatten``): duplicates
+    of an id and records of code that has since changed included, as ``validate``, ``compare`` and ``prune`` see them.
+    To rank, use ``normbench.results.load``: the records that count (one per id, stale and legacy ones flagged)."""
+    return frame(iter_records(root, kind, errors=errors))
 
 
 @dataclass
@@ -496,7 +572,7 @@ def migrate_files(root: str | os.PathLike = "results") -> MigrationReport:
     and is removed only once the compact file holding all of its records is on disk. Records that are invalid stay as
     they are, whole (``kept_invalid`` names them); unreadable files are left untouched. Nothing is dropped.
     """
-    from normbench.results.schema import SCHEMA_VERSION, migrate
+    from normbench.records.schema import SCHEMA_VERSION, migrate
 
     report = MigrationReport()
     paths = record_files(root)

@@ -1,0 +1,163 @@
+"""The records that count: the one reader every ranking uses (site, claims, generated docs, ``results.load``).
+
+Stored records (``normbench.records``) may hold several copies of one id (a re-run, a merge of two results
+folders), records of code that has since changed, and migrated schema-v1 records that never went through the check
+gate. Whatever ranks reads them through :func:`records_that_count`, so every ranking stands on the same records:
+
+- **one record per id**: the newest by ``provenance.timestamp``; on a tie, the copy read last (files in sorted path
+  order, records in file order: a re-write appends). The others are reported as ``superseded``, never dropped
+  silently;
+- **stale**: made by code that has since changed (``results.staleness``), flagged ``stale`` in memory;
+- **legacy**: a kernel record without a check verdict (``check: null``, a migrated schema-v1 record), flagged
+  ``legacy`` in memory (accuracy records have always carried their verdict).
+
+Flagged records are shown and never ranked. The files are not changed. ``validate``, ``compare``, ``prune`` and
+``migrate`` read records as stored instead (``normbench.records``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from normbench.records.schema import add_flag
+from normbench.records.store import InvalidRecordError, Problem, frame, scan
+
+LEGACY_REASON = ("migrated schema-v1 record: its implementation was never run through `normbench check` "
+                 "(check: null), so it is shown and never ranked")
+
+
+@dataclass
+class Entry:
+    """One record that counts, the file it was read from and its position there."""
+
+    rec: dict
+    path: Path
+    index: int
+
+    @property
+    def rid(self) -> str:
+        return str(self.rec.get("id"))
+
+    @property
+    def kind(self) -> str:
+        return self.rec["kind"]
+
+
+@dataclass
+class Rejected:
+    """A file (``index`` None) or a record that is not a valid record, with every reason."""
+
+    path: Path
+    index: int | None
+    label: str
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Counted:
+    """What :func:`records_that_count` read: the records that count, the invalid ones, the superseded copies."""
+
+    entries: list[Entry]
+    rejected: list[Rejected]
+    superseded: list[tuple[Entry, Entry]]    # (older copy left out, the copy that counts), per duplicated id
+    files: int
+
+    @property
+    def records(self) -> list[dict]:
+        return [e.rec for e in self.entries]
+
+    def problems(self) -> list[Problem]:
+        return [Problem(str(r.path), None if r.index is None else r.label, p) for r in self.rejected for p in r.problems]
+
+
+def _timestamp(rec: dict) -> str:
+    ts = (rec.get("provenance") or {}).get("timestamp")
+    return ts if isinstance(ts, str) else ""
+
+
+def newest_per_id(entries: list[Entry]) -> tuple[list[Entry], list[tuple[Entry, Entry]]]:
+    """The deduplication rule: per id the newest copy, a tie going to the copy read last; (kept, superseded)."""
+    best: dict[str, Entry] = {}
+    superseded: list[tuple[Entry, Entry]] = []
+    for e in entries:
+        old = best.get(e.rid)
+        if old is None:
+            best[e.rid] = e
+        elif _timestamp(e.rec) >= _timestamp(old.rec):
+            superseded.append((old, e))
+            best[e.rid] = e
+        else:
+            superseded.append((e, old))
+    return list(best.values()), superseded
+
+
+def one_per_id(records) -> list[dict]:
+    """``newest_per_id`` over plain records (in the order given, as if read in that order)."""
+    kept, _ = newest_per_id([Entry(r, Path(), i) for i, r in enumerate(records)])
+    return [e.rec for e in kept]
+
+
+def mark(records, _cache: dict | None = None) -> tuple[int, int]:
+    """Flag, in memory, each record of code that has since changed ``stale`` and each kernel record without a check
+    verdict ``legacy``; (stale, legacy) counts. Records that cannot be judged here are left as they are."""
+    from normbench.results.staleness import mark_stale
+
+    records = list(records)
+    n_stale = mark_stale(records, _cache)
+    n_legacy = 0
+    for rec in records:
+        if rec.get("kind") == "kernel" and rec.get("check") is None and "legacy" not in (rec.get("flags") or ()):
+            add_flag(rec, "legacy", LEGACY_REASON)
+            n_legacy += 1
+    return n_stale, n_legacy
+
+
+def records_that_count(root: str | os.PathLike = "results", kind: str | None = None, judge: bool = True) -> Counted:
+    """Read every record file at ``root`` (a directory or one file): the records that count (one per id, stale and
+    legacy ones flagged), the rejected ones and the superseded copies. ``judge=False`` skips the stale and legacy
+    judgement (it imports the norm and model code to hash it)."""
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(
+            f"no results at {root}: run `normbench bench --quick` (or `normbench train --quick`) first, "
+            "or pass the results directory")
+    entries: list[Entry] = []
+    rejected: list[Rejected] = []
+    paths: set[Path] = set()
+    for s in scan(root, kind):
+        paths.add(s.path)
+        if s.problems:
+            rejected.append(Rejected(s.path, s.index, s.label or "file", list(s.problems)))
+        else:
+            entries.append(Entry(s.record, s.path, s.index))
+    kept, superseded = newest_per_id(entries)
+    if judge:
+        mark(e.rec for e in kept)
+    return Counted(kept, rejected, superseded, len(paths))
+
+
+def load(root: str | os.PathLike = "results", kind: str = "kernel", errors: str = "warn", as_stored: bool = False):
+    """The records of ``kind`` at ``root`` that count, as a pandas DataFrame (one row per record, see
+    ``records.flatten``): one per id, ``flags`` holding ``stale`` / ``legacy`` where ``records_that_count`` put them,
+    so a ranking of the rows whose ``flags`` are empty agrees with the site's and ``normbench claims``'.
+    ``as_stored=True`` gives the records exactly as stored (``normbench.records.load``).
+
+    Invalid records are never skipped silently: ``errors="warn"`` (default) warns about each, ``"raise"`` raises
+    ``InvalidRecordError`` at the first, ``"ignore"`` skips them."""
+    if errors not in ("warn", "raise", "ignore"):
+        raise ValueError(f"errors must be 'warn', 'raise' or 'ignore', not {errors!r}")
+    if as_stored:
+        from normbench.records.store import load as load_as_stored
+
+        return load_as_stored(root, kind, errors=errors)
+    counted = records_that_count(root, kind)
+    problems = counted.problems()
+    if problems and errors == "raise":
+        raise InvalidRecordError(problems[:1])
+    if errors == "warn":
+        for p in problems:
+            warnings.warn(f"skipping invalid result: {p}", stacklevel=2)
+    return frame((e.path, e.rec) for e in counted.entries)
