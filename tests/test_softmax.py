@@ -271,7 +271,7 @@ def test_softmax_baselines_are_registered_for_softmax_only():
     assert "no implementation" in bl.unavailable("liger", "log_softmax", "tokens", "cuda")
 
 
-def test_docs_softmax_block_is_generated_from_the_committed_records():
+def test_docs_softmax_block_is_generated_from_the_committed_records(committed_results):
     from pathlib import Path
 
     from normbench import claims, gendocs
@@ -280,5 +280,5 @@ def test_docs_softmax_block_is_generated_from_the_committed_records():
     repo = Path(__file__).resolve().parents[1]
     text = (repo / "docs" / "softmax.md").read_text(encoding="utf-8")
     bodies = {m.group("name"): m.group("body") for m in gendocs._BLOCK.finditer(text)}
-    want = softmax_markdown(claims.load_records(str(repo / "results")))
+    want = softmax_markdown(claims.load_records(str(committed_results)))
     assert bodies["softmax"].rstrip("\n") == want.rstrip("\n"), "run `normbench docs --doc docs/softmax.md`"
