@@ -15,7 +15,7 @@ COMMAND_MODULES = (
     "normbench.measure.command",   # bench, validate
     "normbench.train.command",     # tasks, train, sweep
     "normbench.site.command",      # site build
-    "normbench.claims",            # claims
+    "normbench.claims.command",    # claims
     "normbench.gendocs",           # docs
     "normbench.results.command",   # migrate, compare
     "normbench.campaign",          # campaign (GPU machines)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from normbench import claims as C
 from normbench import stats as S
+from normbench.results.counted import one_per_id
 
 DOC = Path("docs") / "accuracy.md"
 _BLOCK = re.compile(r"(<!-- normbench:generated (?P<name>[a-z0-9-]+) begin -->\n)(?P<body>.*?)"
@@ -31,7 +32,7 @@ def _fmt(v, metric: str | None = None) -> str:
 def cells_markdown(records: list[dict]) -> str:
     """One table per task, model, variant and machine (cells never compare across hardware): every cell ranked by
     divergence rate, then the metric."""
-    acc = [r for r in C._dedupe(records) if r.get("kind") == "accuracy"]
+    acc = [r for r in one_per_id(records) if r.get("kind") == "accuracy"]
     if not acc:
         return "No accuracy records yet."
     by_table: dict[tuple, list[dict]] = {}
@@ -51,8 +52,8 @@ def cells_markdown(records: list[dict]) -> str:
         spread = "sd of log" if log else "sd"
         title = f"{task}/{model}" + ("" if variant == "default" else f"/{variant}") + (" (quick)" if quick else "")
         direction = "higher" if c0["higher_is_better"] else "lower"
-        out.append(f"#### `{C._md(title).replace('`', '')}` on {C._md(hardware)} ({C._md(c0['metric'])}, "
-                   f"{direction} is better)\n")
+        out.append(f"#### `{C.escape_md(title).replace('`', '')}` on {C.escape_md(hardware)} "
+                   f"({C.escape_md(c0['metric'])}, {direction} is better)\n")
         ref = S.reference_of(model)
         vs = ("vs " + ref[0] + (f" ({ref[1]})" if ref[1] else "") + (": ratio" if log else ": difference")
               + " [95% CI], Welch p (MWU p)") if ref else "vs reference"
@@ -66,7 +67,7 @@ def cells_markdown(records: list[dict]) -> str:
             ci = f" [{_fmt(f['ci_low'], c['metric'])}, {_fmt(f['ci_high'], c['metric'])}]" if f["ci_low"] is not None \
                 else ""
             stt = c["steps_to_target"]
-            out.append(f"| {i} | {C._md(c['norm'])} | {C._md(c['placement'] or '')} | "
+            out.append(f"| {i} | {C.escape_md(c['norm'])} | {C.escape_md(c['placement'] or '')} | "
                        f"{_fmt(f['mean'], c['metric'])}{ci} | "
                        f"{_fmt(f['std'])} | {c['n']} | {c['diverged']} | {_fmt(stt['mean'])} "
                        f"({c['reached']}/{c['n']}) | {(c['vs_reference'] or {}).get('text', '')} | "
@@ -78,7 +79,7 @@ def cells_markdown(records: list[dict]) -> str:
             out.append("|---|---|---|---|---|---|")
             for c in sorted(tuning, key=lambda c: (c["norm"], c["placement"] or "", c["lr"] or 0)):
                 t = c["tuning_final"]
-                out.append(f"| {C._md(c['norm'])} | {C._md(c['placement'] or '')} | {_fmt(c['lr'])} | "
+                out.append(f"| {C.escape_md(c['norm'])} | {C.escape_md(c['placement'] or '')} | {_fmt(c['lr'])} | "
                            f"{_fmt(t['mean'], c['metric'])} | {c['tuning']} | {c['tuning'] - t['n']} |")
         out.append("")
     return "\n".join(out).rstrip()

@@ -759,11 +759,12 @@ class Site:
             comps = []
             for r in c["comparisons"]:
                 recs = [(rid[:10], self.rec_href(by_id[rid], "")) for rid in r.get("records", []) if rid in by_id]
-                comps.append({**r, "p_welch_s": C._p(r.get("p_welch")), "p_mw_s": C._p(r.get("p_mann_whitney")),
-                              "p_for_s": C._p(r.get("p_for_holm")), "p_against_s": C._p(r.get("p_against_holm")),
-                              "recs": recs})
+                comps.append({**r, "p_welch_s": C.format_p(r.get("p_welch")),
+                              "p_mw_s": C.format_p(r.get("p_mann_whitney")),
+                              "p_for_s": C.format_p(r.get("p_for_holm")),
+                              "p_against_s": C.format_p(r.get("p_against_holm")), "recs": recs})
             claims.append({**c, "anchor": slug("claim", c["id"]), "comps": comps,
-                           "p_holm_s": C._p(c.get("p_holm")), "vslug": c["verdict"].replace(" ", "-")})
+                           "p_holm_s": C.format_p(c.get("p_holm")), "vslug": c["verdict"].replace(" ", "-")})
         counts = {v: sum(c["verdict"] == v for c in results) for v in C.VERDICTS}
         return Page("claims.html", "claims.html", "Paper claims", active="claims.html", ctx=dict(
             claims=claims, counts=counts, alpha=C.ALPHA, n_comp=sum(len(c["comparisons"]) for c in results)))
