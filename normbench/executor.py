@@ -22,6 +22,8 @@ scale-out work the same way)::
 * ``Task.resources`` says what a task holds while it runs (``{"num_gpus": 1}`` for a GPU timing task,
   ``{"node_cpus": True}`` for a CPU timing task: every core of its node). Only a Ray executor, which runs many tasks
   at once, acts on it (``normbench.ray_executor``); the others run one task at a time anyway.
+* An executor's process runs a task with :func:`run_task` (the call, any failure turned into an ``Outcome``), its
+  heartbeats going wherever the executor installed them (:func:`beating`): the worker here and a Ray task alike.
 
 ``WorkerExecutor`` keeps one worker process (torch imported once) and replaces it only after a hang or a crash, so a
 hanging or crashing norm costs one process start, not one per norm. Workers are forked from a ``forkserver`` that

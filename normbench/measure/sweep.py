@@ -132,11 +132,12 @@ def _where(case: Case) -> str:
     return f"{case.norm}/{case.backend}/{case.shape.label}/{case.dtype}"
 
 
-def _groups(cases) -> dict[tuple, list[Case]]:
+def _groups(cases) -> list[list[Case]]:
+    """``cases`` by group (one built module each), in the order they first appear."""
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
         groups.setdefault(case.group, []).append(case)
-    return groups
+    return list(groups.values())
 
 
 class InTurn:
@@ -168,7 +169,7 @@ class InTurn:
                 summary.already_done += 1
             else:
                 todo.append(case)
-        groups = list(_groups(todo).values())
+        groups = _groups(todo)
         if not groups:
             return groups
         busy = noise.busy_warning(device, cases[0].threads)
@@ -232,7 +233,7 @@ class AllAtOnce:
             for _, rec in iter_records(out, "kernel", errors="ignore"):
                 self.done[rec["norm"]["name"]].add(rec["id"])
         self.resources = {"num_gpus": 1} if cases[0].device.startswith("cuda") else {"node_cpus": True}
-        return list(_groups(cases).values())
+        return _groups(cases)
 
     def outcomes(self, groups, broken: dict, summary, starting: Callable) -> Iterator[tuple[list, Outcome | None]]:
         import concurrent.futures as cf
