@@ -74,7 +74,7 @@ def test_unpack_merges_real_records_into_results(tmp_path, one_thread):
     from normbench.measure.timers import TimerSettings
 
     ctx = group.Context(50.0, "test", results.provenance(command="pytest", device="cpu"),
-                       TimerSettings(warmup=0, min_reps=3, max_reps=3, min_time=0.0), None)
+                        TimerSettings(warmup=0, min_reps=3, max_reps=3, min_time=0.0), None)
     shape = by_label("quick-8x128x512")
     recs = group.measure_group([planning.Case("rmsnorm", "eager", shape, "float32", "fwd", "cpu", "hot", 1)], ctx)
     paths = campaign.pack(recs, tmp_path / "out")

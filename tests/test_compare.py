@@ -164,7 +164,7 @@ def test_compare_catches_a_planted_slowdown_in_real_records(tmp_path, monkeypatc
         sys.modules.pop("nb_planted", None)
         monkeypatch.setitem(REGISTRY.specs, "planted", importlib.import_module("nb_planted").SPEC)
         s = sweep.run_sweep(cases if name == "base" else cases[:2], tmp_path / name, settings=settings,
-                           progress=False, log=lambda m: None)
+                            progress=False, log=lambda m: None)
         assert not s.failed
     sys.modules.pop("nb_planted", None)
     rc = main(["compare", str(tmp_path / "base"), str(tmp_path / "new")])
@@ -268,8 +268,8 @@ def test_a_full_sweep_fits_the_size_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(noise, "machine_load", lambda own=0.0: {"load1": 0.3, "cores": 16,
                                                                 "background_load_per_core": 0.02})
     ctx = group.Context(1e6, "device-to-device copy_ of 1024 MiB, CUDA events, median of 20; GB/s = 2·size/time",
-                       results.provenance(command="normbench bench --device cuda", device="cpu"),
-                       TimerSettings(warmup=0, min_reps=3, max_reps=3, min_time=0.0), 4800.0, ceiling_spread=0.004)
+                        results.provenance(command="normbench bench --device cuda", device="cpu"),
+                        TimerSettings(warmup=0, min_reps=3, max_reps=3, min_time=0.0), 4800.0, ceiling_spread=0.004)
     seed = []
     for norm in ("layernorm", "rmsnorm", "dyt", "groupnorm"):
         shape = TINY if norm != "groupnorm" else Shape("tiny-images", "images", (2, 8, 4, 4), "quick")

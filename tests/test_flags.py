@@ -82,7 +82,7 @@ def nan_norms(tmp_path, monkeypatch):
 
 def _ctx(ceiling=50.0, spread=0.01):
     return group.Context(ceiling, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None,
-                        ceiling_spread=spread)
+                         ceiling_spread=spread)
 
 
 def _cases(norm, passes=("fwd", "bwd", "fwd+bwd")):
@@ -92,7 +92,7 @@ def _cases(norm, passes=("fwd", "bwd", "fwd+bwd")):
 def test_nan_output_makes_every_record_invalid_but_kept(nan_norms, tmp_path, monkeypatch):
     monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx())
     s = sweep.run_sweep(_cases("nan_out") + _cases("nan_grad") + _cases("rmsnorm"), tmp_path, settings=FAST,
-                       progress=False, log=lambda m: None)
+                        progress=False, log=lambda m: None)
     assert s.written == 9 and not s.failed
     assert results.load_report(tmp_path) == []  # invalid as a result, valid as a record: kept and readable
     recs = {(r["norm"]["name"], r["config"]["pass"]): r for _, r in results.iter_records(tmp_path)}
@@ -113,7 +113,7 @@ def test_invalid_and_flagged_records_are_shown_but_never_ranked_on_the_site(nan_
     res = tmp_path / "results"
     monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx(ceiling=1e6))
     s = sweep.run_sweep(_cases("nan_out", ("fwd",)) + _cases("rmsnorm", ("fwd",)) + _cases("layernorm", ("fwd",)),
-                       res, settings=FAST, progress=False, log=lambda m: None)
+                        res, settings=FAST, progress=False, log=lambda m: None)
     assert s.written == 3
     noisy = sup.kernel("dyt", "eager", [16, 64], 1e-6, ceiling=1e6)
     results.add_flag(noisy, "noisy", "background load 1.40 per core")
@@ -158,7 +158,7 @@ def test_busy_machine_flags_records_noisy_with_the_reason():
     shaky = group.build_record(prep, cases[0], _ctx(1e6, 0.35), samples, False, err, None, None, QUIET)
     assert shaky["flags"] == ["noisy"] and "spread by 35%" in shaky["flag_reasons"]["noisy"]
     spread = group.build_record(prep, cases[0], _ctx(1e6, 0.01), [1e-3, 1e-3, 3e-3, 3e-3], False, err, None, None,
-                               QUIET)
+                                QUIET)
     assert spread["flags"] == ["noisy"] and "IQR / median" in spread["flag_reasons"]["noisy"]
     for r in (calm, loaded, shaky, spread):
         assert results.validate_record(r) == []

@@ -290,8 +290,56 @@ def test_failures_in_one_norm_do_not_stop_the_sweep(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep, "measure_group", broken_dyt)
     s = sweep.run_sweep(_cases("dyt", passes=("fwd",)) + _cases("rmsnorm", passes=("fwd",)), tmp_path,
-                       settings=FAST, progress=False, log=lambda m: None)
+                        settings=FAST, progress=False, log=lambda m: None)
     assert s.written == 1 and len(s.failed) == 1 and "kernel exploded" in s.failed[0][1]
+
+
+def test_remote_sweep_submits_every_group_and_cancels_a_hung_norms_others(tmp_path, monkeypatch):
+    """The sweep loop over a remote executor (Ray's contract, without Ray): every group is submitted before any is
+    awaited and measured by ``_node_group_task``; a hang cancels the rest of its norm, the other norms go on."""
+    import concurrent.futures as cf
+    import threading
+
+    from normbench.executor import OK, TIMEOUT, Executor, Outcome
+
+    class Pending(cf.Future):
+        def cancel(self):  # as RayExecutor does: a cancelled future wakes as_completed
+            if not super().cancel():
+                return False
+            self.set_running_or_notify_cancel()
+            return True
+
+    class FakeRemote(Executor):
+        remote = True
+
+        def __init__(self):
+            self.labels = []
+
+        def submit(self, task):
+            self.labels.append(task.label)
+            fut = Pending()
+            if task.label.startswith("dyt/eager/tiny-tokens"):
+                fut.set_result(Outcome(task.label, TIMEOUT, error="no result within the time limit of 1s; stopped"))
+            elif not task.label.startswith("dyt"):
+                fut.set_result(Outcome(task.label, OK, value=task.fn(*task.args)))
+            else:  # dyt's other group stays queued until cancelled (a failure, not a hang, if it never is)
+                timer = threading.Timer(60, lambda: fut.done() or fut.set_result(Outcome(task.label, "error")))
+                timer.daemon = True
+                timer.start()
+            return fut
+
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx())
+    monkeypatch.setattr(sweep, "_NODE_CONTEXTS", {})
+    ex = FakeRemote()
+    cases = (_cases("dyt", passes=("fwd",)) + _cases("dyt", TINY_IMAGES, passes=("fwd",))
+             + _cases("rmsnorm", passes=("fwd",)))
+    s = sweep.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None, executor=ex)
+    assert len(ex.labels) == 3 and s.written == 1
+    why = dict(s.failed)
+    assert why["dyt/eager/tiny-tokens/float32/fwd/hot"].startswith("dyt hung in dyt/eager/tiny-tokens/float32")
+    assert why["dyt/eager/tiny-images/float32/fwd/hot"].startswith("not attempted: dyt hung in")
+    s = sweep.run_sweep(cases[2:], tmp_path, settings=FAST, progress=False, log=lambda m: None, executor=ex)
+    assert s.already_done == 1 and s.written == 0  # the node leaves out what the driver's out already has
 
 
 # --- CLI ------------------------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def test_ingest_asv_with_and_without_core_records(monkeypatch, tmp_path):
     sidecar = tmp_path / "normbench"
     monkeypatch.setenv(suite.SIDECAR_ENV, str(sidecar))
     ctx = group.Context(50.0, "test ceiling", results.provenance(command="asv run", device="cpu"),
-                       TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0))
+                        TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0))
     suite.write_machine_sidecar(ctx)
     # what the suite's setup records while ASV runs commit abc in environment existing-py
     monkeypatch.setenv("ASV_COMMIT", "abc")
