@@ -59,7 +59,7 @@ def _cases(norms, shapes, dtypes, backends, device, modes=None):
     """Cases without touching the device (planning works on a CPU): the core's ``plan`` minus its device check."""
     from normbench.discovery import REGISTRY
     from normbench.measure import baselines
-    from normbench.measure.core import MODES, Case, backends_for
+    from normbench.measure.planning import MODES, Case, backends_for
     from normbench.measure.shapes import by_label
 
     out = []
@@ -258,7 +258,7 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
     import torch
 
     from normbench.check import ensure_checked, stamp
-    from normbench.measure.core import run_sweep
+    from normbench.measure.sweep import run_sweep
     from normbench.measure.timers import TimerSettings
     from normbench.records.store import write_records
 

@@ -22,6 +22,8 @@ scale-out work the same way)::
 * ``Task.resources`` says what a task holds while it runs (``{"num_gpus": 1}`` for a GPU timing task,
   ``{"node_cpus": True}`` for a CPU timing task: every core of its node). Only a Ray executor, which runs many tasks
   at once, acts on it (``normbench.ray_executor``); the others run one task at a time anyway.
+* An executor's process runs a task with :func:`run_task` (the call, any failure turned into an ``Outcome``), its
+  heartbeats going wherever the executor installed them (:func:`beating`): the worker here and a Ray task alike.
 
 ``WorkerExecutor`` keeps one worker process (torch imported once) and replaces it only after a hang or a crash, so a
 hanging or crashing norm costs one process start, not one per norm. Workers are forked from a ``forkserver`` that
@@ -39,7 +41,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as _mp_wait
 from typing import Any, Callable, Iterable, Iterator
 
@@ -116,7 +118,7 @@ def _describe_exc(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-# --- progress reporting from inside a task --------------------------------------------------------------------------
+# --- running one task, wherever an executor runs it ---------------------------------------------------------------
 
 _beat: Callable[[], None] | None = None
 
@@ -125,6 +127,38 @@ def heartbeat() -> None:
     """Say that the running task is making progress (a training step). Cheap; a no-op outside a worker."""
     if _beat is not None:
         _beat()
+
+
+@contextlib.contextmanager
+def beating(beat: Callable[[], None] | None):
+    """While the block runs, :func:`heartbeat` calls ``beat`` (how the process running a task tells its executor
+    that the task progresses: a message up a pipe, a call to a Ray actor); ``None`` leaves it as it is. What was
+    installed before is restored after."""
+    global _beat
+    previous = _beat
+    if beat is not None:
+        _beat = beat
+    try:
+        yield
+    finally:
+        _beat = previous
+
+
+def run_task(task: Task, beat: Callable[[], None] | None = None) -> Outcome:
+    """Run ``task`` here and now, with ``beat`` as its heartbeat (see :func:`beating`): the body of a worker process
+    and of a Ray task. Any failure of the task is an ``error`` :class:`Outcome` (never an exception) except a
+    ``KeyboardInterrupt``, which stops whoever runs it. The limits are enforced from outside, by the executor that
+    watches this process; ``wall_s`` is the call's own duration."""
+    t0 = time.perf_counter()
+    with beating(beat):
+        try:
+            value = _resolve(task.fn)(*task.args, **task.kwargs)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure of the task is its outcome
+            return Outcome(task.label, ERROR, error=_describe_exc(exc), exc_type=type(exc).__name__,
+                           message=str(exc), traceback=traceback.format_exc(), wall_s=time.perf_counter() - t0)
+    return Outcome(task.label, OK, value=value, wall_s=time.perf_counter() - t0)
 
 
 # --- the interface --------------------------------------------------------------------------------------------------
@@ -189,8 +223,8 @@ class InProcessExecutor(Executor):
 # --- the worker process ---------------------------------------------------------------------------------------------
 
 def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
-    """The worker's loop: receive a task, run it, send its outcome; heartbeats go up the same pipe."""
-    global _beat
+    """The worker's loop: receive a task, run it (:func:`run_task`), send its outcome; heartbeats go up the same
+    pipe."""
     # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
@@ -208,7 +242,6 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
             with contextlib.suppress(OSError, ValueError):
                 conn.send(("beat", None))
 
-    _beat = beat
     try:
         import torch  # noqa: F401  (the import this worker exists to pay once)
 
@@ -228,22 +261,19 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
             return
         if msg is None:
             return
-        fn, args, kwargs = msg
+        task = msg
         # Unpickling the task may have imported modules for a while: the stall clock starts now.
         last[0] = 0.0
         beat()
         try:
-            value = _resolve(fn)(*args, **kwargs)
-            reply = ("ok", value)
+            outcome = run_task(task, beat)
         except KeyboardInterrupt:
             return
-        except BaseException as exc:
-            reply = ("error", (type(exc).__name__, _describe_exc(exc), traceback.format_exc(), str(exc)))
         try:
-            conn.send(reply)
+            conn.send(("done", outcome))
         except Exception as exc:  # an unpicklable return value is the task's error, not the worker's death
             msg = f"the task's result could not be sent back: {exc}"
-            conn.send(("error", (type(exc).__name__, msg, "", msg)))
+            conn.send(("done", Outcome(task.label, ERROR, error=msg, exc_type=type(exc).__name__, message=msg)))
 
 
 class WorkerExecutor(Executor):
@@ -329,7 +359,7 @@ class WorkerExecutor(Executor):
         t0 = time.monotonic()
         last_beat = t0
         try:
-            self._conn.send((task.fn, task.args, task.kwargs))
+            self._conn.send(task)
         except Exception as exc:
             return Outcome(task.label, ERROR, error=f"the task could not be sent to the worker: {exc}",
                            exc_type=type(exc).__name__)
@@ -352,11 +382,7 @@ class WorkerExecutor(Executor):
                         if kind == "beat":
                             last_beat = now
                             continue
-                        if kind == "ok":
-                            return Outcome(task.label, OK, value=payload, wall_s=now - t0)
-                        exc_type, error, tb, message = payload
-                        return Outcome(task.label, ERROR, error=error, exc_type=exc_type, traceback=tb,
-                                       message=message, wall_s=now - t0)
+                        return replace(payload, wall_s=now - t0)  # "done": the task's outcome
                 if self._proc.sentinel in ready:
                     self._proc.join(5)
                     code = self._proc.exitcode

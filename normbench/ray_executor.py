@@ -35,9 +35,9 @@ import os
 import sys
 import threading
 import time
-import traceback
+from dataclasses import replace
 
-from normbench.executor import CRASHED, ERROR, OK, STALLED, TIMEOUT, Executor, Outcome, Task
+from normbench.executor import CRASHED, ERROR, STALLED, TIMEOUT, Executor, Outcome, Task, run_task
 
 #: Ray's usage statistics go to outside hosts: normbench never enables them.
 _RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
@@ -88,14 +88,14 @@ def _private_token() -> None:
 
 # --- inside a Ray worker --------------------------------------------------------------------------------------------
 
-def _run_task(fn, args, kwargs, beats, key):
-    """What a Ray worker runs for one :class:`Task`: the call, with any exception turned into a value."""
+def _run_task(task: Task, beats, key) -> tuple[Outcome, str]:
+    """What a Ray worker runs for one :class:`Task`: :func:`normbench.executor.run_task` (any failure of the task
+    is its outcome, not Ray's), its heartbeats counted by the ``beats`` actor; the outcome and this node's name."""
     import platform
-
-    import normbench.executor as ex
 
     # A task's prints must not land on the driver's stdout (it may be a --json document).
     sys.stdout = sys.stderr
+    beat = None
     if beats is not None:
         beats.beat.remote(key)  # "started": the limits count from here, not from a wait in Ray's queue
         last = [0.0]
@@ -106,14 +106,7 @@ def _run_task(fn, args, kwargs, beats, key):
                 last[0] = now
                 beats.beat.remote(key)
 
-        ex._beat = beat
-    node = platform.node()
-    try:
-        return ("ok", ex._resolve(fn)(*args, **kwargs), node)
-    except BaseException as exc:  # noqa: BLE001 - every failure of the task is its outcome, not Ray's
-        return ("error", (type(exc).__name__, ex._describe_exc(exc), traceback.format_exc(), str(exc)), node)
-    finally:
-        ex._beat = None
+    return run_task(task, beat), platform.node()
 
 
 class _Beats:
@@ -227,7 +220,7 @@ class RayExecutor(Executor):
         limited = task.stall_timeout is not None or task.timeout is not None
         beats = self._beats() if limited else None
         try:
-            ref = self._remote.options(**self._options(task)).remote(task.fn, task.args, task.kwargs, beats, key)
+            ref = self._remote.options(**self._options(task)).remote(task, beats, key)
         except Exception as exc:  # unschedulable resources, an unpicklable argument: the task's failure
             fut.set_result(Outcome(task.label, ERROR, error=f"Ray could not start it: {type(exc).__name__}: {exc}",
                                    exc_type=type(exc).__name__, message=str(exc)))
@@ -254,17 +247,13 @@ class RayExecutor(Executor):
         ray = self._ray
         wall = time.monotonic() - p.t0
         try:
-            kind, payload, node = ray.get(p.ref)
+            outcome, node = ray.get(p.ref)
         except Exception as exc:  # the worker or node died (after Ray's retries), or the task was cancelled
             self._resolve(p, Outcome(p.task.label, CRASHED, wall_s=wall, exc_type=type(exc).__name__,
                                      error=_ray_failure(exc, self.retries)))
             return
-        if kind == "ok":
-            self._resolve(p, Outcome(p.task.label, OK, value=payload, wall_s=wall))
-        else:
-            exc_type, error, tb, message = payload
-            self._resolve(p, Outcome(p.task.label, ERROR, error=f"{error} (on node {node})", exc_type=exc_type,
-                                     traceback=tb, message=message, wall_s=wall))
+        where = {} if outcome.ok else {"error": f"{outcome.error} (on node {node})"}
+        self._resolve(p, replace(outcome, wall_s=wall, **where))
 
     def _stop(self, p: _Pending, status: str, error: str) -> None:
         with contextlib.suppress(Exception):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from normbench import results
-from normbench.measure import baselines, core
+from normbench.measure import baselines, group, planning
 from normbench.measure.shapes import Shape
 from normbench.measure.timers import TimerSettings
 
@@ -44,7 +44,7 @@ def fakes(monkeypatch, one_thread):
 
 
 def _ctx():
-    return core.Context(50.0, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
+    return group.Context(50.0, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
 
 
 # The norm baselines (the softmax baselines joined the registry from their own module and have their own tests).
@@ -57,8 +57,8 @@ def test_adapter_computes_the_eager_norm(fakes, backend, norm):
     shape = IMAGES if "images" in b.layouts else TOKENS
     dtype = "float32" if "float32" in b.dtypes else "bfloat16"
     passes = ("fwd",) if b.inplace_inputs or backend == "flashinfer" else ("fwd", "fwd+bwd")
-    cases = [core.Case(norm, backend, shape, dtype, p, "cpu", "hot", 1) for p in passes]
-    recs = core.measure_group(cases, _ctx())
+    cases = [planning.Case(norm, backend, shape, dtype, p, "cpu", "hot", 1) for p in passes]
+    recs = group.measure_group(cases, _ctx())
     assert [r["config"]["pass"] for r in recs] == list(passes)
     tol = 1e-5 if dtype == "float32" else 2e-2
     for r in recs:
@@ -78,7 +78,7 @@ def test_liger_rmsnorm_is_built_without_in_place_backward_and_the_cached_gradien
     import liger_kernel.transformers as lk
 
     lk.BUILT_IN_PLACE.clear()
-    prep = core.Prepared(_spec("rmsnorm"), "liger", TOKENS, "float32", "cpu")
+    prep = group.Prepared(_spec("rmsnorm"), "liger", TOKENS, "float32", "cpu")
     assert lk.BUILT_IN_PLACE == [False]
     err = prep.errors()
     cached = [g.clone() for g in prep._gouts]
@@ -110,7 +110,7 @@ def test_in_place_backward_would_corrupt_the_gradient_and_the_error_check_guards
 
     b = baselines.get("liger", "rmsnorm")
     monkeypatch.setitem(baselines.REGISTRY, ("liger", "rmsnorm"), dataclasses.replace(b, build=in_place_build))
-    prep = core.Prepared(_spec("rmsnorm"), "liger", TOKENS, "float32", "cpu")
+    prep = group.Prepared(_spec("rmsnorm"), "liger", TOKENS, "float32", "cpu")
     err = prep.errors()
     assert err["dx"]["max_rel"] < 1e-5 and err["dw"]["max_rel"] < 1e-5
 
@@ -118,7 +118,7 @@ def test_in_place_backward_would_corrupt_the_gradient_and_the_error_check_guards
 def test_flashinfer_fused_add_rmsnorm_inputs_restored_and_forward_only(fakes):
     import flashinfer.norm as fnorm
 
-    prep = core.Prepared(_spec("add_rmsnorm"), "flashinfer", TOKENS, "bfloat16", "cpu")
+    prep = group.Prepared(_spec("add_rmsnorm"), "flashinfer", TOKENS, "bfloat16", "cpu")
     originals = [x.detach().clone() for x in prep.inputs]
     err = prep.errors()
     assert err["y"]["max_rel"] < 2e-2 and err["dx"] is None
@@ -135,20 +135,20 @@ def test_flashinfer_fused_add_rmsnorm_inputs_restored_and_forward_only(fakes):
     for later in outs[1:]:  # every repetition normalised the same data
         for a, b in zip(outs[0], later, strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
-    with pytest.raises(core.Unsupported, match="forward-only"):
+    with pytest.raises(group.Unsupported, match="forward-only"):
         prep.pass_fns("bwd")
 
 
 def test_forward_only_baseline_refuses_backward_cases_and_keeps_forward(fakes):
-    cases = [core.Case("add_rmsnorm", "flashinfer", TOKENS, "bfloat16", p, "cpu", "hot", 1) for p in ("fwd", "bwd")]
+    cases = [planning.Case("add_rmsnorm", "flashinfer", TOKENS, "bfloat16", p, "cpu", "hot", 1) for p in ("fwd", "bwd")]
     refused: list = []
-    recs = core.measure_group(cases, _ctx(), refused)
+    recs = group.measure_group(cases, _ctx(), refused)
     assert [r["config"]["pass"] for r in recs] == ["fwd"]
     assert len(refused) == 1 and "forward-only" in refused[0][1]
 
 
 def test_plan_offers_baselines_on_their_layouts_only():
-    cases = core.plan(norms=["groupnorm", "rmsnorm", "add_rmsnorm"], device="cpu", quick=True)
+    cases = planning.plan(norms=["groupnorm", "rmsnorm", "add_rmsnorm"], device="cpu", quick=True)
     got = {(c.norm, c.backend, c.shape.layout) for c in cases}
     assert ("groupnorm", "liger", "images") in got
     assert ("rmsnorm", "native", "tokens") in got and ("rmsnorm", "quack", "tokens") in got

@@ -70,13 +70,13 @@ def test_pack_splits_within_the_limits_and_round_trips(tmp_path):
 
 def test_unpack_merges_real_records_into_results(tmp_path, one_thread):
     from normbench import results
-    from normbench.measure import core
+    from normbench.measure import group, planning
     from normbench.measure.timers import TimerSettings
 
-    ctx = core.Context(50.0, "test", results.provenance(command="pytest", device="cpu"),
-                       TimerSettings(warmup=0, min_reps=3, max_reps=3, min_time=0.0), None)
+    ctx = group.Context(50.0, "test", results.provenance(command="pytest", device="cpu"),
+                        TimerSettings(warmup=0, min_reps=3, max_reps=3, min_time=0.0), None)
     shape = by_label("quick-8x128x512")
-    recs = core.measure_group([core.Case("rmsnorm", "eager", shape, "float32", "fwd", "cpu", "hot", 1)], ctx)
+    recs = group.measure_group([planning.Case("rmsnorm", "eager", shape, "float32", "fwd", "cpu", "hot", 1)], ctx)
     paths = campaign.pack(recs, tmp_path / "out")
     assert campaign.main(["--unpack", str(tmp_path / "out"), "--into", str(tmp_path / "res")]) == 0
     loaded = results.load(tmp_path / "res", kind="kernel")

@@ -16,11 +16,11 @@ from test_results import _norm, kernel_record
 
 from normbench import results
 from normbench.cli import main
-from normbench.measure import core, noise
+from normbench.measure import group, noise, planning, sweep
 from normbench.measure.shapes import Shape
 from normbench.measure.timers import TimerSettings
-from normbench.results import compare as cmp
 from normbench.records import store
+from normbench.results import compare as cmp
 
 TINY = Shape("tiny-tokens", "tokens", (16, 64), "quick")
 
@@ -153,18 +153,18 @@ def test_compare_catches_a_planted_slowdown_in_real_records(tmp_path, monkeypatc
 
     monkeypatch.syspath_prepend(str(tmp_path))
     settings = TimerSettings(warmup=2, min_reps=15, max_reps=15, min_time=0.0)
-    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: core.Context(
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: group.Context(
         1e6, "test ceiling", results.provenance(command="pytest", device="cpu"), settings, None))
-    cases = [core.Case("planted", "eager", TINY, "float32", p, "cpu", "hot", torch.get_num_threads())
+    cases = [planning.Case("planted", "eager", TINY, "float32", p, "cpu", "hot", torch.get_num_threads())
              for p in ("fwd", "fwd+bwd")]
-    cases += [core.Case("rmsnorm", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())]
+    cases += [planning.Case("rmsnorm", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())]
     for name, repeat in (("base", 1), ("new", 40)):
         (tmp_path / "nb_planted.py").write_text(textwrap.dedent(_SLOW_PLUGIN.format(repeat=repeat)))
         importlib.invalidate_caches()
         sys.modules.pop("nb_planted", None)
         monkeypatch.setitem(REGISTRY.specs, "planted", importlib.import_module("nb_planted").SPEC)
-        s = core.run_sweep(cases if name == "base" else cases[:2], tmp_path / name, settings=settings,
-                           progress=False, log=lambda m: None)
+        s = sweep.run_sweep(cases if name == "base" else cases[:2], tmp_path / name, settings=settings,
+                            progress=False, log=lambda m: None)
         assert not s.failed
     sys.modules.pop("nb_planted", None)
     rc = main(["compare", str(tmp_path / "base"), str(tmp_path / "new")])
@@ -267,13 +267,13 @@ def test_a_full_sweep_fits_the_size_budget(tmp_path, monkeypatch):
 
     monkeypatch.setattr(noise, "machine_load", lambda own=0.0: {"load1": 0.3, "cores": 16,
                                                                 "background_load_per_core": 0.02})
-    ctx = core.Context(1e6, "device-to-device copy_ of 1024 MiB, CUDA events, median of 20; GB/s = 2·size/time",
-                       results.provenance(command="normbench bench --device cuda", device="cpu"),
-                       TimerSettings(warmup=0, min_reps=3, max_reps=3, min_time=0.0), 4800.0, ceiling_spread=0.004)
+    ctx = group.Context(1e6, "device-to-device copy_ of 1024 MiB, CUDA events, median of 20; GB/s = 2·size/time",
+                        results.provenance(command="normbench bench --device cuda", device="cpu"),
+                        TimerSettings(warmup=0, min_reps=3, max_reps=3, min_time=0.0), 4800.0, ceiling_spread=0.004)
     seed = []
     for norm in ("layernorm", "rmsnorm", "dyt", "groupnorm"):
         shape = TINY if norm != "groupnorm" else Shape("tiny-images", "images", (2, 8, 4, 4), "quick")
-        seed += core.measure_group([core.Case(norm, "eager", shape, "float32", p, "cpu", "hot", 1)
+        seed += group.measure_group([planning.Case(norm, "eager", shape, "float32", p, "cpu", "hot", 1)
                                     for p in ("fwd", "bwd", "fwd+bwd")], ctx)
     rng = random.Random(0)
     recs = []

@@ -10,7 +10,7 @@ import torch
 
 from normbench import results
 from normbench.kernels import compile_watch
-from normbench.measure import core, suite
+from normbench.measure import group, planning, suite
 from normbench.measure.shapes import Shape
 from normbench.measure.timers import TimerSettings
 
@@ -22,7 +22,7 @@ DTYPES = ("float32", "bfloat16")
 
 
 def _ctx():
-    return core.Context(50.0, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
+    return group.Context(50.0, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
 
 
 def _sweep(norm="rmsnorm", passes=("fwd", "fwd+bwd")):
@@ -30,8 +30,8 @@ def _sweep(norm="rmsnorm", passes=("fwd", "fwd+bwd")):
     for c in WIDTHS:
         shape = Shape(f"tiny-{c}", "tokens", (8, c), "quick")
         for dtype in DTYPES:
-            cases = [core.Case(norm, "compile", shape, dtype, p, "cpu", "hot", 1) for p in passes]
-            records += core.measure_group(cases, ctx)
+            cases = [planning.Case(norm, "compile", shape, dtype, p, "cpu", "hot", 1) for p in passes]
+            records += group.measure_group(cases, ctx)
     return records
 
 

@@ -12,7 +12,7 @@ import test_site_support as sup
 import torch
 
 from normbench import results
-from normbench.measure import core, noise
+from normbench.measure import group, noise, planning, sweep
 from normbench.measure.shapes import Shape
 from normbench.measure.timers import TimerSettings
 from normbench.site import aggregate as agg
@@ -81,18 +81,18 @@ def nan_norms(tmp_path, monkeypatch):
 
 
 def _ctx(ceiling=50.0, spread=0.01):
-    return core.Context(ceiling, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None,
-                        ceiling_spread=spread)
+    return group.Context(ceiling, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None,
+                         ceiling_spread=spread)
 
 
 def _cases(norm, passes=("fwd", "bwd", "fwd+bwd")):
-    return [core.Case(norm, "eager", TINY, "float32", p, "cpu", "hot", torch.get_num_threads()) for p in passes]
+    return [planning.Case(norm, "eager", TINY, "float32", p, "cpu", "hot", torch.get_num_threads()) for p in passes]
 
 
 def test_nan_output_makes_every_record_invalid_but_kept(nan_norms, tmp_path, monkeypatch):
-    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx())
-    s = core.run_sweep(_cases("nan_out") + _cases("nan_grad") + _cases("rmsnorm"), tmp_path, settings=FAST,
-                       progress=False, log=lambda m: None)
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx())
+    s = sweep.run_sweep(_cases("nan_out") + _cases("nan_grad") + _cases("rmsnorm"), tmp_path, settings=FAST,
+                        progress=False, log=lambda m: None)
     assert s.written == 9 and not s.failed
     assert results.load_report(tmp_path) == []  # invalid as a result, valid as a record: kept and readable
     recs = {(r["norm"]["name"], r["config"]["pass"]): r for _, r in results.iter_records(tmp_path)}
@@ -111,9 +111,9 @@ def test_nan_output_makes_every_record_invalid_but_kept(nan_norms, tmp_path, mon
 
 def test_invalid_and_flagged_records_are_shown_but_never_ranked_on_the_site(nan_norms, tmp_path, monkeypatch):
     res = tmp_path / "results"
-    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx(ceiling=1e6))
-    s = core.run_sweep(_cases("nan_out", ("fwd",)) + _cases("rmsnorm", ("fwd",)) + _cases("layernorm", ("fwd",)),
-                       res, settings=FAST, progress=False, log=lambda m: None)
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx(ceiling=1e6))
+    s = sweep.run_sweep(_cases("nan_out", ("fwd",)) + _cases("rmsnorm", ("fwd",)) + _cases("layernorm", ("fwd",)),
+                        res, settings=FAST, progress=False, log=lambda m: None)
     assert s.written == 3
     noisy = sup.kernel("dyt", "eager", [16, 64], 1e-6, ceiling=1e6)
     results.add_flag(noisy, "noisy", "background load 1.40 per core")
@@ -147,18 +147,18 @@ def test_v1_suspect_records_show_as_flagged_on_the_site():
 
 def test_busy_machine_flags_records_noisy_with_the_reason():
     cases = _cases("dyt", ("fwd",))
-    prep = core.Prepared(results_spec("dyt"), "eager", TINY, "float32", "cpu")
+    prep = group.Prepared(results_spec("dyt"), "eager", TINY, "float32", "cpu")
     samples = [1e-3, 1.1e-3, 1.2e-3]
     err = {"y": {"max_abs": 0.0, "max_rel": 0.0}}
-    calm = core.build_record(prep, cases[0], _ctx(1e6, 0.01), samples, False, err, None, None, QUIET)
+    calm = group.build_record(prep, cases[0], _ctx(1e6, 0.01), samples, False, err, None, None, QUIET)
     assert calm["flags"] == [] and calm["metrics"]["noise"]["rel_iqr"] == pytest.approx(1e-4 / 1.1e-3)
     busy = {"load1": 5.0, "cores": 2, "background_load_per_core": 2.0}
-    loaded = core.build_record(prep, cases[0], _ctx(1e6, 0.01), samples, False, err, None, None, busy)
+    loaded = group.build_record(prep, cases[0], _ctx(1e6, 0.01), samples, False, err, None, None, busy)
     assert loaded["flags"] == ["noisy"] and "background load 2.00 per core" in loaded["flag_reasons"]["noisy"]
-    shaky = core.build_record(prep, cases[0], _ctx(1e6, 0.35), samples, False, err, None, None, QUIET)
+    shaky = group.build_record(prep, cases[0], _ctx(1e6, 0.35), samples, False, err, None, None, QUIET)
     assert shaky["flags"] == ["noisy"] and "spread by 35%" in shaky["flag_reasons"]["noisy"]
-    spread = core.build_record(prep, cases[0], _ctx(1e6, 0.01), [1e-3, 1e-3, 3e-3, 3e-3], False, err, None, None,
-                               QUIET)
+    spread = group.build_record(prep, cases[0], _ctx(1e6, 0.01), [1e-3, 1e-3, 3e-3, 3e-3], False, err, None, None,
+                                QUIET)
     assert spread["flags"] == ["noisy"] and "IQR / median" in spread["flag_reasons"]["noisy"]
     for r in (calm, loaded, shaky, spread):
         assert results.validate_record(r) == []
@@ -177,9 +177,9 @@ def test_machine_load_subtracts_the_benchmarks_own_threads(monkeypatch):
 
 def test_bench_warns_at_start_on_a_busy_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(noise, "load_average", lambda: 64.0)
-    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx())
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx())
     logged = []
-    core.run_sweep(_cases("dyt", ("fwd",)), tmp_path, settings=FAST, progress=False, log=logged.append)
+    sweep.run_sweep(_cases("dyt", ("fwd",)), tmp_path, settings=FAST, progress=False, log=logged.append)
     assert "this machine is busy" in logged[0]
     [rec] = [r for _, r in results.iter_records(tmp_path)]
     assert "noisy" in rec["flags"]
@@ -187,9 +187,9 @@ def test_bench_warns_at_start_on_a_busy_machine(monkeypatch, tmp_path):
 
 def test_bench_warns_when_the_runs_ceiling_alone_flags_every_record(monkeypatch, tmp_path):
     monkeypatch.setattr(noise, "load_average", lambda: 0.0)
-    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx(spread=0.108))
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx(spread=0.108))
     logged = []
-    core.run_sweep(_cases("dyt", ("fwd",)), tmp_path, settings=FAST, progress=False, log=logged.append)
+    sweep.run_sweep(_cases("dyt", ("fwd",)), tmp_path, settings=FAST, progress=False, log=logged.append)
     assert any("spread by 11%" in m and "every record of this run will be flagged 'noisy'" in m for m in logged)
     [rec] = [r for _, r in results.iter_records(tmp_path)]
     assert "noisy" in rec["flags"]

@@ -15,7 +15,7 @@ import torch
 import normbench
 from normbench import results
 from normbench.measure import bytes_model as bm
-from normbench.measure import core, suite
+from normbench.measure import group, planning, suite, sweep
 from normbench.measure.ceiling import datasheet_peak_gbps
 from normbench.measure.shapes import Shape, by_label, input_shape, llm_shapes, quick_shapes, vision_shapes
 from normbench.measure.stats import quantile, summarize
@@ -28,11 +28,11 @@ FAST = TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0)
 
 def _ctx(ceiling=50.0):
     # A stated (not measured) ceiling keeps the tests fast; records from tests never reach results/.
-    return core.Context(ceiling, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
+    return group.Context(ceiling, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
 
 
 def _cases(norm, shape=TINY_TOKENS, backend="eager", dtype="float32", passes=("fwd", "bwd", "fwd+bwd")):
-    return [core.Case(norm, backend, shape, dtype, p, "cpu", "hot", torch.get_num_threads()) for p in passes]
+    return [planning.Case(norm, backend, shape, dtype, p, "cpu", "hot", torch.get_num_threads()) for p in passes]
 
 
 # --- statistics -------------------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_datasheet_peaks():
 
 
 def test_quick_plan_covers_the_whole_zoo():
-    cases = core.plan(quick=True, device="cpu")
+    cases = planning.plan(quick=True, device="cpu")
     # the softmax norms have their own shape set, never in the quick grid
     layer_norms = {n for n in normbench.list_norms() if normbench.get_norm(n).kind != "softmax"}
     assert {c.norm for c in cases} == layer_norms
@@ -144,15 +144,15 @@ def test_quick_plan_covers_the_whole_zoo():
 
 def test_plan_rejects_bad_selections():
     with pytest.raises(ValueError, match="unknown dtype"):
-        core.plan(norms=["layernorm"], dtypes=["float8"], device="cpu")
+        planning.plan(norms=["layernorm"], dtypes=["float8"], device="cpu")
     with pytest.raises(ValueError, match="unknown pass"):
-        core.plan(norms=["layernorm"], passes=["sideways"], device="cpu")
+        planning.plan(norms=["layernorm"], passes=["sideways"], device="cpu")
     with pytest.raises(ValueError, match="unknown backend"):
-        core.plan(norms=["layernorm"], backends=["cuda-magic"], device="cpu")
+        planning.plan(norms=["layernorm"], backends=["cuda-magic"], device="cpu")
     with pytest.raises(ValueError, match="needs CUDA"):
-        core.plan(norms=["layernorm"], timings=["cold"], device="cpu")
+        planning.plan(norms=["layernorm"], timings=["cold"], device="cpu")
     with pytest.raises(KeyError, match="unknown norm"):
-        core.plan(norms=["layernorn"], device="cpu")
+        planning.plan(norms=["layernorn"], device="cpu")
 
 
 # --- measuring ------------------------------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def test_plan_rejects_bad_selections():
 @pytest.mark.parametrize("norm, shape", [("layernorm", TINY_TOKENS), ("add_rmsnorm", TINY_TOKENS),
                                          ("dyt", TINY_IMAGES), ("none", TINY_TOKENS)])
 def test_measure_group_writes_valid_recomputable_records(norm, shape, tmp_path):
-    records = core.measure_group(_cases(norm, shape), _ctx())
+    records = group.measure_group(_cases(norm, shape), _ctx())
     assert [r["config"]["pass"] for r in records] == ["fwd", "bwd", "fwd+bwd"]
     for rec in records:
         assert results.validate_record(rec) == []
@@ -201,7 +201,7 @@ def test_cpu_timer_counts_the_page_faults_of_fresh_large_outputs():
 
 
 def test_weight_norms_report_flops_and_no_pct():
-    [rec] = core.measure_group(_cases("weight_std", TINY_TOKENS, passes=("fwd",)), _ctx())
+    [rec] = group.measure_group(_cases("weight_std", TINY_TOKENS, passes=("fwd",)), _ctx())
     assert results.validate_record(rec) == []
     assert rec["config"]["bytes_model"]["formula"] == "weight_reparam"
     assert rec["metrics"]["pct_of_ceiling"] is None
@@ -209,39 +209,39 @@ def test_weight_norms_report_flops_and_no_pct():
 
 
 def test_bfloat16_error_is_larger_than_float32():
-    f32 = core.measure_group(_cases("rmsnorm", passes=("fwd+bwd",)), _ctx())[0]["metrics"]["err"]
-    bf16 = core.measure_group(_cases("rmsnorm", dtype="bfloat16", passes=("fwd+bwd",)), _ctx())[0]["metrics"]["err"]
+    f32 = group.measure_group(_cases("rmsnorm", passes=("fwd+bwd",)), _ctx())[0]["metrics"]["err"]
+    bf16 = group.measure_group(_cases("rmsnorm", dtype="bfloat16", passes=("fwd+bwd",)), _ctx())[0]["metrics"]["err"]
     assert bf16["y"]["max_rel"] > f32["y"]["max_rel"]
     assert bf16["dx"]["max_rel"] > f32["dx"]["max_rel"]
 
 
 def test_unavailable_backend_is_skipped_with_its_reason():
-    with pytest.raises(core.Unsupported, match="liger"):
-        core.measure_group(_cases("layernorm", backend="liger"), _ctx())
-    with pytest.raises(core.Unsupported, match="layout"):
-        core.measure_group(_cases("add_rmsnorm", TINY_IMAGES), _ctx())
+    with pytest.raises(group.Unsupported, match="liger"):
+        group.measure_group(_cases("layernorm", backend="liger"), _ctx())
+    with pytest.raises(group.Unsupported, match="layout"):
+        group.measure_group(_cases("add_rmsnorm", TINY_IMAGES), _ctx())
     # Whether Triton can run depends on the process (a GPU, or Triton imported under TRITON_INTERPRET=1 by an
     # earlier test): only then is its unavailable path out of reach, and only that part is skipped.
     if normbench.get_norm("layernorm").backend_unavailable("triton") is None:
         pytest.skip("triton runs in this process (GPU or interpreter): its unavailable path cannot be exercised")
-    with pytest.raises(core.Unsupported, match="triton unavailable"):
-        core.measure_group(_cases("layernorm", backend="triton"), _ctx())
+    with pytest.raises(group.Unsupported, match="triton unavailable"):
+        group.measure_group(_cases("layernorm", backend="triton"), _ctx())
 
 
 def test_far_above_ceiling_is_refused():
-    with pytest.raises(core.FarAboveCeiling):
-        core.measure_group(_cases("dyt", passes=("fwd",)), _ctx(ceiling=1e-9))
+    with pytest.raises(group.FarAboveCeiling):
+        group.measure_group(_cases("dyt", passes=("fwd",)), _ctx(ceiling=1e-9))
 
 
 def test_above_ceiling_is_flagged_suspect():
     cases = _cases("dyt", passes=("fwd",))
-    rec = core.measure_group(cases, _ctx(ceiling=1e9))[0]
+    rec = group.measure_group(cases, _ctx(ceiling=1e9))[0]
     gbps = rec["metrics"]["gbps"]
     ctx = _ctx(ceiling=gbps / 2)  # the same measurement against a ceiling half its bandwidth
-    prep = core.Prepared(normbench.get_norm("dyt"), "eager", TINY_TOKENS, "float32", "cpu")
+    prep = group.Prepared(normbench.get_norm("dyt"), "eager", TINY_TOKENS, "float32", "cpu")
     t = rec["metrics"]["time_median_s"]
     quiet = {"load1": 0.0, "cores": 2, "background_load_per_core": 0.0}  # this test is about the ceiling alone
-    again = core.build_record(prep, cases[0], ctx, [t, t, t], False, {"y": None}, None, None, quiet)
+    again = group.build_record(prep, cases[0], ctx, [t, t, t], False, {"y": None}, None, None, quiet)
     assert again["flags"] == ["suspect"] and "above the measured copy ceiling" in again["flag_reasons"]["suspect"]
     assert results.validate_record(again) == []
 
@@ -249,24 +249,24 @@ def test_above_ceiling_is_flagged_suspect():
 # --- sweeps: resume, interruption, skip log ---------------------------------------------------------------------
 
 def test_sweep_writes_resumes_and_survives_interruption(tmp_path, monkeypatch):
-    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx())
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx())
     cases = (_cases("layernorm", passes=("fwd",)) + _cases("rmsnorm", passes=("fwd",))
              + _cases("layernorm", backend="triton", passes=("fwd",)))
     calls = []
-    real = core.measure_group
+    real = group.measure_group
 
-    def interrupt_second(group, ctx, refused=None):
-        calls.append(group[0].norm)
-        if group[0].norm == "rmsnorm":
+    def interrupt_second(cases, ctx, refused=None):
+        calls.append(cases[0].norm)
+        if cases[0].norm == "rmsnorm":
             raise KeyboardInterrupt
-        return real(group, ctx, refused)
+        return real(cases, ctx, refused)
 
-    monkeypatch.setattr(core, "measure_group", interrupt_second)
-    s = core.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)
+    monkeypatch.setattr(sweep, "measure_group", interrupt_second)
+    s = sweep.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)
     assert s.interrupted and s.written == 1
     assert results.load_report(tmp_path) == []  # everything on disk is readable
-    monkeypatch.setattr(core, "measure_group", real)
-    s = core.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)
+    monkeypatch.setattr(sweep, "measure_group", real)
+    s = sweep.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)
     assert s.already_done == 1 and s.written == 1 and not s.interrupted
     if normbench.get_norm("layernorm").backend_unavailable("triton"):
         assert len(s.skipped) == 1
@@ -275,23 +275,71 @@ def test_sweep_writes_resumes_and_survives_interruption(tmp_path, monkeypatch):
         assert any("triton" in e["reason"] for e in skipped.values())
     df = results.load(tmp_path, kind="kernel")
     assert sorted(df["norm"]) == ["layernorm", "rmsnorm"]
-    s = core.run_sweep(cases[:2], tmp_path, settings=FAST, progress=False, log=lambda m: None)
+    s = sweep.run_sweep(cases[:2], tmp_path, settings=FAST, progress=False, log=lambda m: None)
     assert s.already_done == 2 and s.written == 0
 
 
 def test_failures_in_one_norm_do_not_stop_the_sweep(tmp_path, monkeypatch):
-    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx())
-    real = core.measure_group
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx())
+    real = group.measure_group
 
-    def broken_dyt(group, ctx, refused=None):
-        if group[0].norm == "dyt":
+    def broken_dyt(cases, ctx, refused=None):
+        if cases[0].norm == "dyt":
             raise RuntimeError("kernel exploded")
-        return real(group, ctx, refused)
+        return real(cases, ctx, refused)
 
-    monkeypatch.setattr(core, "measure_group", broken_dyt)
-    s = core.run_sweep(_cases("dyt", passes=("fwd",)) + _cases("rmsnorm", passes=("fwd",)), tmp_path,
-                       settings=FAST, progress=False, log=lambda m: None)
+    monkeypatch.setattr(sweep, "measure_group", broken_dyt)
+    s = sweep.run_sweep(_cases("dyt", passes=("fwd",)) + _cases("rmsnorm", passes=("fwd",)), tmp_path,
+                        settings=FAST, progress=False, log=lambda m: None)
     assert s.written == 1 and len(s.failed) == 1 and "kernel exploded" in s.failed[0][1]
+
+
+def test_remote_sweep_submits_every_group_and_cancels_a_hung_norms_others(tmp_path, monkeypatch):
+    """The sweep loop over a remote executor (Ray's contract, without Ray): every group is submitted before any is
+    awaited and measured by ``_node_group_task``; a hang cancels the rest of its norm, the other norms go on."""
+    import concurrent.futures as cf
+    import threading
+
+    from normbench.executor import OK, TIMEOUT, Executor, Outcome
+
+    class Pending(cf.Future):
+        def cancel(self):  # as RayExecutor does: a cancelled future wakes as_completed
+            if not super().cancel():
+                return False
+            self.set_running_or_notify_cancel()
+            return True
+
+    class FakeRemote(Executor):
+        remote = True
+
+        def __init__(self):
+            self.labels = []
+
+        def submit(self, task):
+            self.labels.append(task.label)
+            fut = Pending()
+            if task.label.startswith("dyt/eager/tiny-tokens"):
+                fut.set_result(Outcome(task.label, TIMEOUT, error="no result within the time limit of 1s; stopped"))
+            elif not task.label.startswith("dyt"):
+                fut.set_result(Outcome(task.label, OK, value=task.fn(*task.args)))
+            else:  # dyt's other group stays queued until cancelled (a failure, not a hang, if it never is)
+                timer = threading.Timer(60, lambda: fut.done() or fut.set_result(Outcome(task.label, "error")))
+                timer.daemon = True
+                timer.start()
+            return fut
+
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx())
+    monkeypatch.setattr(sweep, "_NODE_CONTEXTS", {})
+    ex = FakeRemote()
+    cases = (_cases("dyt", passes=("fwd",)) + _cases("dyt", TINY_IMAGES, passes=("fwd",))
+             + _cases("rmsnorm", passes=("fwd",)))
+    s = sweep.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None, executor=ex)
+    assert len(ex.labels) == 3 and s.written == 1
+    why = dict(s.failed)
+    assert why["dyt/eager/tiny-tokens/float32/fwd/hot"].startswith("dyt hung in dyt/eager/tiny-tokens/float32")
+    assert why["dyt/eager/tiny-images/float32/fwd/hot"].startswith("not attempted: dyt hung in")
+    s = sweep.run_sweep(cases[2:], tmp_path, settings=FAST, progress=False, log=lambda m: None, executor=ex)
+    assert s.already_done == 1 and s.written == 0  # the node leaves out what the driver's out already has
 
 
 # --- CLI ------------------------------------------------------------------------------------------------------------
@@ -331,9 +379,9 @@ def test_plugin_norms_are_swept_and_their_records_outlive_the_plugin(tmp_path, m
     plugin = replace(normbench.get_norm("rmsnorm"), name="plug_rms", title="Plugin RMS", package="normbench-plug",
                      package_version="9.9", extra_backends=())
     monkeypatch.setitem(REGISTRY.specs, "plug_rms", plugin)
-    assert any(c.norm == "plug_rms" for c in core.plan(quick=True, device="cpu"))
+    assert any(c.norm == "plug_rms" for c in planning.plan(quick=True, device="cpu"))
     assert "plug_rms" in suite.grid("small")[0]
-    records = core.measure_group(_cases("plug_rms", passes=("fwd",)), _ctx())
+    records = group.measure_group(_cases("plug_rms", passes=("fwd",)), _ctx())
     results.write_records(records, tmp_path)
     monkeypatch.delitem(REGISTRY.specs, "plug_rms")  # the plugin is uninstalled
     with pytest.raises(KeyError):
@@ -344,7 +392,7 @@ def test_plugin_norms_are_swept_and_their_records_outlive_the_plugin(tmp_path, m
 
 
 def test_sweep_skips_far_above_ceiling_results_with_the_reason(tmp_path, monkeypatch):
-    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: _ctx(ceiling=1e-9))
-    s = core.run_sweep(_cases("dyt", passes=("fwd",)), tmp_path, settings=FAST, progress=False, log=lambda m: None)
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx(ceiling=1e-9))
+    s = sweep.run_sweep(_cases("dyt", passes=("fwd",)), tmp_path, settings=FAST, progress=False, log=lambda m: None)
     assert s.written == 0 and not s.failed
     assert len(s.skipped) == 1 and "more than 10x the measured ceiling" in s.skipped[0][1]

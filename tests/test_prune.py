@@ -8,9 +8,9 @@ import test_site_support as sup
 import normbench
 from normbench.cli import main
 from normbench.models import model_hash
-from normbench.results.staleness import model_hash_at
 from normbench.records.schema import make_record
 from normbench.records.store import iter_records, write_records
+from normbench.results.staleness import model_hash_at
 
 
 def _accuracy(norm: str, seed: int, *, model_h: str | None = None, impl_h: str | None = None,
@@ -116,7 +116,7 @@ def test_impl_hash_at_this_machines_library_versions_is_the_default():
 def test_stale_reason_judges_an_external_baselines_record_at_its_library_version():
     # F.rms_norm ("native", library torch): the hash covers the adapter's code and the library's version, which the
     # record names in config.baseline_version; an adapter edit since (here: another hash) makes the record stale.
-    from normbench.measure import core
+    from normbench.measure import baselines
     from normbench.results.staleness import stale_reason
 
     spec = normbench.get_norm("rmsnorm")
@@ -124,8 +124,8 @@ def test_stale_reason_judges_an_external_baselines_record_at_its_library_version
     rec = sup.kernel("rmsnorm", "native", [8, 512], 1e-4)
     rec["provenance"].update(torch=libs["torch"], triton=libs["triton"])
     rec["config"]["baseline_version"] = f"torch {libs['baseline']}"
-    rec["impl_hash"] = core.impl_hash(spec, "native", libraries=libs)
-    assert rec["impl_hash"] != core.impl_hash(spec, "native")  # this machine's torch is another
+    rec["impl_hash"] = baselines.impl_hash(spec, "native", libraries=libs)
+    assert rec["impl_hash"] != baselines.impl_hash(spec, "native")  # this machine's torch is another
     assert stale_reason(rec) == (None, None)
     older = {**rec, "config": {**rec["config"], "baseline_version": "torch 2.98.0+cu129"}}
     assert "norm code changed (rmsnorm/native" in stale_reason(older)[0]

@@ -18,7 +18,7 @@ from test_results import _norm, _prov, accuracy_record, kernel_record
 
 import normbench
 from normbench import results
-from normbench.measure import core
+from normbench.measure import baselines, group, planning, sweep
 from normbench.measure.shapes import Shape
 from normbench.measure.timers import TimerSettings
 from normbench.records import schema
@@ -217,20 +217,20 @@ def test_a_changed_norm_source_changes_the_hash(hash_probe):
 
 
 def test_bench_remeasures_a_changed_implementation(hash_probe, tmp_path, monkeypatch):
-    ctx = core.Context(50.0, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
-    monkeypatch.setattr(core, "make_context", lambda device, settings=None, command=None: ctx)
-    cases = [core.Case("hash_probe", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())]
+    ctx = group.Context(50.0, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: ctx)
+    cases = [planning.Case("hash_probe", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())]
     out = tmp_path / "res"
     spec = hash_probe("1e-6")
-    s = core.run_sweep(cases, out, settings=FAST, progress=False, log=lambda m: None)
+    s = sweep.run_sweep(cases, out, settings=FAST, progress=False, log=lambda m: None)
     assert s.written == 1
-    s = core.run_sweep(cases, out, settings=FAST, progress=False, log=lambda m: None)
+    s = sweep.run_sweep(cases, out, settings=FAST, progress=False, log=lambda m: None)
     assert s.already_done == 1 and s.written == 0  # same code: skipped as already in
     first = results.load(out)
     assert list(first["impl_hash"]) == [spec.impl_hash()]
     hash_probe("1e-5")
     ctx.impl_hashes.clear()
-    s = core.run_sweep(cases, out, settings=FAST, progress=False, log=lambda m: None)
+    s = sweep.run_sweep(cases, out, settings=FAST, progress=False, log=lambda m: None)
     assert s.already_done == 0 and s.written == 1  # changed code: measured again, kept apart from the old record
     df = results.load(out)
     assert len(df) == 2 and df["impl_hash"].nunique() == 2 and df["id"].nunique() == 2
@@ -243,11 +243,11 @@ def test_core_records_carry_impl_hash_and_flags(monkeypatch):
     monkeypatch.setattr(noise, "machine_load", lambda own=0.0: {"load1": 0.0, "cores": 2,
                                                                 "background_load_per_core": 0.0})
     monkeypatch.setattr(noise, "REL_IQR_LIMIT", float("inf"))
-    cases = [core.Case("dyt", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())]
-    ctx = core.Context(1e9, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
-    [rec] = core.measure_group(cases, ctx)
+    cases = [planning.Case("dyt", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())]
+    ctx = group.Context(1e9, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
+    [rec] = group.measure_group(cases, ctx)
     assert rec["impl_hash"] == normbench.get_norm("dyt").impl_hash("eager")
-    assert rec["id"] == core.case_id(cases[0], rec["provenance"]["hardware_id"])
+    assert rec["id"] == planning.case_id(cases[0], rec["provenance"]["hardware_id"])
     assert rec["flags"] == [] and results.validate_record(rec) == []
     assert schema.IMPL_HASH_RE.match(rec["impl_hash"])
 
@@ -261,8 +261,8 @@ def _all_hashes() -> dict[str, str]:
         spec = normbench.get_norm(name)
         if spec.package != "normbench":
             continue
-        for backend in core.backends_for(spec):
-            out[f"{name}/{backend}"] = core.impl_hash(spec, backend)
+        for backend in planning.backends_for(spec):
+            out[f"{name}/{backend}"] = baselines.impl_hash(spec, backend)
     return out
 
 
@@ -338,11 +338,11 @@ def test_a_baseline_hash_follows_the_library_version_and_its_entry(monkeypatch):
     from normbench.measure import baselines
 
     spec = normbench.get_norm("rmsnorm")
-    first = core.impl_hash(spec, "liger")
-    assert core.impl_hash(spec, "quack") != first
+    first = baselines.impl_hash(spec, "liger")
+    assert baselines.impl_hash(spec, "quack") != first
     monkeypatch.setattr(baselines.Baseline, "version", lambda self: "0.0.1-other")
-    assert core.impl_hash(spec, "liger") != first
+    assert baselines.impl_hash(spec, "liger") != first
     monkeypatch.undo()
     b = baselines.get("liger", "rmsnorm")
     monkeypatch.setitem(baselines.REGISTRY, ("liger", "rmsnorm"), dataclasses.replace(b, forward_only=True))
-    assert core.impl_hash(spec, "liger") != first
+    assert baselines.impl_hash(spec, "liger") != first

@@ -178,7 +178,7 @@ def test_bytes_are_the_same_minimum_for_every_algorithm():
 
 
 def test_softmax_stays_out_of_the_quick_and_default_sweeps():
-    from normbench.measure.core import plan
+    from normbench.measure.planning import plan
     from normbench.measure.suite import grid
 
     quick = plan(quick=True, device="cpu")
@@ -206,7 +206,8 @@ def test_training_sweeps_skip_softmax():
 
 def test_record_reports_row_passes_and_same_bytes(tmp_path, one_thread):
     """A real measurement of a tiny softmax shape: bytes from the softmax formula, passes beside the GB/s."""
-    from normbench.measure.core import Case, Context, measure_group
+    from normbench.measure.group import Context, measure_group
+    from normbench.measure.planning import Case
     from normbench.measure.shapes import Shape
     from normbench.measure.timers import TimerSettings
     from normbench.records.provenance import provenance

@@ -14,7 +14,7 @@ import pytest
 
 import normbench
 from normbench import results
-from normbench.measure import asv_ingest, core, suite
+from normbench.measure import asv_ingest, group, suite
 from normbench.measure.timers import TimerSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,8 +103,8 @@ def _asv_result_file(path: Path, combos, times, commit="abc"):
 def test_ingest_asv_with_and_without_core_records(monkeypatch, tmp_path):
     sidecar = tmp_path / "normbench"
     monkeypatch.setenv(suite.SIDECAR_ENV, str(sidecar))
-    ctx = core.Context(50.0, "test ceiling", results.provenance(command="asv run", device="cpu"),
-                       TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0))
+    ctx = group.Context(50.0, "test ceiling", results.provenance(command="asv run", device="cpu"),
+                        TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0))
     suite.write_machine_sidecar(ctx)
     # what the suite's setup records while ASV runs commit abc in environment existing-py
     monkeypatch.setenv("ASV_COMMIT", "abc")
@@ -112,7 +112,7 @@ def test_ingest_asv_with_and_without_core_records(monkeypatch, tmp_path):
     suite.write_impl_sidecar([["rmsnorm", "layernorm"], ["eager", "compile"]])
     # one parameter set also measured by the core (as the Metrics benchmarks do), one only timed by ASV
     measured = suite.case_for("rmsnorm", "eager", "quick-8x128x512", "float32", "fwd", harness="asv")
-    results.write_records(core.measure_group([measured], ctx), sidecar / "records")
+    results.write_records(group.measure_group([measured], ctx), sidecar / "records")
     combos = [("rmsnorm", "eager", "quick-8x128x512", "float32", "fwd"),
               ("rmsnorm", "eager", "quick-8x128x512", "float32", "fwd+bwd")]
     asv_dir = tmp_path / "results"

@@ -10,7 +10,7 @@ import torch
 
 from normbench import results
 from normbench.measure import bytes_model as bm
-from normbench.measure import ceiling, core, suite, timers
+from normbench.measure import ceiling, group, planning, suite, timers
 from normbench.measure.shapes import Shape
 from normbench.measure.timers import TimerSettings
 
@@ -19,38 +19,39 @@ IMAGES = Shape("tiny-images", "images", (4, 8, 3, 3), "quick")
 
 
 def _ctx():
-    return core.Context(50.0, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
+    return group.Context(50.0, "test ceiling", results.provenance(command="pytest", device="cpu"), FAST, None)
 
 
 # --- train and eval ---------------------------------------------------------------------------------------------
 
 def test_default_plan_times_running_state_norms_in_train_and_eval_only_them():
-    cases = core.plan(norms=["batchnorm", "layernorm"], device="cpu", quick=True, backends=["eager"])
+    cases = planning.plan(norms=["batchnorm", "layernorm"], device="cpu", quick=True, backends=["eager"])
     modes = {(c.norm, c.mode) for c in cases}
     assert modes == {("batchnorm", "train"), ("batchnorm", "eval"), ("layernorm", "train")}
-    only_eval = core.plan(norms=["batchnorm"], device="cpu", quick=True, backends=["eager"], modes=["eval"])
+    only_eval = planning.plan(norms=["batchnorm"], device="cpu", quick=True, backends=["eager"], modes=["eval"])
     assert {c.mode for c in only_eval} == {"eval"}
     with pytest.raises(ValueError, match="unknown mode"):
-        core.plan(norms=["batchnorm"], device="cpu", modes=["inference"])
+        planning.plan(norms=["batchnorm"], device="cpu", modes=["inference"])
 
 
 def test_mode_is_part_of_the_id_for_running_state_norms_only():
     from normbench.discovery import REGISTRY
 
     bn, ln = REGISTRY.get("batchnorm"), REGISTRY.get("layernorm")
-    train = core.Case("batchnorm", "eager", IMAGES, "float32", "fwd", "cpu", "hot", 1)
-    ev = core.Case("batchnorm", "eager", IMAGES, "float32", "fwd", "cpu", "hot", 1, mode="eval")
+    train = planning.Case("batchnorm", "eager", IMAGES, "float32", "fwd", "cpu", "hot", 1)
+    ev = planning.Case("batchnorm", "eager", IMAGES, "float32", "fwd", "cpu", "hot", 1, mode="eval")
     assert train.config(bn)["mode"] == "train" and ev.config(bn)["mode"] == "eval"
-    assert core.case_id(train, "hw") != core.case_id(ev, "hw")
+    assert planning.case_id(train, "hw") != planning.case_id(ev, "hw")
     assert train.group != ev.group
-    ln_case = core.Case("layernorm", "eager", Shape("t", "tokens", (4, 8), "quick"), "float32", "fwd", "cpu", "hot", 1)
+    ln_case = planning.Case("layernorm", "eager", Shape("t", "tokens", (4, 8), "quick"), "float32", "fwd", "cpu", "hot",
+                            1)
     assert "mode" not in ln_case.config(ln)
 
 
 def test_eval_mode_uses_running_statistics_and_leaves_them_alone(one_thread):
-    cases = {m: [core.Case("batchnorm", "eager", IMAGES, "float32", p, "cpu", "hot", 1, mode=m)
+    cases = {m: [planning.Case("batchnorm", "eager", IMAGES, "float32", p, "cpu", "hot", 1, mode=m)
                  for p in ("fwd", "fwd+bwd")] for m in ("train", "eval")}
-    recs = {m: core.measure_group(c, _ctx()) for m, c in cases.items()}
+    recs = {m: group.measure_group(c, _ctx()) for m, c in cases.items()}
     for m in ("train", "eval"):
         for r in recs[m]:
             assert r["config"]["mode"] == m
@@ -63,7 +64,7 @@ def test_eval_mode_uses_running_statistics_and_leaves_them_alone(one_thread):
     assert bm.bytes_moved("channelwise", "fwd", p_eval) == bm.bytes_moved("channelwise", "fwd", p_train) \
         - 4 * r - 4 * p_train["stat_rows"] * p_train["stats_per_row"]
     # a module in eval mode does not update its running statistics
-    prep = core.Prepared(core_spec("batchnorm"), "eager", IMAGES, "float32", "cpu", mode="eval")
+    prep = group.Prepared(core_spec("batchnorm"), "eager", IMAGES, "float32", "cpu", mode="eval")
     before = {k: v.clone() for k, v in prep.module.state_dict().items()}
     prep.forward()
     for k, v in prep.module.state_dict().items():
@@ -106,15 +107,15 @@ def test_flush_and_keep_ahead_are_recorded_and_in_the_id(monkeypatch):
 
     spec = REGISTRY.get("layernorm")
     shape = Shape("t", "tokens", (4, 8), "quick")
-    zero = core.Case("layernorm", "eager", shape, "float32", "fwd", "cuda", "cold", 1)
-    rw = core.Case("layernorm", "eager", shape, "float32", "fwd", "cuda", "cold", 1, flush="rw")
-    ahead = core.Case("layernorm", "eager", shape, "float32", "fwd", "cuda", "hot", 1, keep_ahead=True)
+    zero = planning.Case("layernorm", "eager", shape, "float32", "fwd", "cuda", "cold", 1)
+    rw = planning.Case("layernorm", "eager", shape, "float32", "fwd", "cuda", "cold", 1, flush="rw")
+    ahead = planning.Case("layernorm", "eager", shape, "float32", "fwd", "cuda", "hot", 1, keep_ahead=True)
     assert zero.config(spec)["l2_flush"] == "zero" and rw.config(spec)["l2_flush"] == "rw"
-    assert core.case_id(zero, "hw") != core.case_id(rw, "hw")
+    assert planning.case_id(zero, "hw") != planning.case_id(rw, "hw")
     assert ahead.config(spec)["keep_ahead"] is True and "l2_flush" not in ahead.config(spec)
     assert rw.settings(TimerSettings()).flush == "rw" and ahead.settings(TimerSettings()).keep_ahead
     with pytest.raises(ValueError, match="unknown L2 flush"):
-        core.plan(norms=["layernorm"], device="cpu", flush="clean")
+        planning.plan(norms=["layernorm"], device="cpu", flush="clean")
 
 
 def test_flush_buffer_size_and_kinds():

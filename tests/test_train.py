@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from normbench.results import existing_ids, iter_records, validate_record, write_records
 from normbench.records.store import record_files
+from normbench.results import existing_ids, iter_records, validate_record, write_records
 from normbench.stats import aggregate
 from normbench.train.loop import Run, lr_factor, record_id_for, train
 from normbench.train.recipes import get_recipe

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 import normbench.models as models_pkg
 from normbench.models import build_model, model_hash
-from normbench.results import iter_records
 from normbench.records.store import record_files
+from normbench.results import iter_records
 from normbench.tasks import get_task
 from normbench.train.command import choose_lr
 from normbench.train.loop import Run, make_optimizer, run_config

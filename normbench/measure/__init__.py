@@ -1,14 +1,16 @@
 """The measurement core: timers, memory, bytes-moved models, bandwidth ceilings, float64 error, sweeps.
 
-Heavy pieces import lazily: ``from normbench.measure.core import plan, run_sweep`` (or ``normbench.measure.plan``).
+A sweep is planned (``planning``: cases, grids, record ids), measured group by group (``group``: one built module,
+its passes timed, their records) and run (``sweep``: every group through an executor, records written as they
+come). Heavy pieces import lazily: ``from normbench.measure.sweep import run_sweep`` (or ``normbench.measure.plan``).
 """
 
 from __future__ import annotations
 
 _LAZY = {
-    "Case": "core", "Prepared": "core", "Unsupported": "core", "plan": "core", "measure_group": "core",
-    "run_sweep": "core", "make_context": "core", "TimerSettings": "timers", "bytes_moved": "bytes_model",
-    "summarize": "stats",
+    "Case": "planning", "plan": "planning", "default_device": "planning", "Prepared": "group",
+    "Unsupported": "group", "measure_group": "group", "make_context": "group", "run_sweep": "sweep",
+    "TimerSettings": "timers", "bytes_moved": "bytes_model", "summarize": "stats",
 }
 
 

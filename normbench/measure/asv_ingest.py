@@ -34,7 +34,7 @@ def measure_grid(params: list[list[str]]) -> dict:
 
     Returns ``{"results": {combo: metrics subset}, "skipped": {combo: reason}}`` for the ``track_`` benchmarks.
     """
-    from normbench.measure.core import Unsupported, make_context, measure_group
+    from normbench.measure.group import Unsupported, make_context, measure_group
     from normbench.measure.timers import TimerSettings
     from normbench.records.store import write_records
 
@@ -163,7 +163,7 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict, impl_hash: str = "")
 
     from normbench.discovery import REGISTRY
     from normbench.measure import bytes_model as bm
-    from normbench.measure.core import Prepared
+    from normbench.measure.group import Prepared
     from normbench.measure.timers import timing_label
     from normbench.records.schema import make_record
 

@@ -13,7 +13,8 @@
   ``quack.softmax.softmax(x2d)`` (a 2-D CUDA tensor: rows viewed as ``(-1, C)``, the output viewed back).
 
 The adapters live in ``normbench.measure.adapters``, one module per library, so a baseline's implementation hash
-(``normbench.measure.core.impl_hash``) covers its own adapter and not the other libraries'.
+(:func:`impl_hash` below, which every record's ``impl_hash`` comes from) covers its own adapter and not the other
+libraries'.
 
 Every adapter shares the eager module's parameters (so gradients and errors are comparable) and never changes what
 the library computes. Two choices are about the harness, not the kernel: Liger's RMSNorm backward defaults to
@@ -26,6 +27,7 @@ and ``provenance.baseline``), so a new release is a new measurement.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -173,3 +175,36 @@ def unavailable(backend: str, norm: str, layout: str, device: str, dtype: str | 
 def build(backend: str, norm: str, eager: nn.Module) -> nn.Module:
     """The baseline module for ``norm``, sharing ``eager``'s parameters."""
     return get(backend, norm).build(eager)
+
+
+# --- implementation hashing -------------------------------------------------------------------------------------------
+
+def impl_hash(spec, backend: str, cache: dict | None = None, libraries: dict | None = None) -> str:
+    """The implementation hash of ``spec`` run by ``backend`` (``NormSpec.impl_hash``); for an external baseline
+    (Liger, quack, TE, FlashInfer, Apex, native) the eager norm's hash (its sources, torch and Triton versions)
+    combined with the baseline's adapter sources (the adapters' shared base and its library's adapter module), what
+    its registry entry tells the core, and the library's version.
+
+    ``libraries`` (``{"torch": ..., "triton": ..., "baseline": ...}``, from a record) replaces this process's
+    versions: the hash today's code would have had where the record was made (``results.prune.stale_reason``)."""
+    key = (spec.name, spec.package, spec.package_version, backend, repr(sorted((libraries or {}).items())))
+    if cache is not None and key in cache:
+        return cache[key]
+    if backend in spec.backends:
+        h = spec.impl_hash(backend, libraries)
+    else:
+        from normbench.registry import source_lines
+
+        b = REGISTRY.get((backend, spec.name))
+        lines = [f"eager {spec.impl_hash('eager', libraries)}", f"baseline {backend}"]
+        if b is not None:
+            lines += [b.declared(), *source_lines(b.sources())]
+            pkg, version = b.dist, (libraries["baseline"] if libraries and "baseline" in libraries else b.version())
+        else:
+            pkg, version = backend, _version(backend)
+        lines.append(f"{pkg}={version}")
+        h = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    if cache is not None:
+        cache[key] = h
+    return h
+

@@ -79,7 +79,8 @@ def register(subparsers) -> None:
 def _cmd_bench(args) -> int:
     import torch
 
-    from normbench.measure.core import plan, run_sweep
+    from normbench.measure.planning import plan
+    from normbench.measure.sweep import run_sweep
     from normbench.measure.timers import TimerSettings
 
     if args.threads is not None:
@@ -120,7 +121,7 @@ def _cmd_bench(args) -> int:
     limit = time_limit(args.time_limit)
     check_limit = time_limit(args.time_limit, check=True)
     t0 = time.perf_counter()
-    with from_args(args, preload=("normbench.measure.core", "normbench.check")) as ex:
+    with from_args(args, preload=("normbench.measure.sweep", "normbench.check")) as ex:
         verdicts = ensure_checked([c.norm for c in cases], ex, check_limit)
         refused = [n for n, v in verdicts.items() if not v.passed and not args.force]
         for name in refused:

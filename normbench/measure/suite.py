@@ -27,17 +27,16 @@ import os
 import socket
 from pathlib import Path
 
-from normbench.measure.core import (
+from normbench.measure.baselines import impl_hash
+from normbench.measure.group import Prepared, Unsupported
+from normbench.measure.planning import (
     PASSES,
     QUICK_DTYPES,
     QUICK_PASSES,
     Case,
-    Prepared,
-    Unsupported,
     backends_for,
     default_device,
     device_dtypes,
-    impl_hash,
 )
 from normbench.measure.shapes import by_label, quick_shapes, shapes_for
 
@@ -295,7 +294,7 @@ def sync_timer() -> float:
 
 def benchmark_extra_info(prep, case: Case, ctx, samples: list[float]) -> dict:
     """The normbench record for pytest-benchmark's samples, and the fields to show in its ``extra_info``."""
-    from normbench.measure.core import build_record
+    from normbench.measure.group import build_record
     from normbench.measure.memory import saved_bytes
 
     record = stamp(build_record(prep, case, ctx, list(samples), False, prep.errors(),

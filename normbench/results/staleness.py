@@ -14,7 +14,7 @@ from normbench.records.schema import add_flag
 
 
 def _libraries(rec: dict) -> dict:
-    """The library versions a record was made with, for ``measure.core.impl_hash``: torch and Triton (its
+    """The library versions a record was made with, for ``measure.baselines.impl_hash``: torch and Triton (its
     provenance) and, for an external baseline, the baseline library's (``config.baseline_version``, "<dist>
     <version>" or "<dist> not installed")."""
     prov, cfg = rec.get("provenance") or {}, rec.get("config") or {}
@@ -48,12 +48,12 @@ def _impl_hash_at(name: str, backend: str, libs: dict) -> str:
     """The implementation hash of today's code of ``name`` run by ``backend`` at the versions ``libs``; KeyError for a
     norm, backend or external baseline this installation does not have."""
     import normbench
-    from normbench.measure import baselines, core  # noqa: F401
+    from normbench.measure import baselines
 
     spec = normbench.get_norm(name)
     if backend not in spec.backends and ((backend, name) not in baselines.REGISTRY or "baseline" not in libs):
         raise KeyError(f"norm {name!r} has no backend or baseline {backend!r} here")
-    return core.impl_hash(spec, backend, libraries=libs)
+    return baselines.impl_hash(spec, backend, libraries=libs)
 
 
 def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str | None]:

@@ -31,10 +31,12 @@ class Kernel:
     timeout = 900
 
     def setup_cache(self):
-        from normbench.measure.core import default_device, make_context
+        # Names every normbench commit has (``asv continuous`` imports this file into older commits' environments
+        # too): the package's lazy ``make_context`` and ``suite.default_device``, not the module they live in.
+        from normbench.measure import make_context
         from normbench.measure.timers import TimerSettings
 
-        ctx = make_context(default_device(), TimerSettings.quick(), command=["asv", "run"])
+        ctx = make_context(suite.default_device(), TimerSettings.quick(), command=["asv", "run"])
         suite.write_machine_sidecar(ctx)
         suite.write_impl_sidecar(PARAMS)
         return {"hardware_id": ctx.provenance["hardware_id"]}

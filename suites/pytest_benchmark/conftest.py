@@ -51,6 +51,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def nb_context():
     """Ceiling and provenance, measured once per session (only when a benchmark runs)."""
-    from normbench.measure.core import default_device, make_context
+    from normbench.measure.group import make_context
+    from normbench.measure.planning import default_device
 
     return make_context(default_device(), command=["pytest", "suites/pytest_benchmark"])
