@@ -68,7 +68,8 @@ def _cmd_list(args) -> int:
 
 def _cmd_check(args) -> int:
     from normbench.check import run_checks
-    from normbench.executor import from_args, time_limit
+    from normbench.executor import time_limit
+    from normbench.executors import from_args
 
     report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
     with from_args(args, preload=("normbench.check",)) as ex:
@@ -78,7 +79,7 @@ def _cmd_check(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from normbench import __version__
-    from normbench.executor import add_arguments as add_executor_arguments
+    from normbench.executors import add_arguments as add_executor_arguments
 
     parser = argparse.ArgumentParser(
         prog="normbench", description="Benchmarks and a leaderboard for normalization layers."

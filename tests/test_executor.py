@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from normbench.executor import InProcessExecutor, Task, WorkerExecutor, heartbeat, make_executor
+from normbench.executor import InProcessExecutor, Task, WorkerExecutor, heartbeat
+from normbench.executors import make_executor
 
 
 def beating(seconds: float, interval: float) -> str:

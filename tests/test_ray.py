@@ -308,7 +308,8 @@ def test_executor_outcomes_on_the_head(head):
     """Every way a task can end, through the Executor interface: value, error, death, time-out, stall, cancel."""
     import ray.cloudpickle
 
-    from normbench.executor import CRASHED, ERROR, OK, STALLED, TIMEOUT, Task, make_executor
+    from normbench.executor import CRASHED, ERROR, OK, STALLED, TIMEOUT, Task
+    from normbench.executors import make_executor
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
     address, env, _ = head

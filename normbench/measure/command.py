@@ -58,7 +58,7 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true",
                    help="measure norms that have not passed `normbench check` too (their records are flagged "
                         "'forced' and never ranked); without it such norms are refused")
-    from normbench.executor import add_arguments
+    from normbench.executors import add_arguments
 
     add_arguments(p)
     p.add_argument("--list", action="store_true", help="print the planned cases and exit")
@@ -115,7 +115,8 @@ def _cmd_bench(args) -> int:
     # (the records say so too: metrics.compile and the fell_back flag).
     from normbench.check import ensure_checked, refusal, stamp
     from normbench.discovery import report_plugin_problems
-    from normbench.executor import from_args, time_limit
+    from normbench.executor import time_limit
+    from normbench.executors import from_args
 
     report_plugin_problems()
     limit = time_limit(args.time_limit)

@@ -21,7 +21,7 @@ from normbench.measure.planning import DTYPES, Case, backends_for
 from normbench.measure.shapes import Shape, input_shape
 from normbench.measure.stats import summarize
 from normbench.measure.timers import TimerSettings, cpu_time, cuda_time
-from normbench.results.schema import FAR_ABOVE_CEILING, make_record
+from normbench.records.schema import FAR_ABOVE_CEILING, make_record
 
 
 class Unsupported(Exception):
@@ -245,7 +245,7 @@ class Context:
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
     from normbench.measure import ceiling
-    from normbench.results.provenance import provenance
+    from normbench.records.provenance import provenance
 
     prov = provenance(command=command, device=device)
     ceil = ceiling.measure(device)
@@ -363,7 +363,7 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         metrics["flops"] = flops
         metrics["tflops"] = flops / st["median"] / 1e12
     prov = dict(ctx.provenance)
-    from normbench.results.provenance import utc_now
+    from normbench.records.provenance import utc_now
 
     prov["timestamp"] = utc_now()
     if prep.baseline is not None:
@@ -384,7 +384,7 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
     the ceiling is left out; ``refused`` (if given) collects ``(case, reason)`` for it.
     """
     from normbench.measure.memory import saved_bytes
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     first = cases[0]
     assert all(c.group == first.group for c in cases), "measure_group needs cases of one group"

@@ -128,7 +128,7 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
     ``modes`` is given; other norms in train mode only. Unknown names raise ``ValueError``/``KeyError`` naming what
     exists.
     """
-    from normbench.registry import REGISTRY
+    from normbench.discovery import REGISTRY
 
     device = device or default_device()
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
@@ -213,8 +213,8 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
 
 def case_id(case: Case, hardware_id: str, cache: dict | None = None) -> str:
     """The id the record of ``case`` will get here (it includes the implementation hash of the code now)."""
-    from normbench.registry import REGISTRY
-    from normbench.results.schema import record_id
+    from normbench.records.schema import record_id
+    from normbench.discovery import REGISTRY
 
     spec = REGISTRY.get(case.norm)
     h = baselines.impl_hash(spec, case.backend, cache)

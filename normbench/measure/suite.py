@@ -104,7 +104,8 @@ def check_verdicts(norms) -> dict:
     """``{norm: CheckStatus}``: cached verdicts, missing ones checked now in a worker process (time-limited)."""
     from normbench.check import cached_status, ensure_checked
     from normbench.discovery import REGISTRY
-    from normbench.executor import make_executor, time_limit
+    from normbench.executor import time_limit
+    from normbench.executors import make_executor
 
     norms = list(dict.fromkeys(norms))
     out = {n: _VERDICTS.get(n) or cached_status(REGISTRY.get(n)) for n in norms}

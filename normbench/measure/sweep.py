@@ -49,7 +49,7 @@ def _skip_log(out, hardware_id: str, entries: list[dict], measured: list[str] = 
     import json
     from pathlib import Path
 
-    from normbench.results.store import atomic_write_text
+    from normbench.records.store import atomic_write_text
 
     path = Path(out) / "kernel" / hardware_id / "_skipped.json"
     if not entries and not (measured and path.exists()):
@@ -88,7 +88,7 @@ def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: 
     """
     import platform
 
-    from normbench.results.provenance import hardware, hardware_id
+    from normbench.records.provenance import hardware, hardware_id
 
     device = cases[0].device
     # The ceiling is measured with the cases' thread count, as `normbench bench --threads` does in one process
@@ -114,7 +114,7 @@ def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: 
 def _store_group(records: list, refused: list, group: list, out, summary: SweepSummary, on_record) -> list[str]:
     """Write one finished group's records (after ``on_record`` amends each) and count them in ``summary``; returns
     the descriptions of the group's cases that were measured (not refused)."""
-    from normbench.results.store import write_records
+    from normbench.records.store import write_records
 
     if not records:
         return []
@@ -156,8 +156,8 @@ class InTurn:
 
     def start(self, cases: list[Case], out, force: bool, settings, command, log, summary) -> list[list[Case]]:
         from normbench.measure import noise
-        from normbench.results.provenance import hardware, hardware_id
-        from normbench.results.store import existing_ids
+        from normbench.records.provenance import hardware, hardware_id
+        from normbench.records.store import existing_ids
 
         device = cases[0].device
         self.hardware_id = hardware_id(hardware(device))
@@ -223,7 +223,7 @@ class AllAtOnce:
         self._ceilings: set = set()
 
     def start(self, cases: list[Case], out, force: bool, settings, command, log, summary) -> list[list[Case]]:
-        from normbench.results.store import iter_records
+        from normbench.records.store import iter_records
 
         if command is None:  # the driver's command line, not the Ray worker's
             command = [os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
@@ -280,7 +280,7 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     (the campaign's cost model is calibrated from it). ``deadline`` and ``group_log`` are for local executors: a
     remote executor (Ray) runs the groups at once on its nodes instead (:class:`AllAtOnce`).
     """
-    from normbench.results.provenance import utc_now
+    from normbench.records.provenance import utc_now
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     summary = SweepSummary()

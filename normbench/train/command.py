@@ -71,7 +71,7 @@ def _common(p) -> None:
     p.add_argument("--sync-bn", action="store_true",
                    help="under torchrun: BatchNorm statistics over the global batch of every rank (recorded; "
                         "another cell). Without it each rank normalises its own share (docs/scale-out.md)")
-    from normbench.executor import add_arguments
+    from normbench.executors import add_arguments
 
     add_arguments(p, stall=True)
 
@@ -190,7 +190,8 @@ def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = Fal
     from dataclasses import replace
 
     from normbench.check import ensure_checked, refusal
-    from normbench.executor import Task, from_args, make_executor, stall_limit, time_limit
+    from normbench.executor import Task, stall_limit, time_limit
+    from normbench.executors import from_args, make_executor
     from normbench.train.loop import command_line, distributed_env, record_id_for
 
     records, failures = [], []
