@@ -383,8 +383,8 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
     Raises :class:`Unsupported` when the group cannot run here. A case whose bandwidth comes out far above
     the ceiling is left out; ``refused`` (if given) collects ``(case, reason)`` for it.
     """
-    from normbench.measure.memory import saved_bytes
     from normbench.discovery import REGISTRY
+    from normbench.measure.memory import saved_bytes
 
     first = cases[0]
     assert all(c.group == first.group for c in cases), "measure_group needs cases of one group"

@@ -213,8 +213,8 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
 
 def case_id(case: Case, hardware_id: str, cache: dict | None = None) -> str:
     """The id the record of ``case`` will get here (it includes the implementation hash of the code now)."""
-    from normbench.records.schema import record_id
     from normbench.discovery import REGISTRY
+    from normbench.records.schema import record_id
 
     spec = REGISTRY.get(case.norm)
     h = baselines.impl_hash(spec, case.backend, cache)
