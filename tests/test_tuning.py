@@ -17,7 +17,7 @@ from normbench.models import build_model, model_hash
 from normbench.results import iter_records
 from normbench.results.store import record_files
 from normbench.tasks import get_task
-from normbench.train.command import choose_lr
+from normbench.train.tune import choose_lr
 from normbench.train.loop import Run, make_optimizer, run_config
 from normbench.train.recipes import Recipe, get_recipe
 
