@@ -49,7 +49,8 @@ def register(subparsers) -> None:
 def _common(p) -> None:
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: 1 with --quick, else 3)")
     p.add_argument("--quick", action="store_true",
-                   help="quick run: offline default task when no --task, short budget on real tasks")
+                   help="quick run: offline default task when no --task; on real tasks the recipe's quick budget "
+                        "(fewer steps, a smaller model, batch and context: minutes on a laptop CPU)")
     p.add_argument("--out", default="results", help="results directory (default: results)")
     p.add_argument("--data-dir", help="folder with datasets (save_to_disk folders or hub-layout parquet files)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
