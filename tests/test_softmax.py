@@ -199,7 +199,7 @@ def test_softmax_stays_out_of_the_quick_and_default_sweeps():
 
 
 def test_training_sweeps_skip_softmax():
-    from normbench.train.command import _norm_names
+    from normbench.train.matrix import norm_names as _norm_names
 
     assert not {"softmax", "log_softmax"} & set(_norm_names(["all"]))
 

@@ -17,9 +17,9 @@ from normbench.models import build_model, model_hash
 from normbench.records.store import record_files
 from normbench.results import iter_records
 from normbench.tasks import get_task
-from normbench.train.command import choose_lr
 from normbench.train.loop import Run, make_optimizer, run_config
 from normbench.train.recipes import Recipe, get_recipe
+from normbench.train.tune import choose_lr
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SHAPES = get_task("synth-shapes")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
-from pathlib import Path
 
 PLACEMENT_HELP = ("GPT norm placement: pre_ln (default), post_ln, peri_ln, mix_ln, deepnorm, hybridnorm, "
                   "layernorm_scaling")
@@ -51,7 +49,8 @@ def register(subparsers) -> None:
 def _common(p) -> None:
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: 1 with --quick, else 3)")
     p.add_argument("--quick", action="store_true",
-                   help="quick run: offline default task when no --task, short budget on real tasks")
+                   help="quick run: offline default task when no --task; on real tasks the recipe's quick budget "
+                        "(fewer steps, a smaller model, batch and context: minutes on a laptop CPU)")
     p.add_argument("--out", default="results", help="results directory (default: results)")
     p.add_argument("--data-dir", help="folder with datasets (save_to_disk folders or hub-layout parquet files)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
@@ -105,7 +104,7 @@ def cmd_tasks(args) -> int:
     return 0
 
 
-# -- train ----------------------------------------------------------------------------------------------------------
+# -- train and sweep: options -> plain values -> normbench.train.api ------------------------------------------------
 
 def _fmt(v, digits=4):
     return "—" if v is None else f"{v:.{digits}g}"
@@ -125,410 +124,71 @@ def _print_summary(cells, file=None) -> None:
               file=file)
 
 
-def _runs_for(args, norm, task, model, variant, placement, seeds, split="test", lr=None, lr_search=None):
-    from normbench.train.loop import Run
+def _print_record(rec: dict) -> None:
+    """``--json``: each new record, one JSON document per line, on the document stream."""
+    from normbench._stdout import document_stream
 
-    overrides = {}
-    for key in ("steps", "lr", "batch_size"):
-        v = getattr(args, key, None)
-        if v is not None:
-            overrides[key] = v
-    if lr is not None:
-        overrides["lr"] = lr
-    return [Run(task=task, model=model, norm=norm, seed=s, placement=placement, variant=variant, quick=args.quick,
-                device=args.device, data_dir=args.data_dir, base_norm=getattr(args, "base_norm", None),
-                qk_norm=getattr(args, "qk_norm", False), backend=getattr(args, "backend", "eager"),
-                recipe_overrides=overrides, threads=args.threads,
+    print(json.dumps(rec), file=document_stream())
+
+
+def _options(args) -> dict:
+    """The options ``train`` and ``sweep`` share, as keyword arguments of ``normbench.train.api``."""
+    return dict(seeds=args.seeds, quick=args.quick, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
+                device=args.device, threads=args.threads, data_dir=args.data_dir, out=args.out,
                 checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-                resume=not args.no_resume, keep_checkpoint=getattr(args, "keep_checkpoint", False),
-                progress=not args.no_progress, split=split, lr_search=lr_search,
-                sync_bn=getattr(args, "sync_bn", False))
-            for s in seeds]
+                resume=not args.no_resume, progress=not args.no_progress, sync_bn=args.sync_bn, force=args.force,
+                executor=args.executor, address=args.address, retries=args.retries, stall_limit=args.stall_limit,
+                time_limit=args.time_limit, on_record=_print_record if args.json else None)
 
 
-def _train_task(run, command: str):
-    """One training run where an executor runs it (a worker process by default)."""
-    from normbench.train.loop import train
-
-    return train(run, command=command)
-
-
-def _node_train_task(run, command: str, skip: frozenset):
-    """One training run on whichever node a remote executor (Ray) chose; its record id is computed there, with that
-    node's hardware, and a run whose id is in ``skip`` is not trained again."""
-    from normbench.train.loop import record_id_for, train
-
-    rid = record_id_for(run)
-    if rid in skip:
-        return {"skipped": rid}
-    return {"record": train(run, command=command)}
-
-
-def _run_resources(run) -> dict:
-    """What a training run holds on a Ray cluster: a GPU (and a core to feed it), or its CPU threads."""
-    if str(run.device).startswith("cuda"):
-        return {"num_gpus": 1, "num_cpus": 1}
-    return {"num_cpus": max(1, int(run.threads or 1))}
-
-
-# Errors a run can raise that mean "this run failed" (reported, the rest go on); anything else is a bug and is raised.
-_RUN_ERRORS = ("KeyError", "ValueError", "ImportError", "ModuleNotFoundError", "RuntimeError", "BackendUnavailable",
-               "AssertionError", "TypeError", "FloatingPointError", "NotImplementedError")
-
-
-def _execute(runs, out: str, skip: set | dict | None = None, as_json: bool = False, args=None,
-             include_skipped: bool = False) -> tuple[list, list]:
-    """Train ``runs`` in order, writing each record as soon as it exists; returns (records, failures).
-
-    ``skip``: ids already in ``out``; given as a dict id -> record, ``include_skipped`` returns those records too
-    (and new records are added to it).
-
-    Each run goes through the executor chosen by ``args`` (a reusable worker process by default) with a
-    no-progress watchdog; the norms under test must have passed ``normbench check`` (``--force`` overrides,
-    flagging the records). A run that hangs, crashes or fails is reported and the next one starts.
-    """
-    from dataclasses import replace
-
-    from normbench.check import ensure_checked, refusal
-    from normbench.executor import Task, stall_limit, time_limit
-    from normbench.executors import from_args, make_executor
-    from normbench.train.loop import command_line, distributed_env, record_id_for
-
-    records, failures = [], []
-    distributed = distributed_env()
-    rank0 = not distributed or int(__import__("os").environ.get("RANK", "0")) == 0
-    force = bool(getattr(args, "force", False))
-    # torchrun: each rank is already the process that runs the work, and the ranks must stay in step.
-    executor_name = "inprocess" if distributed else getattr(args, "executor", None)
-    limit = stall_limit(getattr(args, "stall_limit", None))
-    check_limit = time_limit(getattr(args, "time_limit", None), check=True)
-    command = command_line()
-    broken: dict[str, str] = {}
+def _report_plugin_problems() -> None:
+    """Plugin load errors and slow plugin imports, on stderr before any training (the one import of it here)."""
     from normbench.discovery import report_plugin_problems
 
     report_plugin_problems()
-    preload = ("normbench.train.loop", "normbench.check")
-    with from_args(args, executor_name, preload=preload) if args is not None else \
-            make_executor(executor_name, preload=preload) as ex:
-        verdicts = ensure_checked([r.spec().name for r in runs], ex, check_limit)
-        for name, v in verdicts.items():
-            if not v.passed and not force:
-                msg = refusal(v, "train")
-                broken[name] = msg
-                print(f"normbench: {msg}", file=sys.stderr)
-        remote = getattr(ex, "remote", False)
-        submitted = []
-        for i, run in enumerate(runs, 1):
-            name = run.spec().name
-            label = f"[{i}/{len(runs)}] {name} {run.recipe().name}" + \
-                    (f" {run.placement}" if run.placement else "") + f" seed {run.seed}"
-            if name in broken:
-                failures.append((label, broken[name]))
-                continue
-            if skip is not None and not remote:
-                rid = record_id_for(run)
-                if rid in skip:
-                    print(f"{label}: already in {out} ({rid}), skipped", file=sys.stderr)
-                    if include_skipped and isinstance(skip, dict):
-                        records.append(skip[rid])
-                    continue
-            # The worker finds the norm by name in its own registry (a NormSpec may hold a lambda).
-            if remote:  # every run at once; each node computes its ids with its own hardware
-                # No progress bars from the nodes: Ray would interleave them all on this terminal.
-                task = Task(_node_train_task, (replace(run, norm=name, progress=False), command,
-                                               frozenset(skip or ())),
-                            label=label, stall_timeout=limit, resources=_run_resources(run))
-            else:
-                task = Task(_train_task, (replace(run, norm=name), command), label=label, stall_timeout=limit)
-            submitted.append((run, name, label, ex.submit(task)))
-            if not remote:
-                _finish(*submitted.pop(), out, verdicts, force, rank0, as_json, broken, records, failures,
-                        skip, include_skipped)
-        if remote:
-            import concurrent.futures as cf
-
-            by_future = {fut: (run, name, label) for run, name, label, fut in submitted}
-            for fut in cf.as_completed(by_future):
-                run, name, label = by_future[fut]
-                _finish(run, name, label, fut, out, verdicts, force, rank0, as_json, broken, records, failures,
-                        skip, include_skipped)
-    return records, failures
-
-
-def _finish(run, name, label, fut, out, verdicts, force, rank0, as_json, broken, records, failures, skip=None,
-            include_skipped=False) -> None:
-    """Report one run's outcome and write its record (this process is the only writer of ``out``)."""
-    from normbench._stdout import document_stream
-    from normbench.check import stamp
-    from normbench.records import write_records
-    from normbench.tasks import DatasetUnavailable
-
-    outcome = fut.result()
-    if outcome.ok and isinstance(outcome.value, dict) and "skipped" in outcome.value:
-        rid = outcome.value["skipped"]
-        print(f"{label}: already in {out} ({rid}), skipped", file=sys.stderr)
-        if include_skipped and isinstance(skip, dict):
-            records.append(skip[rid])
-        return
-    if outcome.ok and isinstance(outcome.value, dict) and "record" in outcome.value:
-        outcome.value = outcome.value["record"]
-    if not outcome.ok:
-        if outcome.exc_type == "DatasetUnavailable":
-            raise DatasetUnavailable(outcome.message or outcome.error)
-        if outcome.status == "error" and outcome.exc_type not in _RUN_ERRORS:
-            print(outcome.traceback, file=sys.stderr)
-        if outcome.broke:
-            # The same norm would hang or crash again in its next seeds: say so once, move on.
-            broken[name] = f"{name} {outcome.broke} in {label}"
-        failures.append((label, outcome.error))
-        print(f"{label}: FAILED: {outcome.error}", file=sys.stderr)
-        return
-    rec = outcome.value
-    if rec is None:
-        return
-    stamp(rec, verdicts[name], run.backend, forced=force)
-    if rank0:
-        paths = write_records([rec], out)
-        m = rec["metrics"]
-        state = (f"diverged at step {m['diverged_step']}" if m["diverged"]
-                 else f"{m['metric']} {m['final']:.4g}")
-        if run.split == "val":
-            state = f"(tuning, lr {run.recipe().lr:g}, validation) {state}"
-        print(f"{label}: {state} in {m['wall_time_s']:.1f}s -> {paths[0]}", file=sys.stderr)
-    records.append(rec)
-    if isinstance(skip, dict):
-        skip[rec["id"]] = rec
-    if as_json:
-        print(json.dumps(rec), file=document_stream())
 
 
 def cmd_train(args) -> int:
-    import normbench
-    from normbench.models import supports
-    from normbench.stats import aggregate
-    from normbench.tasks import DatasetUnavailable, default_task, get_task
+    from normbench.tasks import DatasetUnavailable
+    from normbench.train import api
 
-    spec = normbench.get_norm(args.norm)
-    task = get_task(args.task or default_task(spec.layouts))
-    model = args.model or task.default_model
-    if model not in task.models:
-        raise ValueError(f"task {task.name} trains {', '.join(task.models)}, not {model!r}")
-    reason = supports(model, spec)
-    if reason:
-        raise ValueError(reason + (f" (task {task.name}; try --task with another modality)" if not args.task else ""))
-    n = args.seeds if args.seeds is not None else (1 if args.quick else 3)
-    if n < 1:
-        raise ValueError("--seeds must be at least 1")
-    runs = _runs_for(args, spec, task.name, model, args.variant, args.placement,
-                     range(args.seed_start, args.seed_start + n))
     try:
-        records, failures = _execute(runs, args.out, as_json=args.json, args=args)
+        result = api.run(args.norm, args.task, args.model, placement=args.placement, variant=args.variant,
+                         seed_start=args.seed_start, base_norm=args.base_norm, qk_norm=args.qk_norm,
+                         backend=args.backend, keep_checkpoint=args.keep_checkpoint,
+                         before_training=_report_plugin_problems, **_options(args))
     except DatasetUnavailable as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
         return 2
-    if records and not args.json:
-        _print_summary(aggregate(records))
-    return 1 if failures else 0
-
-
-# -- sweep ----------------------------------------------------------------------------------------------------------
-
-def _norm_names(selectors) -> list[str]:
-    import normbench
-
-    names = []
-    for sel in selectors:
-        if sel in ("activation", "all"):
-            for name in normbench.list_norms():
-                kind = normbench.get_norm(name).kind
-                if (sel == "all" and kind != "softmax") or kind == "activation":  # softmax is no layer norm
-                    names.append(name)
-        else:
-            normbench.get_norm(sel)  # unknown names fail here, before any training
-            names.append(sel)
-    return list(dict.fromkeys(names))
-
-
-def cells(args) -> list[tuple]:
-    """The sweep's cells in order: (task, model, variant, placement or None, [norms it supports])."""
-    from normbench.models import supports
-    from normbench.models.gpt import PLACEMENTS
-    from normbench.tasks import all_tasks, get_task
-    from normbench.train.recipes import variants
-
-    tasks = [get_task(t) for t in args.tasks] if args.tasks else [t for t in all_tasks() if t.offline]
-    norms = _norm_names(args.norms)
-    out = []
-    for task in tasks:
-        for model in args.models or [task.default_model]:
-            if model not in task.models:
-                continue
-            for variant in args.variants:
-                if variant not in variants(task.name, model):
-                    continue
-                placements = [None]
-                if model == "gpt":
-                    placements = list(PLACEMENTS) if args.placements == ["all"] else (args.placements or ["pre_ln"])
-                for placement in placements:
-                    ok = [n for n in norms if supports(model, n) is None]
-                    if placement == "ngpt" and args.placements == ["all"]:
-                        # nGPT's Norm is the unit-sphere projection: with "all", the placement runs with its own
-                        # norm only (name it with --placements ngpt --norms ... to try others).
-                        ok = ["ngpt"]
-                    if ok:
-                        out.append((task.name, model, variant, placement if model == "gpt" else None, ok))
-    return out
-
-
-def plan(args) -> list:
-    """Every run of the sweep matrix without tuning, in order (norms vary fastest within a cell, then seeds)."""
-    n = args.seeds if args.seeds is not None else (1 if args.quick else 3)
-    runs = []
-    for task, model, variant, placement, norms in cells(args):
-        for norm in norms:
-            runs.extend(_runs_for(args, norm, task, model, variant, placement, range(n)))
-    return runs
-
-
-def choose_lr(grid: list[float], records: list[dict]) -> tuple[float, dict]:
-    """The learning rate of ``grid`` whose tuning runs did best on the validation split, and every rate's score.
-
-    Rule (fixed before any run): fewest diverged seeds first; then the best mean validation metric over seeds
-    (mean log perplexity for perplexity, mean accuracy otherwise); a tie keeps the earlier rate of the grid.
-    """
-    by_lr: dict[float, list] = {lr: [] for lr in grid}
-    for r in records:
-        lr = float(f"{r['config']['recipe']['lr']:.4g}")
-        if lr in by_lr:
-            by_lr[lr].append(r)
-    scores, best, best_key = {}, None, None
-    for lr in grid:
-        rs = by_lr[lr]
-        if not rs:
-            raise ValueError(f"no tuning record for lr {lr:g}")
-        higher = rs[0]["metrics"]["higher_is_better"]
-        log = rs[0]["metrics"]["metric"] == "perplexity"
-        n_div = sum(1 for r in rs if r["metrics"]["diverged"] or r["metrics"]["final"] is None)
-        vals = [r["metrics"]["final"] for r in rs if not r["metrics"]["diverged"] and r["metrics"]["final"] is not None]
-        score = None
-        if vals:
-            score = sum(math.log(v) if log else v for v in vals) / len(vals)
-        scores[f"{lr:g}"] = {"seeds": len(rs), "diverged": n_div,
-                             "score": score, "score_is": "mean log perplexity" if log else "mean " + rs[0]["metrics"][
-                                 "metric"]}
-        key = (n_div, math.inf if score is None else (-score if higher else score))
-        if best_key is None or key < best_key:
-            best, best_key = lr, key
-    return best, scores
-
-
-def _tune_and_run(args, norm, task, model, variant, placement, store: dict) -> tuple[list, list]:
-    """One norm in one cell: the learning-rate search on the validation split, then the final seeds.
-
-    The search runs the recipe's grid; when the best rate sits on an edge of it (and, at the top edge, did not
-    diverge), it adds the next rate beyond that edge, at most ``recipe.lr_extend`` times per side.
-    """
-    probe = _runs_for(args, norm, task, model, variant, placement, [0])[0]
-    recipe = probe.recipe()
-    grid = recipe.lr_candidates()
-    step = grid[1] / grid[0] if len(grid) > 1 else 3.0
-    t_recs, extended = [], {"up": 0, "down": 0}
-    while True:
-        tuning = []
-        for lr in grid:
-            tuning.extend(_runs_for(args, norm, task, model, variant, placement, range(recipe.tune_seeds),
-                                    split="val", lr=lr))
-        t_recs, failures = _execute(tuning, args.out, skip=store, as_json=args.json, args=args,
-                                    include_skipped=True)
-        if failures:
-            return t_recs, failures
-        chosen, scores = choose_lr(grid, t_recs)
-        # The best rate on an edge of the grid: look one grid step beyond it (the same rule for every norm).
-        if chosen == grid[-1] and extended["up"] < recipe.lr_extend and not scores[f"{chosen:g}"]["diverged"]:
-            grid.append(float(f"{grid[-1] * step:.4g}"))
-            extended["up"] += 1
-        elif chosen == grid[0] and len(grid) > 1 and extended["down"] < recipe.lr_extend:
-            grid.insert(0, float(f"{grid[0] / step:.4g}"))
-            extended["down"] += 1
-        else:
-            break
-    where = f"{norm} {recipe.name}" + (f" {placement}" if placement else "")
-    parts = []
-    for k, v in scores.items():
-        score = "all diverged" if v["score"] is None else f"{v['score']:.4g}"
-        parts.append(f"{k}: {score}" + (f" ({v['diverged']} diverged)" if v["diverged"] else ""))
-    print(f"tuned {where}: lr {chosen:g} chosen ({'; '.join(parts)})", file=sys.stderr)
-    search = {"grid": grid, "chosen": chosen, "seeds_per_rate": recipe.tune_seeds, "split": "val",
-              "rule": "fewest diverged, then best mean validation metric (log perplexity); a best rate on an edge "
-                      "of the grid extends it one step that way (at most lr_extend times)"}
-    n = args.seeds if args.seeds is not None else recipe.final_seeds
-    finals = _runs_for(args, norm, task, model, variant, placement, range(n), lr=chosen, lr_search=search)
-    f_recs, f_fail = _execute(finals, args.out, skip=store, as_json=args.json, args=args, include_skipped=True)
-    return f_recs, f_fail
+    if result.records and not args.json:
+        _print_summary(result.summary())
+    return 0 if result.ok else 1
 
 
 def cmd_sweep(args) -> int:
-    from normbench.records import existing_ids
     from normbench.tasks import DatasetUnavailable
+    from normbench.train import api
+    from normbench.train.matrix import EmptySweep
 
-    if args.tune:
-        if args.lr is not None:
-            raise ValueError("--tune searches the learning rate; drop --lr")
-        return _cmd_sweep_tuned(args)
-    runs = plan(args)
-    if not runs:
-        print(_EMPTY_SWEEP, file=sys.stderr)
-        return 2
-    if args.dry_run:
-        return _print_plan(({"norm": r.spec().name, "task": r.task, "model": r.model, "variant": r.variant,
-                             "placement": r.placement, "seed": r.seed} for r in runs), args.json)
-    done = existing_ids(args.out, kind="accuracy")
-    print(f"sweep: {len(runs)} runs planned; cells already in {args.out} are skipped", file=sys.stderr)
+    matrix = dict(norms=args.norms, tasks=args.tasks, models=args.models, variants=args.variants,
+                  placements=args.placements, tune=args.tune)
     try:
-        records, failures = _execute(runs, args.out, skip=done, as_json=args.json, args=args)
+        if args.dry_run:
+            lines = api.sweep_plan(**matrix, seeds=args.seeds, quick=args.quick, steps=args.steps, lr=args.lr,
+                                   batch_size=args.batch_size)
+            return _print_plan(lines, args.json)
+        result = api.sweep(**matrix, before_training=_report_plugin_problems, **_options(args))
+    except EmptySweep as exc:
+        print(exc, file=sys.stderr)
+        return 2
     except DatasetUnavailable as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
         return 2
-    return _report(records, failures, args.json)
-
-
-def _cmd_sweep_tuned(args) -> int:
-    from normbench.records import iter_records
-    from normbench.tasks import DatasetUnavailable
-
-    todo = cells(args)
-    if not todo:
-        print(_EMPTY_SWEEP, file=sys.stderr)
-        return 2
-    if args.dry_run:
-        def lines():
-            for task, model, variant, placement, norms in todo:
-                for norm in norms:
-                    r = _runs_for(args, norm, task, model, variant, placement, [0])[0].recipe()
-                    yield {"norm": norm, "task": task, "model": model, "variant": variant, "placement": placement,
-                           "lr_grid": r.lr_candidates(), "tune_seeds": r.tune_seeds,
-                           "final_seeds": args.seeds if args.seeds is not None else r.final_seeds}
-        return _print_plan(lines(), args.json)
-    store = {}
-    if Path(args.out).exists():
-        store = {rec["id"]: rec for _, rec in iter_records(args.out, kind="accuracy")}
-    n_runs = sum(len(n) for *_, n in todo)
-    print(f"sweep --tune: {len(todo)} cells, {n_runs} (cell, norm) pairs; records already in {args.out} are reused",
-          file=sys.stderr)
-    all_records, failures = [], []
-    try:
-        for task, model, variant, placement, norms in todo:
-            for norm in norms:
-                recs, fails = _tune_and_run(args, norm, task, model, variant, placement, store)
-                all_records.extend(r for r in recs if "tuning" not in r.get("flags", ()))
-                failures.extend(fails)
-    except DatasetUnavailable as exc:
-        print(f"normbench: error: {exc}", file=sys.stderr)
-        return 2
-    return _report(all_records, failures, args.json)
-
-
-_EMPTY_SWEEP = "normbench: the sweep matrix is empty (no norm supports the chosen models/variants)"
+    if result.records and not args.json:
+        _print_summary(result.summary())
+    for where, err in result.failures:
+        print(f"failed: {where}: {err}", file=sys.stderr)
+    return 0 if result.ok else 1
 
 
 def _print_plan(lines, as_json: bool) -> int:
@@ -539,13 +199,3 @@ def _print_plan(lines, as_json: bool) -> int:
         print(json.dumps(line) if as_json else " ".join(f"{k}={v}" for k, v in line.items()), file=document_stream())
     return 0
 
-
-def _report(records: list[dict], failures: list, as_json: bool) -> int:
-    """A finished sweep: the per-cell summary (unless JSON), the failures, and the exit status."""
-    from normbench.stats import aggregate
-
-    if records and not as_json:
-        _print_summary(aggregate(records))
-    for label, err in failures:
-        print(f"failed: {label}: {err}", file=sys.stderr)
-    return 1 if failures else 0

@@ -47,6 +47,13 @@ class Recipe:
     model_options: dict = field(default_factory=dict)
     #: Steps used by ``--quick`` (real tasks only: a smoke run; offline recipes are already small).
     quick_steps: int | None = None
+    #: What else ``--quick`` shrinks on a real task so that it runs in minutes on a laptop CPU: Recipe fields (model
+    #: size in ``model_options``, merged into the recipe's; ``batch_size``, ``seq_len``, ``eval_limit``, ...)
+    #: applied by ``for_quick``. Never recorded itself (a full run does not use it; a quick run records the recipe
+    #: it ran, with these applied and ``quick`` set), so full recipes keep their hashes.
+    quick_budget: dict = field(default_factory=dict)
+    #: Set by ``for_quick`` on the quick budget it made (recorded only when set, so other recipes keep their hashes).
+    quick: bool = False
     #: timm ResNet: zero-initialise the last norm's gain in each block (timm's default; off in norm comparisons).
     zero_init_last: bool = False
     #: Recipe fields a norm's own paper prescribes, by norm name (applied by ``adapted``).
@@ -76,11 +83,18 @@ class Recipe:
         return base if self.variant == "default" else f"{base}/{self.variant}"
 
     def for_quick(self) -> "Recipe":
+        """The quick budget (``--quick``): ``quick_steps`` steps, evaluations and warm-up scaled to them, and
+        ``quick_budget`` applied (a smaller model, batch, context, evaluation), marked ``quick``. Recipes without
+        ``quick_steps`` (the offline tasks', already seconds) are their own quick budget, unchanged."""
         if self.quick_steps is None or self.quick_steps >= self.steps:
             return self
         ev = max(1, min(self.eval_every, self.quick_steps // 4))
-        return replace(self, steps=self.quick_steps, eval_every=ev, warmup_steps=min(self.warmup_steps,
-                                                                                   self.quick_steps // 10))
+        r = replace(self, steps=self.quick_steps, eval_every=ev, warmup_steps=min(self.warmup_steps,
+                                                                                self.quick_steps // 10), quick=True)
+        change = dict(self.quick_budget)
+        if "model_options" in change:
+            change["model_options"] = {**r.model_options, **change["model_options"]}
+        return replace(r, **change)
 
     def model_kwargs(self, model: str) -> dict:
         """Options for ``build_model``: the size preset plus recipe-level model switches."""
@@ -111,6 +125,9 @@ class Recipe:
         """The recipe as recorded (notes are left out: prose edits must not change record ids)."""
         d = asdict(self)
         d.pop("notes")
+        d.pop("quick_budget")  # what a quick run ran is recorded, with "quick": true; full recipes never use it
+        if not d["quick"]:
+            d.pop("quick")
         if not d["norm_kwargs"]:  # left out when empty, so recipes without them keep their hashes (and record ids)
             d.pop("norm_kwargs")
         d["betas"] = list(self.betas)
@@ -215,15 +232,28 @@ _add(replace(_LM, variant="deep_stress", model_options={"n_layer": 12, "n_head":
                    "the Post-LN instability claim)"))
 
 # Real tasks. Budgets follow common short schedules; they need a GPU to finish in reasonable time.
+# ``--quick`` on them is a smoke run in minutes on a laptop CPU (measured: docs/accuracy.md): besides the steps
+# (``quick_steps``) it shrinks the model (images keep the task's resolution), the batch, the GPT's context and the
+# periodic evaluations; the task's quick data subset (normbench.tasks) bounds the final evaluation.
+QUICK_RESNET3 = {"model_options": {"layers": [1, 1, 1], "channels": [16, 32, 64]}, "batch_size": 32,
+                 "eval_limit": 256}  # 32px: ResNet-8
+QUICK_RESNET4 = {"model_options": {"layers": [1, 1, 1, 1], "channels": [16, 32, 64, 128]}, "batch_size": 32,
+                 "eval_limit": 256}  # 64px / 128px: a narrow ResNet-10
+QUICK_VIT = {"model_options": {"depth": 2, "embed_dim": 64, "num_heads": 2, "mlp_ratio": 2.0}, "batch_size": 32,
+             "eval_limit": 256}
+QUICK_GPT = {"model_options": {"n_layer": 2, "n_head": 4, "n_embd": 128}, "seq_len": 128, "batch_size": 8,
+             "eval_limit": 32}
+QUICK_GPT_DEEP = {**QUICK_GPT, "model_options": {"n_layer": 8, "n_head": 4, "n_embd": 64}}  # still deep and narrow
+
 _CIFAR_RESNET = Recipe(
     task="cifar10", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-4, warmup_steps=390, steps=30 * 390,
     batch_size=128, eval_every=1950, eval_limit=2000, augmentation="crop+flip", crop_padding=4, target=0.90,
-    quick_steps=100, notes="ResNet-20 (3x3 BasicBlocks), 30 epochs",
+    quick_steps=100, quick_budget=QUICK_RESNET3, notes="ResNet-20 (3x3 BasicBlocks), 30 epochs",
 )
 _CIFAR_VIT = Recipe(
     task="cifar10", model="vit", optimizer="adamw", lr=1e-3, weight_decay=0.05, warmup_steps=1950,
     steps=50 * 390, batch_size=128, eval_every=1950, eval_limit=2000, augmentation="crop+flip", crop_padding=4,
-    label_smoothing=0.1, target=0.75, quick_steps=100, notes="ViT 6x192, patch 4, 50 epochs",
+    label_smoothing=0.1, target=0.75, quick_steps=100, quick_budget=QUICK_VIT, notes="ViT 6x192, patch 4, 50 epochs",
 )
 for _r in (_CIFAR_RESNET, _CIFAR_VIT):
     _add(_r)
@@ -234,16 +264,18 @@ for _m in ("fixup_resnet", "skipinit_resnet"):
 _add(replace(_CIFAR_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
 _add(replace(_CIFAR_RESNET, model="nf_resnet", task="cifar100", grad_clip=None, agc=0.02, target=0.65))
 _add(replace(_CIFAR_RESNET, variant="bs2", batch_size=2, lr=0.1 * 2 / 128, steps=60_000, eval_every=10_000,
-             warmup_steps=3000, quick_steps=200, notes="micro-batch cell: batch size 2, lr scaled linearly"))
+             warmup_steps=3000, quick_steps=200,
+             quick_budget={k: v for k, v in QUICK_RESNET3.items() if k != "batch_size"},  # the cell is batch size 2
+             notes="micro-batch cell: batch size 2, lr scaled linearly"))
 
 _IMAGENETTE_RESNET = Recipe(
     task="imagenette", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-4, warmup_steps=296,
     steps=40 * 148, batch_size=64, eval_every=740, eval_limit=1000, augmentation="crop+flip", target=0.85,
-    quick_steps=50, notes="ResNet-18, random 128px crops of the 144px images, 40 epochs",
+    quick_steps=50, quick_budget=QUICK_RESNET4, notes="ResNet-18, random 128px crops of the 144px images, 40 epochs",
 )
 _add(_IMAGENETTE_RESNET)
 _add(replace(_IMAGENETTE_RESNET, model="vit", optimizer="adamw", lr=5e-4, weight_decay=0.05, warmup_steps=740,
-             label_smoothing=0.1, target=0.65, notes="ViT 6x192, patch 16, 40 epochs"))
+             label_smoothing=0.1, target=0.65, quick_budget=QUICK_VIT, notes="ViT 6x192, patch 16, 40 epochs"))
 for _m in ("fixup_resnet", "skipinit_resnet"):
     _add(replace(_IMAGENETTE_RESNET, model=_m))
 _add(replace(_IMAGENETTE_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
@@ -251,26 +283,27 @@ _add(replace(_IMAGENETTE_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
 _TINY_RESNET = Recipe(
     task="tiny-imagenet", model="resnet", optimizer="sgd", lr=0.1, weight_decay=5e-4, warmup_steps=781,
     steps=30 * 781, batch_size=128, eval_every=3905, eval_limit=2000, augmentation="crop+flip", crop_padding=4,
-    target=0.50, quick_steps=50, notes="ResNet-18 with a 3x3 stem and max-pool, 30 epochs",
+    target=0.50, quick_steps=50, quick_budget=QUICK_RESNET4, notes="ResNet-18 with a 3x3 stem and max-pool, 30 epochs",
 )
 _add(_TINY_RESNET)
 _add(replace(_TINY_RESNET, model="vit", optimizer="adamw", lr=1e-3, weight_decay=0.05, warmup_steps=3905,
-             label_smoothing=0.1, target=0.35, notes="ViT 6x192, patch 8, 30 epochs"))
+             label_smoothing=0.1, target=0.35, quick_budget=QUICK_VIT, notes="ViT 6x192, patch 8, 30 epochs"))
 for _m in ("fixup_resnet", "skipinit_resnet"):
     _add(replace(_TINY_RESNET, model=_m))
 _add(replace(_TINY_RESNET, model="nf_resnet", grad_clip=None, agc=0.02))
 
 _WT2 = Recipe(
     task="wikitext-2", model="gpt", optimizer="adamw", lr=1e-3, weight_decay=0.1, warmup_steps=200, steps=5000,
-    batch_size=32, eval_every=500, eval_limit=256, seq_len=256, target=3.0, quick_steps=50,
+    batch_size=32, eval_every=500, eval_limit=256, seq_len=256, target=3.0, quick_steps=50, quick_budget=QUICK_GPT,
     model_options={"n_layer": 6, "n_head": 8, "n_embd": 256}, norm_overrides=llm_norm_overrides(256),
     placement_overrides=NGPT_OVERRIDES, notes="byte-level perplexity (vocabulary 256)",
 )
 _add(_WT2)
 _add(replace(_WT2, variant="deep", model_options={"n_layer": 24, "n_head": 8, "n_embd": 256},
-             notes="deep cell for placements: 24 blocks, warm-up and clipping"))
+             quick_budget=QUICK_GPT_DEEP, notes="deep cell for placements: 24 blocks, warm-up and clipping"))
 _add(replace(_WT2, variant="deep_stress", model_options={"n_layer": 24, "n_head": 8, "n_embd": 256},
-             warmup_steps=0, grad_clip=None, notes="stress variant: 24 blocks, no warm-up, no clipping"))
+             warmup_steps=0, grad_clip=None, quick_budget=QUICK_GPT_DEEP,
+             notes="stress variant: 24 blocks, no warm-up, no clipping"))
 _add(replace(_WT2, task="wikitext-103", steps=20_000, batch_size=64, seq_len=512, eval_every=2000, target=2.6,
              warmup_steps=1000, model_options={"n_layer": 8, "n_head": 8, "n_embd": 512},
              norm_overrides=llm_norm_overrides(512)))
