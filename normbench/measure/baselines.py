@@ -186,7 +186,7 @@ def impl_hash(spec, backend: str, cache: dict | None = None, libraries: dict | N
     its registry entry tells the core, and the library's version.
 
     ``libraries`` (``{"torch": ..., "triton": ..., "baseline": ...}``, from a record) replaces this process's
-    versions: the hash today's code would have had where the record was made (``results.prune.stale_reason``)."""
+    versions: the hash today's code would have had where the record was made (``results.staleness.stale_reason``)."""
     key = (spec.name, spec.package, spec.package_version, backend, repr(sorted((libraries or {}).items())))
     if cache is not None and key in cache:
         return cache[key]
