@@ -7,8 +7,8 @@ null); and ``provenance.node`` (the host name; not part of the id). A record wit
 :data:`INVALID_FLAGS` flag is kept and shown as failed.
 
 A record's structure (fields, types, ranges, vocabularies, patterns) is defined once, by :func:`json_schema`, which the
-site publishes for submitters; :func:`validate_record` checks a record against it (jsonschema-rs where installed, jsonschema
-for every problem and where it is not: the same verdicts, see ``structure_problems``) and then checks, in
+site publishes for submitters; :func:`validate_record` checks a record against it (jsonschema-rs where installed,
+jsonschema for every problem and where it is not: the same verdicts, see ``structure_problems``) and then checks, in
 code, only what JSON Schema cannot express (the GB/s arithmetic, the ceiling rules, the flags' order and reasons).
 """
 
@@ -362,106 +362,26 @@ def _validator():
     return jsonschema.validators.extend(base, type_checker=types)(json_schema())
 
 
-# --- the fast path: the same schema, compiled by jsonschema-rs --------------------------------------------------------
-#
-# jsonschema (pure Python) costs ~1 ms a kernel record and ~2.7 ms an accuracy record; jsonschema-rs (Rust, draft
-# 2020-12) checks the same schema in a few microseconds. It only ever answers "valid": a record it does not call valid
-# goes to the reference validator, which finds every problem (so the problems are the reference's, word for word).
-# "Valid" from the fast path must therefore imply valid for the reference. Where the two differ, the record is sent to
-# the reference too:
-#
-# * ``1.0`` is an integer for JSON Schema (and jsonschema-rs), not for normbench: the compiled schema carries one extra
-#   keyword next to each "integer" type, ``nbNoFloat``, which refuses a Python float there (derived from
-#   :func:`json_schema`, never written by hand, never published);
-# * Python objects JSON has not (tuples, sets, dict subclasses, keys that are not strings, NaN/inf, ints beyond 64 bits,
-#   strings with lone surrogates) and strings made only of Python whitespace (``\S`` differs between Python's ``re``
-#   and Rust's regex for U+001C..U+001F) are not given to it: :func:`_plain` walks the record first.
-#
-# ``NORMBENCH_VALIDATOR`` picks the path: ``auto`` (default: the fast path where jsonschema-rs is installed),
-# ``jsonschema`` (the reference only), ``both`` (both on every record, raising on any disagreement: the test suite
-# runs so, which makes every bad-record and hostile-record test a check of the fast path).
-
-_INT_LIMIT = 2 ** 63
-
-
-class _NoFloat:
-    """``nbNoFloat``: where the schema says "integer", a Python float (``1.0``) is not one."""
-
-    def __init__(self, parent_schema, value, schema_path):
-        pass
-
-    def validate(self, instance):
-        if isinstance(instance, float):
-            raise ValueError(f"{instance!r} is a float, not an integer")
-
-
-def _fast_schema(node):
-    """:func:`json_schema` for jsonschema-rs: each subschema whose type allows "integer" also carries ``nbNoFloat``."""
-    if isinstance(node, list):
-        return [_fast_schema(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: (v if k in ("enum", "const", "description", "title") else _fast_schema(v)) for k, v in node.items()}
-    t = node.get("type")
-    if t == "integer" or (isinstance(t, list) and "integer" in t):
-        out["nbNoFloat"] = True
-    return out
-
+# The fast path (``normbench.records.fastpath``): the same schema compiled by jsonschema-rs; it only ever answers
+# "valid", and a record it does not call valid goes to the reference above, which finds every problem.
+# ``NORMBENCH_VALIDATOR``: ``auto`` (default: the fast path where jsonschema-rs is installed), ``jsonschema`` (the
+# reference only), ``both`` (both on every record, raising where the fast path accepts what the reference rejects: the
+# test suite runs so).
 
 _FAST: dict[int, Any] = {}
 
 
 def _fast_validator():
-    """The jsonschema-rs validator of the schema the reference validator holds (rebuilt with it), or None."""
+    """The jsonschema-rs validator (``normbench.records.fastpath``) of the schema the reference validator holds
+    (rebuilt with it), or None where jsonschema-rs is not installed."""
+    from normbench.records import fastpath
+
     ref = _validator()
     key = id(ref)
     if key not in _FAST:
-        try:
-            import jsonschema_rs
-        except ImportError:
-            fast = None
-        else:
-            fast = jsonschema_rs.Draft202012Validator(_fast_schema(ref.schema), validate_formats=False,
-                                                      keywords={"nbNoFloat": _NoFloat})
         _FAST.clear()
-        _FAST[key] = (ref, fast)
+        _FAST[key] = (ref, fastpath.compile_schema(ref.schema))
     return _FAST[key][1]
-
-
-def _plain(obj) -> bool:
-    """Whether ``obj`` is plain JSON as ``json.loads`` makes it, with nothing on which the two validators differ."""
-    stack = [obj]
-    while stack:
-        v = stack.pop()
-        t = type(v)
-        if t is dict:
-            for k, x in v.items():
-                if type(k) is not str:
-                    return False
-                stack.append(k)
-                stack.append(x)
-        elif t is list:
-            stack.extend(v)
-        elif t is str:
-            if v.isspace() or not v.isascii() and not _utf8(v):
-                return False
-        elif t is float:
-            if not math.isfinite(v):
-                return False
-        elif t is int:
-            if not -_INT_LIMIT <= v < _INT_LIMIT:
-                return False
-        elif v is not None and t is not bool:
-            return False
-    return True
-
-
-def _utf8(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:   # a lone surrogate (json.loads reads "\ud800")
-        return False
-    return True
 
 
 def _mode() -> str:
@@ -472,8 +392,10 @@ def _mode() -> str:
 
 def _fast_valid(rec) -> bool:
     """True only where the fast path is sure the record's structure is valid (the reference would agree)."""
+    from normbench.records.fastpath import plain
+
     fast = _fast_validator()
-    if fast is None or not _plain(rec):
+    if fast is None or not plain(rec):
         return False
     try:
         return fast.is_valid(rec)
