@@ -852,9 +852,22 @@ class Site:
             prov_ids[pkey] = (f"prov-{len(prov_ids) + 1}", _flat(prov), rec["provenance"])
         return dict(e=e, rec=rec, command=command(rec), flags=flag_badges(flags),
                     check=chk if isinstance(chk, dict) else None,
-                    config=_flat(rec.get("config")), metrics=_flat({k: v for k, v in rec["metrics"].items()
-                                                                    if k != "curve"}),
                     prov_id=prov_ids[pkey][0], ranked=not flags, invalid=any(f in INVALID_FLAGS for f in flags))
+
+    @staticmethod
+    def record_data(entries: list[Entry]) -> str:
+        """A record page's data file: each record's config and metrics (two levels flattened, as text), the strings
+        once in a table (keys and values repeat across a page's records); ``assets/site.js`` (``nbRecords``) shows
+        them as each section's tables. JSON with ASCII escapes cannot leave its string literals."""
+        strings: dict[str, int] = {}
+
+        def pairs(obj):
+            return [[strings.setdefault(k, len(strings)), strings.setdefault(v, len(strings))] for k, v in _flat(obj)]
+
+        recs = [[pairs(e.rec.get("config")), pairs({k: v for k, v in e.rec["metrics"].items() if k != "curve"})]
+                for e in entries]
+        return "window.nbRecords(" + json.dumps({"s": list(strings), "r": recs}, ensure_ascii=True,
+                                                separators=(",", ":")) + ");\n"
 
     def record_page(self, path: str, entries: list[Entry]) -> Page:
         """The records of one norm on one device (or one bucket of them): a section per record, anchored by its
@@ -864,8 +877,11 @@ class Site:
         p = Page(path, "record.html", f"Records of {name} on {hw}", crumbs=[(norm_file(name), name)])
         prov_ids: dict = {}
         sections = [self.record_section(e, prov_ids) for e in entries]
+        data = path[:-len(".html")] + ".js"
+        self.data_files[data] = self.record_data(entries)
         p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw,
-                     json_href=entries[0].json_file.rsplit("/", 1)[-1],
+                     json_href=entries[0].json_file.rsplit("/", 1)[-1], data_href=data.rsplit("/", 1)[-1],
+
                      hw_href=f"../{device_file(hw)}", norm_href=f"../{norm_file(name)}")
         return p
 
