@@ -20,6 +20,13 @@ if ! "$PY" -c "import jsonschema" 2>/dev/null; then
        "a machine with network and name .whl in the device run's carry" >&2
   exit 1
 fi
+# Which validator checks the records: jsonschema-rs where it imports (carried in .whl/), else jsonschema alone (the
+# same verdicts, slower); normbench.records.schema decides the same way.
+if "$PY" -c "import jsonschema_rs" 2>/dev/null; then
+  echo "gpu-campaign: records validated by jsonschema-rs (fast path), jsonschema for the problems" >&2
+else
+  echo "gpu-campaign: records validated by jsonschema alone (jsonschema-rs not in .whl/: the same verdicts, slower)" >&2
+fi
 export PYTHONUNBUFFERED=1
 # the commit of this tree: an argument wins, else the environment, else git when the tree has .git
 if [ -z "${NORMBENCH_GIT_COMMIT:-}" ] && [ -d .git ] && command -v git >/dev/null; then

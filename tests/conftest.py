@@ -26,6 +26,20 @@ def one_thread():
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _both_validators():
+    """Every record any test validates goes through both validators (``normbench.records.schema``: jsonschema, the
+    reference, and jsonschema-rs, the fast path), which raise if the fast path accepts what the reference rejects:
+    every bad-record and hostile-record test is also a test of the fast path."""
+    old = os.environ.get("NORMBENCH_VALIDATOR")
+    os.environ["NORMBENCH_VALIDATOR"] = "both"
+    yield
+    if old is None:
+        os.environ.pop("NORMBENCH_VALIDATOR", None)
+    else:
+        os.environ["NORMBENCH_VALIDATOR"] = old
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _check_cache(tmp_path_factory):
     """The check gate's cache (normbench.check) goes to a temporary directory, never the user's ~/.cache."""
     old = os.environ.get("NORMBENCH_CACHE_DIR")

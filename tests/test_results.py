@@ -354,3 +354,73 @@ def test_git_dirty_ignores_results_but_not_code(tmp_path, monkeypatch):
         assert dirty() is True
     finally:
         prov.git_commit.cache_clear()
+
+
+def _edge_cases():
+    """Records on which jsonschema and jsonschema-rs could differ (JSON Schema's 1.0-is-an-integer, Python objects JSON
+    has not, Python's and Rust's regular expressions), each a variant of a valid record."""
+    k, a = kernel_record, accuracy_record
+    return [
+        (k, lambda r: r["metrics"].update(reps=20.0)), (k, lambda r: r["config"].update(threads=True)),
+        (k, lambda r: r["config"].update(shape=[8.0, 16])), (k, lambda r: r.update(schema_version=2.0)),
+        (k, lambda r: r["provenance"]["hardware"].update(gpu_memory_gb=80.0)),   # a number may be 80.0
+        (k, lambda r: r["metrics"].update(peak_mem_bytes=float("nan"))), (k, lambda r: r["metrics"].update(
+            time_iqr_s=float("inf"))),
+        (k, lambda r: r["config"].update(shape=(8, 16))), (k, lambda r: r["norm"].update(layouts=("tokens",))),
+        (k, lambda r: r["provenance"].update(plugins={1: "x"})), (k, lambda r: r["provenance"].update(
+            plugins={"x": float("nan")})),
+        (k, lambda r: r["metrics"].update(bytes_moved=2 ** 70)), (k, lambda r: r["config"].update(threads=2 ** 64)),
+        (k, lambda r: r["norm"].update(name="layernorm\n")), (k, lambda r: r.update(impl_hash="0123456789abcdef\n")),
+        (k, lambda r: r["norm"].update(title="\ud800")), (k, lambda r: r["norm"].update(title="ünïcode ✓")),
+        (k, lambda r: r.update(flags=["noisy"], flag_reasons={"noisy": "\x1c\x1d"})),
+        (k, lambda r: r.update(flags=["noisy"], flag_reasons={"noisy": "\u2003"})),
+        (k, lambda r: r.update(flags=["noisy"], flag_reasons={"noisy": "\u200b"})),
+        (k, lambda r: r.update(flags=["noisy", "noisy"], flag_reasons={"noisy": "x"})),
+        (k, lambda r: r["provenance"].update(timestamp="not a date")), (k, lambda r: r["config"].update(
+            bytes_model={"formula": 3})),
+        (k, lambda r: r["metrics"]["err"].update(y={"max_abs": -0.0})), (k, lambda r: r["metrics"].update(
+            ceiling_gbps=0)),
+        (a, lambda r: r["metrics"]["curve"].append([20.0, 1.0, None])),
+        (a, lambda r: r["metrics"]["curve"].append([20, 1.0, None, 4])),
+        (a, lambda r: r["metrics"]["curve"].append((20, 1.0, None))),
+        (a, lambda r: r["config"].update(seed=1.0)), (a, lambda r: r["config"].update(seed=-3)),
+        (a, lambda r: r["config"].update(recipe={"lr": float("inf")})),
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_edge_cases())))
+def test_the_fast_validator_rejects_exactly_what_the_reference_rejects(i, monkeypatch):
+    pytest.importorskip("jsonschema_rs")
+    make, breakage = _edge_cases()[i]
+    rec = make()
+    breakage(rec)
+    monkeypatch.setenv("NORMBENCH_VALIDATOR", "jsonschema")
+    reference = results.validate_record(rec)
+    monkeypatch.setenv("NORMBENCH_VALIDATOR", "auto")
+    assert results.validate_record(rec) == reference
+    if reference and not any("is newer than" in p for p in reference):
+        structural = schema.structure_problems(rec)
+        assert not structural or not schema._fast_valid(rec)   # the fast path never calls a rejected record valid
+    monkeypatch.setenv("NORMBENCH_VALIDATOR", "both")   # and both together agree (this raises where they do not)
+    assert results.validate_record(rec) == reference
+
+
+def test_the_fast_validator_is_used_where_installed_and_agrees_on_the_committed_records(monkeypatch):
+    pytest.importorskip("jsonschema_rs")
+    from normbench.records import iter_records
+
+    recs = [r for _, r in iter_records(os.path.join(os.path.dirname(os.path.dirname(__file__)), "results"))]
+    assert recs and schema._fast_validator() is not None
+    assert all(schema._fast_valid(r) for r in recs)   # the committed records never need the slow path
+    monkeypatch.setenv("NORMBENCH_VALIDATOR", "jsonschema")
+    assert all(results.validate_record(r) == [] for r in recs[::50])
+
+
+def test_without_jsonschema_rs_the_reference_alone_decides(monkeypatch):
+    rec = kernel_record()
+    rec["metrics"]["reps"] = 20.0
+    monkeypatch.setattr(schema, "_fast_validator", lambda: None)
+    monkeypatch.setenv("NORMBENCH_VALIDATOR", "auto")
+    assert not schema._fast_valid(kernel_record())
+    assert results.validate_record(rec) == ["metrics.reps must be an integer; got 20.0"]
+    assert results.validate_record(kernel_record()) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,6 +18,8 @@ from normbench.site import aggregate as agg
 from normbench.site import build_site, markdown
 from normbench.site.fmt import fmt_bytes, fmt_gbps, fmt_time, safe_url
 from normbench.site.records import Entry
+
+REPO_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 def esc(v) -> str:
@@ -539,3 +542,27 @@ def test_cli_starts_without_the_site_libraries():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_parallel_build_writes_the_same_bytes_as_a_serial_one(demo_site, tmp_path):
+    """Pages render in a process pool (``build._render_all``); the site is byte for byte the serial one (the build
+    time in the footer aside). Run as fresh processes: a process that has drawn figures builds serially."""
+    import subprocess
+    import sys
+
+    root, _ = demo_site
+    outs = []
+    for jobs in (1, 2):
+        out = tmp_path / f"site-{jobs}"
+        code = ("import sys; from normbench.site import build, tables; tables.INLINE_MAX = 30; tables.PREVIEW = 10;"
+                "tables.PAGE_ROWS = 20; assert build._can_fork(); "
+                f"build.build_site(sys.argv[1], sys.argv[2], docs=sys.argv[3], jobs={jobs})")
+        subprocess.run([sys.executable, "-c", code, str(root / "results"), str(out), str(root / "docs")], check=True,
+                       env={**os.environ, "PYTHONPATH": REPO_ROOT})
+        outs.append(out)
+    files = [sorted(p.relative_to(o).as_posix() for p in o.rglob("*") if p.is_file()) for o in outs]
+    assert files[0] == files[1] and len(files[0]) > 50
+    footer = re.compile(rb"Built \d{4}-\d\d-\d\d \d\d:\d\d UTC")
+    for rel in files[0]:
+        a, b = ((o / rel).read_bytes() for o in outs)
+        assert footer.sub(b"", a) == footer.sub(b"", b), rel

@@ -7,7 +7,8 @@ null); and ``provenance.node`` (the host name; not part of the id). A record wit
 :data:`INVALID_FLAGS` flag is kept and shown as failed.
 
 A record's structure (fields, types, ranges, vocabularies, patterns) is defined once, by :func:`json_schema`, which the
-site publishes for submitters; :func:`validate_record` checks a record against it with jsonschema and then checks, in
+site publishes for submitters; :func:`validate_record` checks a record against it (jsonschema-rs where installed,
+jsonschema for every problem and where it is not: the same verdicts, see ``structure_problems``) and then checks, in
 code, only what JSON Schema cannot express (the GB/s arithmetic, the ceiling rules, the flags' order and reasons).
 """
 
@@ -349,7 +350,8 @@ def json_schema() -> dict:
 @functools.cache
 def _validator():
     """A draft 2020-12 validator of :func:`json_schema`, built once. Its types follow JSON as Python loads it: a number
-    is finite (``json`` reads NaN and Infinity, which JSON has not) and an integer is an ``int`` (``1.0`` is not)."""
+    is finite (``json`` reads NaN and Infinity, which JSON has not) and an integer is an ``int`` (``1.0`` is not).
+    This is the reference: every problem a record is told about comes from it."""
     import jsonschema
 
     base = jsonschema.Draft202012Validator
@@ -358,6 +360,59 @@ def _validator():
         "integer": lambda _, v: isinstance(v, int) and not isinstance(v, bool),
     })
     return jsonschema.validators.extend(base, type_checker=types)(json_schema())
+
+
+# The fast path (``normbench.records.fastpath``): the same schema compiled by jsonschema-rs; it only ever answers
+# "valid", and a record it does not call valid goes to the reference above, which finds every problem.
+# ``NORMBENCH_VALIDATOR``: ``auto`` (default: the fast path where jsonschema-rs is installed), ``jsonschema`` (the
+# reference only), ``both`` (both on every record, raising where the fast path accepts what the reference rejects: the
+# test suite runs so).
+
+_FAST: dict[int, Any] = {}
+
+
+def _fast_validator():
+    """The jsonschema-rs validator (``normbench.records.fastpath``) of the schema the reference validator holds
+    (rebuilt with it), or None where jsonschema-rs is not installed."""
+    from normbench.records import fastpath
+
+    ref = _validator()
+    key = id(ref)
+    if key not in _FAST:
+        _FAST.clear()
+        _FAST[key] = (ref, fastpath.compile_schema(ref.schema))
+    return _FAST[key][1]
+
+
+def _mode() -> str:
+    import os
+
+    return os.environ.get("NORMBENCH_VALIDATOR", "auto")
+
+
+def _fast_valid(rec) -> bool:
+    """True only where the fast path is sure the record's structure is valid (the reference would agree)."""
+    from normbench.records.fastpath import plain
+
+    fast = _fast_validator()
+    if fast is None or not plain(rec):
+        return False
+    try:
+        return fast.is_valid(rec)
+    except Exception:   # anything it cannot take goes to the reference
+        return False
+
+
+def structure_problems(rec: Any) -> list[str]:
+    """Every problem :func:`json_schema` finds with ``rec``, each naming the field, in field order."""
+    mode = _mode()
+    if mode != "jsonschema" and mode != "both" and _fast_valid(rec):
+        return []
+    found = {(_path_order(e.absolute_path), p) for e in _validator().iter_errors(rec) for p in _schema_problems(e)}
+    problems = [p for _, p in sorted(found)]
+    if mode == "both" and _fast_validator() is not None and _fast_valid(rec) and problems:
+        raise AssertionError(f"jsonschema-rs accepts a record that jsonschema rejects: {problems}")
+    return problems
 
 
 _TYPE_NAMES = {"number": "a number", "integer": "an integer", "string": "a string", "boolean": "true or false",
@@ -491,7 +546,7 @@ def validate_record(rec: Any) -> list[str]:
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         return [f"record.schema_version {version} is newer than this normbench understands ({SCHEMA_VERSION}); "
                 "upgrade normbench"]
-    found = {(_path_order(e.absolute_path), p) for e in _validator().iter_errors(rec) for p in _schema_problems(e)}
-    if found:
-        return [p for _, p in sorted(found)]
+    problems = structure_problems(rec)
+    if problems:
+        return problems
     return _rule_problems(rec)

@@ -151,10 +151,86 @@ def _check_out(out: Path, results: Path) -> None:
                          "refusing to replace it: pass an empty or new directory")
 
 
+def _jobs(jobs: int | None) -> int:
+    """Processes to render pages in: ``jobs``, else ``NORMBENCH_SITE_JOBS``, else the CPUs this process may use."""
+    if jobs is None:
+        env = os.environ.get("NORMBENCH_SITE_JOBS", "")
+        jobs = int(env) if env.isdigit() else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                               else os.cpu_count() or 1)
+    return max(1, int(jobs))
+
+
+# The pool's workers are forked from the building process and find the site here (set just before the fork).
+_WORK: tuple | None = None
+
+
+def _write_pages(site, env, common, tmp: Path, job) -> tuple[int, dict[str, str]]:
+    """Render the pages of one job into ``tmp``: (pages written, data files its tables made)."""
+    site.data_files = {}
+    n = 0
+    for page in site.run(job):
+        path = tmp / page.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ctx = {**common, **page.ctx, "title": page.title, "up": page.up, "active": page.active,
+               "lead": page.lead, "crumbs": page.crumbs, "charts": page.charts}
+        path.write_text(env.get_template(page.template).render(ctx), encoding="utf-8")
+        n += 1
+    return n, site.data_files
+
+
+def _work(i: int) -> tuple[int, dict[str, str]]:
+    site, env, common, tmp, jobs = _WORK
+    return _write_pages(site, env, common, tmp, jobs[i])
+
+
+def _can_fork() -> bool:
+    """Whether pages may render in forked processes: where fork exists and this process has not loaded vl-convert
+    (a forked copy of its started JavaScript runtime hangs on its first figure). A process that drew figures before
+    (a test session, a second build in one process) builds serially, with the same bytes."""
+    import multiprocessing
+    import sys
+
+    return "fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
+
+
+def _render_all(site, env, common, tmp: Path, n_jobs: int) -> int:
+    """Every page, in ``n_jobs`` processes (forked, so they share the loaded records); the pages and data files are
+    the same bytes whatever the number (each job depends on the site's data alone; tests compare)."""
+    global _WORK
+    jobs = site.jobs()
+    data: dict[str, str] = {}
+    n_pages = 0
+    if n_jobs > 1 and len(jobs) > 1 and _can_fork():
+        import multiprocessing
+
+        # Longest first (a norm's pages draw its figures), so no worker is left with a big job at the end.
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i][0] != "norm", jobs[i][0] != "compare_page", i))
+        _WORK = (site, env, common, tmp, jobs)
+        try:
+            with multiprocessing.get_context("fork").Pool(min(n_jobs, len(jobs))) as pool:
+                for n, files in pool.imap_unordered(_work, order, chunksize=1):
+                    n_pages += n
+                    data.update(files)
+        finally:
+            _WORK = None
+    else:
+        for job in jobs:
+            n, files = _write_pages(site, env, common, tmp, job)
+            n_pages += n
+            data.update(files)
+    for rel in sorted(data):
+        path = tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(data[rel], encoding="utf-8")
+    site.data_files = data
+    return n_pages
+
+
 def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = "site",
-               docs: str | os.PathLike | None = None, charts: bool = True) -> BuildReport:
+               docs: str | os.PathLike | None = None, charts: bool = True, jobs: int | None = None) -> BuildReport:
     """Build the leaderboard from ``results`` into ``out`` (replaced only if a previous build made it); without
-    ``charts`` the figures are left out (a quick build: the pages say where a figure would be)."""
+    ``charts`` the figures are left out (a quick build: the pages say where a figure would be). Pages render in
+    ``jobs`` processes (default: one per CPU; ``NORMBENCH_SITE_JOBS``), with the same bytes as one."""
     results, out = Path(results), Path(out)
     loaded = load_results(results)
     _check_out(out, results)
@@ -176,21 +252,7 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
-        n_pages = 0
-        dirs: set[Path] = set()
-        for page in site.pages():
-            path = tmp / page.path
-            if path.parent not in dirs:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                dirs.add(path.parent)
-            ctx = {**common, **page.ctx, "title": page.title, "up": page.up, "active": page.active,
-                   "lead": page.lead, "crumbs": page.crumbs, "charts": page.charts}
-            path.write_text(env.get_template(page.template).render(ctx), encoding="utf-8")
-            n_pages += 1
-        for rel, text in site.data_files.items():
-            path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+        n_pages = _render_all(site, env, common, tmp, _jobs(jobs))
         _copy_tree(resources.files("normbench.site") / "assets", tmp / "assets")
         # Re-serialised (not copied) so the published file is exactly the JSON that was validated.
         recs = tmp / "records"

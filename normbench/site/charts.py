@@ -520,21 +520,35 @@ def _static_svg(spec: dict) -> str:
                   lambda m: f'xlink:href="{html.escape(urls[int(m.group(1))], quote=True)}"', svg)
 
 
-def render(chart: alt.TopLevelMixin, chart_id: str, *, alt_text: str) -> Figure:
-    """Compile ``chart`` and draw it: the static SVG (vl-convert, pinned Vega-Lite) and the spec for the browser."""
-    spec = chart.to_dict()
+#: What a figure drawn only in the browser shows until (or unless) its script draws it.
+LIVE_ONLY = ("This figure is drawn by your browser from its Vega-Lite specification (JavaScript is needed); without "
+             "it, the table of records on this page holds every point.")
+
+
+def render(chart: alt.TopLevelMixin, chart_id: str, *, alt_text: str, static: bool = True) -> Figure:
+    """Compile ``chart`` and draw it: the static SVG (vl-convert, pinned Vega-Lite) and the spec for the browser.
+    ``static=False`` leaves the SVG out (the browser draws the spec; a note stands in until it does): for figures on
+    deep pages, where drawing every SVG at build time would cost most of a large site's build."""
+    # The builders above only make valid Vega-Lite (the tests compile each); Altair's own check of the spec against
+    # the Vega-Lite schema cost a third of each chart's time.
+    spec = chart.to_dict(validate=False)
     spec.setdefault("description", alt_text)
     for row in _rows(spec):   # JSON has no NaN/inf: a missing number is null (drawn as no mark, not as 0)
         for k, v in row.items():
             if isinstance(v, float) and not math.isfinite(v):
                 row[k] = None
-    svg = _static_svg(spec)
-    _audit_svg(svg)
+    if static:
+        svg = _static_svg(spec)
+        _audit_svg(svg)
+    else:
+        svg = ""
     sj = spec_json(spec)
     fid = html.escape(str(chart_id), quote=True)
     cap = html.escape(str(alt_text), quote=True)
-    frag = (f'<figure class="nb-chart" id="{fid}">'
-            f'<div class="nb-static" role="img" aria-label="{cap}">{svg}</div>'
+    still = svg or f'<p class="muted nb-live-note">{html.escape(LIVE_ONLY)}</p>'
+    live_only = "" if static else ' data-static="none"'
+    frag = (f'<figure class="nb-chart" id="{fid}"{live_only}>'
+            f'<div class="nb-static" role="img" aria-label="{cap}">{still}</div>'
             f'<script type="application/json" class="nb-spec">{sj}</script>'
             f"<figcaption>{cap}</figcaption></figure>")
     return Figure(svg=svg, spec=sj, html=frag)

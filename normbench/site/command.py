@@ -8,7 +8,7 @@ import sys
 def _cmd_build(args) -> int:
     from normbench.site.build import build_site
 
-    report = build_site(args.results, args.out, docs=args.docs, charts=not args.no_charts)
+    report = build_site(args.results, args.out, docs=args.docs, charts=not args.no_charts, jobs=args.jobs)
     print(report.summary())
     if report.rejected:
         print(f"{len(report.rejected)} rejected record(s)/file(s) (listed on {report.out / 'rejected.html'}):",
@@ -33,6 +33,8 @@ def register(subparsers) -> None:
     b.add_argument("--strict", action="store_true", help="exit 1 when any record is rejected")
     b.add_argument("--no-charts", action="store_true",
                    help="leave the figures out (a quicker build; drawing them is most of a build's time)")
+    b.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="render pages in N processes (default: one per CPU; the same bytes as one)")
     b.set_defaults(func=_cmd_build)
 
     def _usage(args, parser=p) -> int:

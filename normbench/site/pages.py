@@ -142,6 +142,7 @@ class Site:
             self.by_hw.setdefault(r["hardware"], []).append(r)
         self.kernel_hws = sorted(self.by_hw)
         self._wfig: dict[tuple, tuple[list, int]] = {}
+        self._wplan: dict[tuple, list] = {}
 
     # --- rows ----------------------------------------------------------------------------------------------------
 
@@ -254,23 +255,25 @@ class Site:
             })
         return pd.DataFrame.from_records(recs)
 
-    def figure(self, builder: str, df, chart_id: str, alt: str, **kw):
-        """A rendered chart (``charts.<builder>(df, **kw)``), or None without the charts module or data."""
+    def figure(self, builder: str, df, chart_id: str, alt: str, *, static: bool = True, **kw):
+        """A rendered chart (``charts.<builder>(df, **kw)``), or None without the charts module or data; ``static``
+        False: the spec only, drawn in the browser (``charts.render``)."""
         if self.charts is None or df is None or len(df) == 0 or not hasattr(self.charts, builder):
             return None
         chart = getattr(self.charts, builder)(df, **kw)
         # The charts module escapes every text it puts in the SVG and the spec (its own tests check hostile text).
-        return Markup(self.charts.render(chart, chart_id, alt_text=alt).html)
+        return Markup(self.charts.render(chart, chart_id, alt_text=alt, static=static).html)
 
     def width_figures(self, norm: str, hw: str, rows: list[dict], up: str) -> list:
         """GB/s and % of ceiling against hidden size on one device, one figure pair per layout with two widths."""
         return self._width_figures(norm, hw, rows, up)[0]
 
-    def _width_figures(self, norm: str, hw: str, rows: list[dict], up: str) -> tuple[list, int]:
+    def _width_plan(self, norm: str, hw: str, rows: list[dict], up: str) -> list[tuple]:
+        """(layout, metric, what, frame) of each width figure of a norm on a device, before drawing any."""
         key = (norm, hw, up)
-        if key in self._wfig:  # the norm's page and its device page show the same figures: drawn once
-            return self._wfig[key]
-        figs, points = [], 0
+        if key in self._wplan:
+            return self._wplan[key]
+        plan = []
         for layout in sorted({r["layout"] for r in rows}):
             df = self.width_frame([r for r in rows if r["layout"] == layout], up)
             if len(df) == 0 or df["width"].nunique() < 2:
@@ -278,15 +281,41 @@ class Site:
             for metric, what in (("gbps", "GB/s"), ("pct_ceiling", "% of the measured copy ceiling")):
                 if metric == "pct_ceiling" and df["pct_ceiling"].isna().all():
                     continue
+                plan.append((layout, metric, what, df))
+        self._wplan[key] = plan
+        return plan
+
+    def _width_points(self, norm: str, hw: str, rows: list[dict], up: str) -> int:
+        return sum(len(df) for *_, df in self._width_plan(norm, hw, rows, up)) if self.charts is not None else 0
+
+    def _width_figures(self, norm: str, hw: str, rows: list[dict], up: str, *, draw: bool = True,
+                       static: bool = True) -> tuple[list, int]:
+        """The figures and their number of points; ``draw=False`` counts them without drawing (placeholders)."""
+        key = (norm, hw, up, draw, static)
+        if key in self._wfig:  # the norm's page and its device page show the same figures: drawn once
+            return self._wfig[key]
+        figs, points = [], 0
+        for layout, metric, what, df in self._width_plan(norm, hw, rows, up):
+            if not draw:
+                fig = Markup("") if self.charts is not None else None
+            else:
                 alt = (f"{norm} on {hw} ({layout}): {what} against hidden size, one line per backend "
                        f"({', '.join(sorted(df['backend'].unique()))}) per dtype and pass")
                 fig = self.figure("kernel_width_chart", df, slug("w", norm, hw, layout, metric), alt, metric=metric,
-                                  title=f"{norm} · {layout} · {what}")
-                if fig:
-                    figs.append(fig)
-                    points += len(df)
+                                  title=f"{norm} · {layout} · {what}", static=static)
+            if fig is not None:
+                figs.append(fig)
+                points += len(df)
         self._wfig[key] = (figs, points)
         return figs, points
+
+    def norm_inline(self, name: str) -> bool:
+        """Whether a norm's page draws its figures itself (few points in all); else each device's figure page holds
+        them, drawn in the browser from their spec (a deep page: its records table is the no-JavaScript view)."""
+        rows = self.by_norm.get(name, [])
+        up = "../"
+        return sum(self._width_points(name, hw, [r for r in rows if r["hardware"] == hw], up)
+                   for hw in sorted({r["hardware"] for r in rows})) <= INLINE_POINTS
 
     # --- pages ---------------------------------------------------------------------------------------------------
 
@@ -436,7 +465,8 @@ class Site:
                 continue
             fig = self.figure("device_compare_chart", df, slug("dc", name, *combo),
                               f"{name} ({label}): % of each device's copy ceiling against hidden size, one colour "
-                              "per device, one panel per backend", title=f"{name} · {label}")
+                              "per device, one panel per backend", title=f"{name} · {label}",
+                              static=False)   # a deep page: the browser draws it (each device's page has the records)
             if fig:
                 figs.append(fig)
                 points += len(df)
@@ -475,9 +505,10 @@ class Site:
         paper = m.get("paper") if isinstance(m.get("paper"), dict) else {}
         rows = self.by_norm.get(name, [])
         devices = []
+        inline = self.norm_inline(name)
         for hw in sorted({r["hardware"] for r in rows}):
             hr = [r for r in rows if r["hardware"] == hw]
-            figs, points = self._width_figures(name, hw, hr, up)
+            figs, points = self._width_figures(name, hw, hr, up, draw=inline)
             devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw), "figs": figs,
                             "points": points, "href": up + device_file(hw),
                             "fig_href": up + norm_device_file(name, hw),
@@ -485,7 +516,6 @@ class Site:
                             "best": [self._top_row(r) | {"href": self.rec_href(r["entry"], up)}
                                      for r in agg.best_by_bandwidth(hr, 3)]})
         # Figures inline while the page stays small; with many devices each has its figure page (one click).
-        inline = sum(d["points"] for d in devices) <= INLINE_POINTS
         cells = [c for c in self.cells if c.norm == name and not c.tuning]
         acc = []
         for key in sorted({c.table_key for c in cells}, key=self.table_order):
@@ -506,7 +536,9 @@ class Site:
         p = Page(norm_device_file(name, hw), "norm_device.html", f"{name} on {hw}", active="norms.html",
                  lead=self.hw_name(hw), crumbs=[("norms.html", "Norms"), (norm_file(name), name)])
         hr = [r for r in self.by_norm.get(name, []) if r["hardware"] == hw]
-        figs, _ = self._width_figures(name, hw, hr, p.up)
+        # Static SVG where the norm's page draws the same figures (few points: drawn once, shared); else the browser
+        # draws them from their spec and the records table below is the view without JavaScript.
+        figs, _ = self._width_figures(name, hw, hr, p.up, static=self.norm_inline(name))
         p.charts = bool(figs)
         p.ctx = dict(name=name, hw=hw, figs=figs, device_href=p.up + device_file(hw), n=len(hr),
                      widths=len({r["num_features"] for r in hr}),
@@ -786,16 +818,18 @@ class Site:
             backends.append({"backend": b, "algorithm": algorithms.get(b, "not defined by normbench (library "
                                                                            "kernel)"),
                              "passes": ", ".join(passes) or "–", "n": len(br)})
-        sections = []
+        sections, plans = [], []
         for n in sorted({r["norm"] for r in rows}):
             for hw in sorted({r["hardware"] for r in rows if r["norm"] == n}):
                 hr = [r for r in rows if r["norm"] == n and r["hardware"] == hw]
-                figs, points = self._width_figures(n, hw, hr, "")
-                sections.append({"norm": n, "hw": hw, "href": norm_file(n), "figs": figs, "points": points,
-                                 "fig_href": norm_device_file(n, hw),
-                                 "best": [self._top_row(r) for r in agg.best_by_bandwidth(hr, 5)]})
+                plans.append((n, hw, hr, self._width_points(n, hw, hr, "")))
+        inline = sum(x[3] for x in plans) <= INLINE_POINTS
+        for n, hw, hr, _ in plans:
+            figs, points = self._width_figures(n, hw, hr, "", draw=inline)
+            sections.append({"norm": n, "hw": hw, "href": norm_file(n), "figs": figs, "points": points,
+                             "fig_href": norm_device_file(n, hw),
+                             "best": [self._top_row(r) for r in agg.best_by_bandwidth(hr, 5)]})
         # As on a norm's page: figures inline while the page stays small, else one click away per device.
-        inline = sum(x["points"] for x in sections) <= INLINE_POINTS
         for x in sections:
             x["inline"] = inline
         claim = next((c for c in self.claim_results() if "softmax" in c["id"]), None)
@@ -818,9 +852,22 @@ class Site:
             prov_ids[pkey] = (f"prov-{len(prov_ids) + 1}", _flat(prov), rec["provenance"])
         return dict(e=e, rec=rec, command=command(rec), flags=flag_badges(flags),
                     check=chk if isinstance(chk, dict) else None,
-                    config=_flat(rec.get("config")), metrics=_flat({k: v for k, v in rec["metrics"].items()
-                                                                    if k != "curve"}),
                     prov_id=prov_ids[pkey][0], ranked=not flags, invalid=any(f in INVALID_FLAGS for f in flags))
+
+    @staticmethod
+    def record_data(entries: list[Entry]) -> str:
+        """A record page's data file: each record's config and metrics (two levels flattened, as text), the strings
+        once in a table (keys and values repeat across a page's records); ``assets/site.js`` (``nbRecords``) shows
+        them as each section's tables. JSON with ASCII escapes cannot leave its string literals."""
+        strings: dict[str, int] = {}
+
+        def pairs(obj):
+            return [[strings.setdefault(k, len(strings)), strings.setdefault(v, len(strings))] for k, v in _flat(obj)]
+
+        recs = [[pairs(e.rec.get("config")), pairs({k: v for k, v in e.rec["metrics"].items() if k != "curve"})]
+                for e in entries]
+        return "window.nbRecords(" + json.dumps({"s": list(strings), "r": recs}, ensure_ascii=True,
+                                                separators=(",", ":")) + ");\n"
 
     def record_page(self, path: str, entries: list[Entry]) -> Page:
         """The records of one norm on one device (or one bucket of them): a section per record, anchored by its
@@ -830,8 +877,11 @@ class Site:
         p = Page(path, "record.html", f"Records of {name} on {hw}", crumbs=[(norm_file(name), name)])
         prov_ids: dict = {}
         sections = [self.record_section(e, prov_ids) for e in entries]
+        data = path[:-len(".html")] + ".js"
+        self.data_files[data] = self.record_data(entries)
         p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw,
-                     json_href=entries[0].json_file.rsplit("/", 1)[-1],
+                     json_href=entries[0].json_file.rsplit("/", 1)[-1], data_href=data.rsplit("/", 1)[-1],
+
                      hw_href=f"../{device_file(hw)}", norm_href=f"../{norm_file(name)}")
         return p
 
@@ -876,32 +926,54 @@ class Site:
             rejected=self.loaded.rejected,
             superseded=[(old, new, self.rec_href(new, "")) for old, new in self.loaded.superseded]))
 
-    def pages(self):
-        yield self.overview()
-        yield self.kernels_page()
-        yield self.devices_page()
-        for name in self.compared_norms():
-            yield self.compare_page(name)
-        for hw in sorted(self.hw_entries):
-            yield self.device_page(hw)
-        yield self.norms_index()
-        for name in sorted(self.norm_meta):
+    #: Record pages per job of the build's process pool.
+    RECORD_PAGES_PER_JOB = 24
+
+    def jobs(self) -> list[tuple]:
+        """The build's units of work, in page order: each job renders one or more pages (``run``) from this site's
+        data alone, so jobs may run in any order and in other processes (``build._render_all``) with the same bytes."""
+        jobs: list[tuple] = [("overview",), ("kernels_page",), ("devices_page",)]
+        jobs += [("compare_page", name) for name in self.compared_norms()]
+        jobs += [("device_page", hw) for hw in sorted(self.hw_entries)]
+        jobs.append(("norms_index",))
+        jobs += [("norm", name) for name in sorted(self.norm_meta)]
+        jobs += [("softmax_page",), ("accuracy_page",)]
+        jobs += [("cell_page", key) for key, _ in self._acc_tables()]
+        jobs += [("claims_page",), ("methodology_page",)]
+        jobs += [("doc_page", *d) for d in DOCS]
+        jobs += [("downloads_page",), ("rejected_page",)]
+        paths = list(pages_of(self.loaded.entries))
+        jobs += [("record_pages", tuple(paths[i:i + self.RECORD_PAGES_PER_JOB]))
+                 for i in range(0, len(paths), self.RECORD_PAGES_PER_JOB)]
+        return jobs
+
+    def run(self, job: tuple):
+        """The pages of one job (see ``jobs``)."""
+        what, *args = job
+        if what == "norm":
+            name = args[0]
             yield self.norm_page(name)
             for hw in sorted({r["hardware"] for r in self.by_norm.get(name, [])}):
                 yield self.norm_device_page(name, hw)
             self._wfig.clear()
-        yield self.softmax_page()
-        yield self.accuracy_page()
-        for key, cells in self._acc_tables():
-            yield self.cell_page(key, cells)
-        yield self.claims_page()
-        yield self.methodology_page()
-        for name, key, title in DOCS:
-            yield self.doc_page(name, key, title)
-        yield self.downloads_page()
-        yield self.rejected_page()
-        for path, entries in pages_of(self.loaded.entries).items():
-            yield self.record_page(path, entries)
+            self._wplan.clear()
+        elif what == "cell_page":
+            yield self.cell_page(args[0], dict(self._acc_tables())[args[0]])
+        elif what == "record_pages":
+            groups = self._record_groups()
+            for path in args[0]:
+                yield self.record_page(path, groups[path])
+        else:
+            yield getattr(self, what)(*args)
+
+    def _record_groups(self) -> dict[str, list[Entry]]:
+        if not hasattr(self, "_groups"):
+            self._groups = pages_of(self.loaded.entries)
+        return self._groups
+
+    def pages(self):
+        for job in self.jobs():
+            yield from self.run(job)
 
 
 def _metric_label(metric: str, higher: bool) -> str:

@@ -61,6 +61,45 @@
     });
   }
 
+  // Called by a record page's data file (records/<page>.js): each record's config and metrics, written once there,
+  // become the two key/value tables of its section (div.kv[data-rec=i]). Strings come packed: {s: [strings],
+  // r: [[[config key, value]...], [[metrics key, value]...]] per record}; only textContent is written.
+  window.nbRecords = function (data) {
+    if (!data || !data.s || !data.r) return;
+    var S = data.s;
+    function table(pairs) {
+      var t = document.createElement("table");
+      t.className = "lb compact kv";
+      var body = document.createElement("tbody");
+      pairs.forEach(function (kv) {
+        var tr = document.createElement("tr");
+        var th = document.createElement("th");
+        th.textContent = String(S[kv[0]]);
+        var td = document.createElement("td");
+        td.textContent = String(S[kv[1]]);
+        tr.appendChild(th);
+        tr.appendChild(td);
+        body.appendChild(tr);
+      });
+      t.appendChild(body);
+      return t;
+    }
+    var boxes = document.querySelectorAll("div.kv[data-rec]");
+    for (var i = 0; i < boxes.length; i++) {
+      var rec = data.r[parseInt(boxes[i].getAttribute("data-rec"), 10)];
+      if (!rec) continue;
+      var frag = document.createDocumentFragment();
+      [["Config", rec[0]], ["Metrics", rec[1]]].forEach(function (part) {
+        var h = document.createElement("h3");
+        h.textContent = part[0];
+        frag.appendChild(h);
+        frag.appendChild(table(part[1]));
+      });
+      while (boxes[i].firstChild) boxes[i].removeChild(boxes[i].firstChild);
+      boxes[i].appendChild(frag);
+    }
+  };
+
   // Called by a table's data file: replace the page's first rows with all of them.
   window.nbData = function (id, data) {
     var table = document.getElementById(id);
@@ -244,6 +283,13 @@
   }
 
   function init() {
+    // A record page's config and metrics live in its data file (same origin: allowed by the CSP, also from file://).
+    var recs = document.querySelector("[data-records-src]");
+    if (recs && /^[A-Za-z0-9_.-]+\.js$/.test(recs.getAttribute("data-records-src"))) {
+      var rs = document.createElement("script");
+      rs.src = recs.getAttribute("data-records-src");
+      document.head.appendChild(rs);
+    }
     var pending = 1;  // this function itself, so tables done at once do not mark the page ready early
     var tables = document.querySelectorAll("table.sortable");
     for (var t = 0; t < tables.length; t++) {
