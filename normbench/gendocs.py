@@ -85,11 +85,67 @@ def cells_markdown(records: list[dict]) -> str:
     return "\n".join(out).rstrip()
 
 
+def ceiling_rankings_markdown(records: list[dict], n: int = 5) -> str:
+    """Per CPU or GPU: the "closest to the ceiling" ranking as it was (every ranked kernel record by percent of the DRAM
+    copy ceiling) beside the rankings of issue #28 (records that are not cache-resident by the DRAM percentage;
+    cache-resident ones by percent of their same-size copy), and how each record's residency is known."""
+    from collections import Counter
+
+    from normbench.records.cache import known_caches, ranked_against_dram, record_residency
+
+    kern = [r for r in one_per_id(records) if r.get("kind") == "kernel"]
+    if not kern:
+        return "No kernel records yet."
+    known = known_caches(kern)
+
+    def pct(r, key):
+        v = (r.get("metrics") or {}).get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def line(i, r, key):
+        c, m = r["config"], r["metrics"]
+        ws = m.get("working_set_bytes") or m.get("bytes_moved") or 0
+        res, how = record_residency(r, known)
+        return (f"| {i} | {C.escape_md(r['norm']['name'])} | {C.escape_md(str(c.get('backend')))} | "
+                f"{C.escape_md(str(c.get('shape_label') or c.get('shape')))} | {c.get('dtype')} | {c.get('pass')} | "
+                f"{ws / 2**20:.1f} | {res or 'unknown'} ({how}) | {_fmt(pct(r, key))} |")
+
+    head = ("| # | norm | backend | shape | dtype | pass | working set (MiB) | cache (how known) | {} |\n"
+            "|---|---|---|---|---|---|---|---|---|")
+    out = []
+    for hw in sorted({r["provenance"]["hardware_id"] for r in kern}):
+        rows = [r for r in kern if r["provenance"]["hardware_id"] == hw and not r.get("flags")]
+        res = {id(r): record_residency(r, known) for r in rows}
+        by_dram = sorted((r for r in rows if pct(r, "pct_of_ceiling") is not None),
+                         key=lambda r: -pct(r, "pct_of_ceiling"))
+        dram = [r for r in by_dram if ranked_against_dram(res[id(r)][0])]
+        copy = sorted((r for r in rows if not ranked_against_dram(res[id(r)][0])
+                       and pct(r, "pct_of_same_size_copy") is not None), key=lambda r: -pct(r, "pct_of_same_size_copy"))
+        hows = Counter(f"{res[id(r)][0] or 'unknown'} ({res[id(r)][1]})" for r in rows)
+        out.append(f"#### {C.escape_md(hw)}\n")
+        caches = known.get(hw)
+        out.append(f"{len(rows)} ranked kernel records; cache sizes "
+                   + (f"L2 {caches['l2_bytes'] / 2**20:g} MiB per core, last level {caches['llc_bytes'] / 2**20:g} MiB"
+                      if caches and caches.get("l2_bytes") and caches.get("llc_bytes") else "not recorded")
+                   + "; residency: " + ", ".join(f"{k}: {v}" for k, v in sorted(hows.items())) + ".\n")
+        out.append(f"Before (every ranked record by % of the DRAM ceiling), top {n}:\n")
+        out.append(head.format("% of DRAM ceiling"))
+        out += [line(i, r, "pct_of_ceiling") for i, r in enumerate(by_dram[:n], 1)] or ["| – |"]
+        out.append(f"\nNow, not cache-resident, by % of the DRAM ceiling ({len(dram)} records), top {n}:\n")
+        out.append(head.format("% of DRAM ceiling"))
+        out += [line(i, r, "pct_of_ceiling") for i, r in enumerate(dram[:n], 1)] or ["| – | none |"]
+        out.append(f"\nNow, cache-resident, by % of a same-size copy ({len(copy)} records), top {n}:\n")
+        out.append(head.format("% of same-size copy"))
+        out += [line(i, r, "pct_of_same_size_copy") for i, r in enumerate(copy[:n], 1)] or ["| – | none |"]
+        out.append("")
+    return "\n".join(out).rstrip("\n")
+
+
 def blocks(records: list[dict]) -> dict[str, str]:
     from normbench.softmax import softmax_markdown
 
     return {"claims": C.to_markdown(C.evaluate(records)), "cells": cells_markdown(records),
-            "softmax": softmax_markdown(records)}
+            "softmax": softmax_markdown(records), "ceiling-rankings": ceiling_rankings_markdown(records)}
 
 
 def render(text: str, generated: dict[str, str]) -> str:

@@ -74,8 +74,9 @@ def measure_grid(params: list[list[str]]) -> dict:
         write_records(records, root)
         for (key, _), rec in zip(members, records):
             m = rec["metrics"]
-            results[key] = {k: m[k] for k in ("gbps", "pct_of_ceiling", "peak_mem_bytes", "saved_bytes",
-                                              "time_median_s")}
+            results[key] = {k: m.get(k) for k in ("gbps", "pct_of_ceiling", "pct_of_same_size_copy",
+                                                  "cache_resident", "peak_mem_bytes", "saved_bytes",
+                                                  "time_median_s")}
     return {"results": results, "skipped": skipped}
 
 

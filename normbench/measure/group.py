@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import statistics
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -241,6 +242,8 @@ class Context:
     impl_hashes: dict = field(default_factory=dict)
     #: Relative IQR of the repeated ceiling measurements (see ``normbench.measure.noise``); None if not measured.
     ceiling_spread: float | None = None
+    #: Names this run: same-size copy references are shared within it (``normbench.measure.reference``).
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
@@ -287,13 +290,35 @@ def nonfinite_parts(err: dict) -> list[str]:
     return [part for part, stats in (err or {}).items() if isinstance(stats, dict) and stats.get("nonfinite")]
 
 
+def cache_metrics(case: Case, nbytes: int, memory_bound: bool, ctx: Context,
+                  copy_ref: dict | None = None) -> dict:
+    """The same-size copy reference (timed now unless ``copy_ref`` is given) and the cache residency of a case moving
+    ``nbytes``, as record metrics (see ``normbench.measure.reference``)."""
+    from normbench.measure import reference
+
+    if copy_ref is None and memory_bound and nbytes > 0:
+        copy_ref = reference.same_size_copy(ctx.run_id, nbytes, case.dtype, case, ctx.settings)
+    caches = reference.cache_sizes(case.device)
+    return {
+        "copy_same_size_gbps": copy_ref["gbps"] if copy_ref else None,
+        "copy_same_size": {k: v for k, v in copy_ref.items() if k != "gbps"} if copy_ref else None,
+        "working_set_bytes": nbytes,
+        "cache_bytes": caches,
+        "cache_resident": reference.residency(nbytes, caches, device=case.device, timing=case.timing,
+                                              pass_=case.pass_, threads=case.threads),
+    }
+
+
 def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float], used_graph: bool,
                  err: dict, peak: int | None, saved: int | None, load: dict | None = None,
-                 compile_report=None, faults: list[int] | None = None) -> dict:
+                 compile_report=None, faults: list[int] | None = None, copy_ref: dict | None = None) -> dict:
     """The record of one timed case. Flags (schema v2): ``suspect`` above the copy ceiling, ``non_finite`` when the
     output or a gradient this pass computes is NaN/inf (the record is then invalid: kept, shown failed, never
     ranked), ``noisy`` when the machine was busy (``normbench.measure.noise``), ``fell_back`` when torch.compile
-    did not stay compiled."""
+    did not stay compiled.
+
+    Beside the DRAM ceiling's percentage: the run's same-size copy reference (``copy_ref``, else timed here in the
+    case's timing mode, shared per size, dtype and mode) with ``pct_of_same_size_copy``, and ``cache_resident``."""
     from normbench.measure import noise
 
     spec = prep.spec
@@ -325,6 +350,7 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     why = noise.reasons(noise_info)
     if why:
         flags["noisy"] = "; ".join(why)
+    cache = cache_metrics(case, nbytes, model["memory_bound"], ctx, copy_ref)
     metrics = {
         "time_median_s": st["median"],
         "time_iqr_s": st["iqr"],
@@ -340,6 +366,9 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         "datasheet_peak_gbps": ctx.datasheet_peak_gbps,
         "pct_of_datasheet": (100.0 * gbps / ctx.datasheet_peak_gbps
                              if ctx.datasheet_peak_gbps and model["memory_bound"] else None),
+        **cache,
+        "pct_of_same_size_copy": (100.0 * gbps / cache["copy_same_size_gbps"]
+                                  if cache["copy_same_size_gbps"] and model["memory_bound"] else None),
         "peak_mem_bytes": peak,
         "saved_bytes": saved,
         "err": rec_err,

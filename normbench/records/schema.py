@@ -22,6 +22,8 @@ import math
 import re
 from typing import Any
 
+from normbench.records.cache import RESIDENCIES
+
 SCHEMA = "normbench.record"
 SCHEMA_VERSION = 2
 #: Every flag a record may carry; who sets each: non_finite, suspect, noisy (the kernel core), fell_back (the compile
@@ -269,7 +271,18 @@ def json_schema() -> dict:
             "peak_mem_bytes": _js_num(0, integer=True, nullable=True),
             "saved_bytes": _js_num(0, integer=True, nullable=True),
             "err": {"type": "object", "additionalProperties": err_part},
-            "suspect": {"type": "boolean"}, "suspect_reason": {"type": ["string", "null"]}}),
+            "suspect": {"type": "boolean"}, "suspect_reason": {"type": ["string", "null"]},
+            # Issue #28 (optional: older records lack them): the same-size copy reference and cache residency.
+            "copy_same_size_gbps": _js_num(0, exclusive=True, nullable=True),
+            "pct_of_same_size_copy": _js_num(0, nullable=True),
+            "copy_same_size": _js_obj(("bytes_moved", "time_median_s", "reps", "method"), {
+                "bytes_moved": _js_num(0, integer=True), "time_median_s": _js_num(0, exclusive=True),
+                "time_iqr_s": _js_num(0), "reps": _js_num(1, integer=True), "method": _js_str()}, nullable=True),
+            "working_set_bytes": _js_num(0, integer=True, nullable=True),
+            "cache_bytes": _js_obj((), {"l2_bytes": _js_num(1, integer=True, nullable=True),
+                                        "llc_bytes": _js_num(1, integer=True, nullable=True),
+                                        "source": {"type": "string"}}, nullable=True),
+            "cache_resident": _js_str(choices=RESIDENCIES, nullable=True)}),
     }
     curve_value = {"type": ["number", "null"], "description": "null where training diverged"}
     curve_point = {"type": "array", "minItems": 3, "maxItems": 3, "description": "[step, train_loss, eval_metric]",
@@ -300,7 +313,8 @@ def json_schema() -> dict:
                        "normbench/records/schema.py; `normbench validate FILE` checks this schema, with numbers "
                        "finite and integers written without a fraction, and then the rules JSON Schema cannot "
                        "express: metrics.gbps = bytes_moved / time_median_s / 1e9, pct_of_ceiling = 100 * gbps / "
-                       "ceiling_gbps (and null while ceiling_gbps is), a result above the ceiling must carry the "
+                       "ceiling_gbps (and null while ceiling_gbps is), pct_of_same_size_copy = 100 * gbps / "
+                       "copy_same_size_gbps, a result above the ceiling must carry the "
                        "'suspect' flag and one more than 10x above it is rejected, flags are sorted with a reason for "
                        "each flag set and none for a flag not set, the timestamp has a timezone, and diverged_step is "
                        "null unless diverged.",
@@ -503,6 +517,13 @@ def _kernel_problems(met: dict, suspect: bool, v1: bool) -> list[str]:
         problems.append(f"metrics.gbps {gbps:.6g} does not equal bytes_moved / time_median_s = {expect:.6g} GB/s")
     if v1 and suspect and not met["suspect_reason"]:
         problems.append("metrics.suspect is true but metrics.suspect_reason does not say why")
+    copy_gbps, copy_pct = met.get("copy_same_size_gbps"), met.get("pct_of_same_size_copy")
+    if copy_pct is not None:
+        if copy_gbps is None:
+            problems.append("metrics.pct_of_same_size_copy is set but metrics.copy_same_size_gbps is null")
+        elif not math.isclose(copy_pct, 100.0 * gbps / copy_gbps, rel_tol=RECOMPUTE_RTOL, abs_tol=1e-6):
+            problems.append(f"metrics.pct_of_same_size_copy {copy_pct:.6g} does not equal "
+                            f"100·gbps/copy_same_size_gbps = {100.0 * gbps / copy_gbps:.6g}")
     if pct is None:
         return problems
     if ceiling is None:

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from normbench import stats as S
+from normbench.records.cache import known_caches, ranked_against_dram, record_residency
 from normbench.records.schema import INVALID_FLAGS, implied_flags
 from normbench.site.fmt import num
 from normbench.site.records import Entry
@@ -78,6 +79,12 @@ def kernel_row(e: Entry) -> dict:
         "gbps": num(met.get("gbps")),
         "ceiling": num(met.get("ceiling_gbps")),
         "pct": num(met.get("pct_of_ceiling")),
+        # Issue #28: the same-size copy reference, and where the data lived (filled in by add_cache_residency).
+        "copy_gbps": num(met.get("copy_same_size_gbps")),
+        "pct_copy": num(met.get("pct_of_same_size_copy")),
+        "cache": met.get("cache_resident") if met.get("cache_resident") in ("L2", "LLC", "none") else None,
+        "cache_how": "recorded" if met.get("cache_resident") in ("L2", "LLC", "none") else "unknown",
+        "dram": met.get("cache_resident") in ("none", None),
         "datasheet": num(met.get("datasheet_peak_gbps")),
         "flags": flags,
         "flagged": bool(flags),
@@ -111,33 +118,60 @@ def add_speedups(rows: list[dict]) -> None:
         r["speedup"] = base / r["time"] if base and r["time"] and not r["invalid"] else None
 
 
+def add_cache_residency(rows: list[dict]) -> None:
+    """Set each row's ``cache`` (``L2``, ``LLC``, ``none`` or None: unknown), how it is known (``cache_how``:
+    recorded, derived from the cache sizes its hardware's newer records recorded, assumed for an unknown quick shape,
+    unknown) and ``dram``: whether it may be ranked against the DRAM copy ceiling (``normbench.records.cache``)."""
+    known = known_caches(r["entry"].rec for r in rows)
+    for r in rows:
+        r["cache"], r["cache_how"] = record_residency(r["entry"].rec, known)
+        r["dram"] = ranked_against_dram(r["cache"])
+
+
+def _tier(r: dict) -> int:
+    """0: ranked against the DRAM ceiling; 1: cache-resident, ranked against its same-size copy; 2: neither."""
+    if r.get("dram", True):
+        return 0 if r["pct"] is not None or r["gbps"] is not None else 2
+    return 1 if r.get("pct_copy") is not None else 2
+
+
+def _score(r: dict) -> float:
+    pct = r["pct"] if _tier(r) == 0 else r.get("pct_copy")
+    return pct if pct is not None else -1.0
+
+
 def rank_by_bandwidth(rows: list[dict]) -> list[dict]:
-    """Closest to the bandwidth ceiling first (percent of ceiling, then GB/s): the one ranking that is fair
-    across shapes and norms of a memory-bound op. Flagged rows go after every unflagged one (invalid ones last),
-    rows without numbers after them."""
+    """Closest to the bandwidth ceiling first: rows whose data came from DRAM by percent of the DRAM copy ceiling
+    (then GB/s), then cache-resident rows by percent of their same-size copy (issue #28: a cache-resident case is
+    never ranked against the DRAM ceiling), then the rest. Flagged rows go after every unflagged one (invalid ones
+    last), rows without numbers after them."""
     return sorted(rows, key=lambda r: (r["invalid"], r["flagged"], r["pct"] is None and r["gbps"] is None,
-                                       -(r["pct"] if r["pct"] is not None else -1.0), -(r["gbps"] or 0.0),
-                                       r["entry"].rid))
+                                       _tier(r), -_score(r), -(r["gbps"] or 0.0), r["entry"].rid))
 
 
 def best_by_bandwidth(rows: list[dict], n: int = 5) -> list[dict]:
-    """The ``n`` rows closest to the bandwidth ceiling; flagged rows are never ranked."""
-    return [r for r in rank_by_bandwidth(rows) if not r["flagged"] and (r["pct"] is not None
-                                                                          or r["gbps"] is not None)][:n]
+    """The ``n`` unflagged rows closest to the DRAM copy ceiling, among rows that are not cache-resident."""
+    return [r for r in rank_by_bandwidth(rows) if not r["flagged"] and _tier(r) == 0][:n]
 
 
-def best_backend_per_norm(rows: list[dict]) -> list[dict]:
-    """For each norm, its best unflagged row by percent of ceiling (GB/s where no ceiling), sorted best first."""
+def best_by_same_size_copy(rows: list[dict], n: int = 5) -> list[dict]:
+    """The ``n`` unflagged cache-resident rows closest to their same-size copy (``pct_copy``)."""
+    return [r for r in rank_by_bandwidth(rows) if not r["flagged"] and _tier(r) == 1][:n]
+
+
+def best_backend_per_norm(rows: list[dict], basis: str = "dram") -> list[dict]:
+    """For each norm, its best unflagged row, sorted best first: ``basis="dram"`` by percent of the DRAM ceiling
+    (GB/s where no ceiling) among rows that are not cache-resident; ``"copy"`` by percent of the same-size copy among
+    cache-resident rows."""
+    tier = {"dram": 0, "copy": 1}[basis]
     best: dict[str, dict] = {}
     for r in rows:
-        if r["flagged"] or (r["pct"] is None and r["gbps"] is None):
+        if r["flagged"] or _tier(r) != tier:
             continue
         cur = best.get(r["norm"])
-        score = (r["pct"] if r["pct"] is not None else -1.0, r["gbps"] or 0.0)
-        if cur is None or score > (cur["pct"] if cur["pct"] is not None else -1.0, cur["gbps"] or 0.0):
+        if cur is None or (_score(r), r["gbps"] or 0.0) > (_score(cur), cur["gbps"] or 0.0):
             best[r["norm"]] = r
-    return sorted(best.values(), key=lambda r: (-(r["pct"] if r["pct"] is not None else -1.0),
-                                                -(r["gbps"] or 0.0), r["norm"]))
+    return sorted(best.values(), key=lambda r: (-_score(r), -(r["gbps"] or 0.0), r["norm"]))
 
 
 # --- accuracy --------------------------------------------------------------------------------------------------------

@@ -128,6 +128,7 @@ class Site:
         self.data_files: dict[str, str] = {}
         self.kernels = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
         agg.add_speedups(self.kernels)
+        agg.add_cache_residency(self.kernels)
         self.acc_rows = [agg.accuracy_row(e) for e in loaded.entries if e.kind == "accuracy"]
         self.cells = agg.accuracy_cells(self.acc_rows)
         self.norm_meta: dict[str, dict] = {}
@@ -175,8 +176,10 @@ class Site:
             Col("pass"), Col("class", title="shape class"),
             Col("time", True, "median over repetitions (hover: interquartile range)"),
             Col("GB/s", True, "minimum bytes moved / median time"),
-            Col("% ceiling", True, "GB/s as a percentage of the copy bandwidth measured in the same run",
-                sorted="descending"),
+            Col("% ceiling", True, "GB/s as a percentage of the DRAM copy bandwidth measured in the same run; "
+                "cache-resident rows are not ranked by it", sorted="descending"),
+            Col("% copy", True, "GB/s as a percentage of a copy_ of the case's own bytes timed the same way in the "
+                "same run (the note: where its data lived); the share to compare across sizes"),
             Col("vs eager", True, "eager median time / this median time, same shape, dtype and pass"),
             Col("peak mem", True, "peak memory above the inputs"),
             Col("err y", True, "max |y - y_ref| against float64 (hover: dx, dw)"),
@@ -205,7 +208,14 @@ class Site:
                 cell("failed", None, cls="failed", title=iqr) if bad else cell(fmt_time(r["time"]), r["time"],
                                                                                 title=iqr),
                 cell("–" if bad else fmt_gbps(r["gbps"]), None if bad else r["gbps"]),
-                cell(fmt_pct(None if bad else r["pct"]), None if bad else r["pct"]),
+                cell(fmt_pct(None if bad else r["pct"]), None if bad or not r["dram"] else r["pct"],
+                     cls=None if r["dram"] else "muted",
+                     title=None if r["dram"] else f"cache-resident ({r['cache']}): not ranked against the DRAM "
+                                                  "ceiling"),
+                cell(fmt_pct(None if bad else r["pct_copy"]), None if bad else r["pct_copy"],
+                     note=r["cache"] if r["cache"] != "none" else None,
+                     title=f"same-size copy {fmt_gbps(r['copy_gbps'])}; data in cache: {r['cache'] or 'unknown'} "
+                           f"({r['cache_how']})"),
                 cell(fmt_x(r["speedup"]), r["speedup"]),
                 cell(fmt_bytes(r["peak_mem"]), r["peak_mem"]),
                 cell(fmt_err(r["err_y"]), r["err_y"], title=errt),
@@ -322,6 +332,8 @@ class Site:
     def overview(self) -> Page:
         hws = self.kernel_hws
         best = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw])} for hw in hws}
+        # norms with no ranked record from DRAM: their best cache-resident case against its same-size copy
+        best_copy = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw], "copy")} for hw in hws}
         matrix = Table("matrix", [Col("norm")] + [Col(hw, True, self.hw_name(hw)) for hw in hws], search=False,
                        cls="narrow")
         for n in sorted(self.by_norm, key=lambda n: (-max([best[hw][n]["pct"] or 0.0 for hw in hws
@@ -329,7 +341,14 @@ class Site:
             cells = [cell(n, n, href=norm_file(n))]
             for hw in hws:
                 r = best[hw].get(n)
-                if r is None:
+                rc = best_copy[hw].get(n)
+                if r is None and rc is not None:
+                    cells.append(cell(fmt_pct(rc["pct_copy"]), None, cls="muted", href=norm_device_file(n, hw),
+                                      note=f"{rc['backend']}, of same-size copy",
+                                      title=f"only cache-resident ({rc['cache']}) records: best against a same-size "
+                                            f"copy, not the DRAM ceiling: {rc['backend']} · {rc['dtype']} · "
+                                            f"{rc['pass']} · {rc['layout']} {fmt_shape(rc['shape'])}"))
+                elif r is None:
                     measured = any(x["norm"] == n for x in self.by_hw[hw])
                     cells.append(cell("unranked" if measured else "–", None, cls="muted" if measured else None,
                                       href=norm_device_file(n, hw) if measured else None,
@@ -341,6 +360,7 @@ class Site:
                                                                f"{n}'s figures on {hw}"))
             matrix.add(cells)
         top = {hw: agg.best_by_bandwidth(self.by_hw[hw], 5) for hw in hws}
+        top_copy = {hw: agg.best_by_same_size_copy(self.by_hw[hw], 5) for hw in hws}
         tables = []
         for key, cells in self._acc_tables():
             ranked = agg.rank_cells(cells)[:3]
@@ -350,15 +370,19 @@ class Site:
             n_kernel=len(self.kernels), n_acc=len(self.acc_rows), n_norms=len(self.norm_meta),
             hws=[(hw, self.hw_name(hw), device_file(hw)) for hw in sorted(self.hw_entries)], matrix=matrix,
             top=[(hw, self.hw_name(hw), device_file(hw), [self._top_row(r) for r in top[hw]]) for hw in hws],
+            top_copy=[(hw, self.hw_name(hw), device_file(hw), [self._top_row(r, copy=True) for r in top_copy[hw]])
+                      for hw in hws if top_copy[hw]],
             acc_tables=tables, n_rejected=len(self.loaded.rejected), empty=not self.loaded.entries,
             n_unranked=sum(r["flagged"] for r in self.kernels),
             n_legacy=sum(LEGACY in r["flags"] for r in self.kernels),
             n_stale=sum("stale" in r["flags"] for r in self.kernels)))
 
-    def _top_row(self, r: dict) -> dict:
+    def _top_row(self, r: dict, copy: bool = False) -> dict:
+        """A row of a top table: ``pct`` of the DRAM ceiling, or with ``copy`` of the same-size copy."""
         return {"norm": r["norm"], "norm_href": norm_file(r["norm"]), "backend": r["backend"],
                 "shape": f"{r['layout']} {fmt_shape(r['shape'])}", "dtype": r["dtype"], "pass": r["pass"],
-                "time": fmt_time(r["time"]), "gbps": fmt_gbps(r["gbps"]), "pct": fmt_pct(r["pct"]),
+                "time": fmt_time(r["time"]), "gbps": fmt_gbps(r["gbps"]),
+                "pct": fmt_pct(r["pct_copy"] if copy else r["pct"]),
                 "href": self.rec_href(r["entry"], ""), "rid": r["entry"].rid[:10]}
 
     @staticmethod
@@ -385,8 +409,9 @@ class Site:
         rows = self.by_hw.get(hw, [])
         norms = sorted({r["norm"] for r in rows})
         best = {r["norm"]: r for r in agg.best_backend_per_norm(rows)}
+        best_copy = {r["norm"]: r for r in agg.best_backend_per_norm(rows, "copy")}
         p.ctx = dict(facts=self.hw_facts(hw), n=len(rows),
-                     norms=[(n, "../" + norm_device_file(n, hw), best.get(n)) for n in norms],
+                     norms=[(n, "../" + norm_device_file(n, hw), best.get(n), best_copy.get(n)) for n in norms],
                      table=self.kernel_table(slug("kd", hw), self.best_per_case(rows), p.up, with_hw=False)
                      if rows else None,
                      fmt_pct=fmt_pct)
@@ -514,7 +539,9 @@ class Site:
                             "fig_href": up + norm_device_file(name, hw),
                             "widths": len({r["num_features"] for r in hr}), "n": len(hr),
                             "best": [self._top_row(r) | {"href": self.rec_href(r["entry"], up)}
-                                     for r in agg.best_by_bandwidth(hr, 3)]})
+                                     for r in agg.best_by_bandwidth(hr, 3)],
+                            "best_copy": [self._top_row(r, copy=True) | {"href": self.rec_href(r["entry"], up)}
+                                          for r in agg.best_by_same_size_copy(hr, 3)]})
         # Figures inline while the page stays small; with many devices each has its figure page (one click).
         cells = [c for c in self.cells if c.norm == name and not c.tuning]
         acc = []

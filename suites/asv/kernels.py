@@ -3,8 +3,10 @@
 ``Kernel`` times one pass with ASV's own timer (``time_``) and process peak memory (``peakmem_``).
 ``Metrics`` runs the normbench measurement core over the whole grid once (``setup_cache``), writes full normbench
 records (with GPU fields ASV's machine file lacks) to ``.asv/normbench/records`` and reports GB/s, percent of the
-copy ceiling and memory above the inputs as ``track_`` benchmarks. ``normbench ingest-asv`` turns both into
-normbench records. The grid is chosen by ``NORMBENCH_ASV_GRID`` (small, quick, full) and ``NORMBENCH_ASV_NORMS``.
+DRAM copy ceiling, percent of a same-size copy (compare this one across sizes: a small case's data sits in a cache,
+which the DRAM ceiling's does not) and memory above the inputs as ``track_`` benchmarks. ``normbench ingest-asv``
+turns both into normbench records. The grid is chosen by ``NORMBENCH_ASV_GRID`` (small, quick, full) and
+``NORMBENCH_ASV_NORMS``.
 """
 
 import os
@@ -62,7 +64,8 @@ class Kernel:
 
 
 class Metrics:
-    """GB/s, percent of the measured copy ceiling and memory above the inputs, from the normbench core."""
+    """GB/s, percent of the measured DRAM copy ceiling, percent of a same-size copy and memory above the inputs, from
+    the normbench core. ``track_pct_of_same_size_copy`` is the one to compare across sizes (issue #28)."""
 
     params = PARAMS
     param_names = suite.PARAM_NAMES
@@ -94,6 +97,14 @@ class Metrics:
         return float("nan") if pct is None else pct
 
     track_pct_of_ceiling.unit = "%"
+
+    def track_pct_of_same_size_copy(self, cache, norm, backend, shape, dtype, pass_):
+        # GB/s as a share of a copy_ of the case's own bytes, timed the same way in the same run: the percentage to
+        # compare across sizes (a cache-resident case's pct_of_ceiling measures its cache against DRAM).
+        pct = self.result.get("pct_of_same_size_copy")
+        return float("nan") if pct is None else pct
+
+    track_pct_of_same_size_copy.unit = "%"
 
     def track_peak_mem_above_inputs(self, cache, norm, backend, shape, dtype, pass_):
         peak = self.result["peak_mem_bytes"]
