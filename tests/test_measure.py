@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -185,16 +187,26 @@ def test_measure_group_writes_valid_recomputable_records(norm, shape, tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mmap threshold and ru_minflt are Linux's")
 def test_cpu_timer_counts_the_page_faults_of_fresh_large_outputs():
     """A call allocating a 64 MiB output first-touches every page (glibc maps blocks above 32 MiB anew each
-    time); a copy into a preallocated buffer touches none. The records' page_faults_per_rep comes from this."""
-    from normbench.measure.timers import TimerSettings, cpu_time
+    time); a copy into a preallocated buffer touches none. The records' page_faults_per_rep comes from this.
+    Measured in a fresh process: what earlier tests left in this process's allocator (a raised mmap threshold,
+    cached blocks) can make the fresh output reuse mapped pages."""
+    import subprocess
 
-    x = torch.randn(16 * 2**20)            # 64 MiB of float32
-    y = torch.empty_like(x)
-    settings = TimerSettings(warmup=2, min_reps=4, max_reps=4, min_time=0.0, max_time=60.0)
-    fresh, reused = [], []
-    cpu_time(lambda: x.clone(), settings, faults=fresh)
-    cpu_time(lambda: y.copy_(x), settings, faults=reused)
-    pages = x.numel() * 4 // 4096
+    code = """
+import json, torch
+from normbench.measure.timers import TimerSettings, cpu_time
+x = torch.randn(16 * 2**20)            # 64 MiB of float32
+y = torch.empty_like(x)
+settings = TimerSettings(warmup=2, min_reps=4, max_reps=4, min_time=0.0, max_time=60.0)
+fresh, reused = [], []
+cpu_time(lambda: x.clone(), settings, faults=fresh)
+cpu_time(lambda: y.copy_(x), settings, faults=reused)
+print(json.dumps([fresh, reused, x.numel() * 4 // 4096]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert r.returncode == 0, r.stderr
+    fresh, reused, pages = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(fresh) == len(reused) == 4
     # a fault per 4 KiB page (per 2 MiB where transparent huge pages are "always" on); none for the copy
     assert min(fresh) >= 0.9 * pages / 512 and max(reused) * 10 < min(fresh)
