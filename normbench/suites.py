@@ -40,8 +40,7 @@ ACCURACY_NORMS = ("layernorm", "rmsnorm", "dyt", "batchnorm", "groupnorm", "none
 DEFAULT_TASKS = ("synth-lm", "synth-shapes")
 PARAM_NAMES = ["norm", "task"]
 #: ASV benchmark names ``normbench ingest-asv`` reads (module ``accuracy`` of ``suites/asv``).
-TRACKED = {"perplexity": "accuracy.Perplexity", "top1": "accuracy.Top1Error"}
-STEP_BENCH = "accuracy.TrainingStep"
+CLASSES = {"perplexity": "accuracy.TextTasks", "top1": "accuracy.ImageTasks"}
 
 
 @dataclass(frozen=True)
@@ -98,11 +97,21 @@ def accuracy_grid(env_prefix: str = "NORMBENCH_ASV", norms: str | None = None,
 
 
 def split_by_metric(params: list[list[str]]) -> dict[str, list[list[str]]]:
-    """``{"perplexity": [norms, text cells], "top1": [norms, image cells]}`` (a metric without cells left out):
-    ASV gives each benchmark one unit, so each metric is a benchmark of its own."""
-    out: dict[str, list[list[str]]] = {}
+    """``{"perplexity": [norms, text cells], "top1": [norms, image cells]}`` (a metric without cells left out), each
+    metric's norms only those some of its cells' models can hold (GroupNorm has no place in the GPT): ASV gives each
+    benchmark one unit, so each metric is a benchmark class of its own, and ASV starts a process for every parameter
+    combination, even one it then skips."""
+    from normbench.models import supports
+
+    cells: dict[str, list[str]] = {}
     for cell in params[1]:
-        out.setdefault(Cell.parse(cell).metric, [list(params[0]), []])[1].append(cell)
+        cells.setdefault(Cell.parse(cell).metric, []).append(cell)
+    out = {}
+    for metric, group in cells.items():
+        models = {Cell.parse(c).model for c in group}
+        norms = [n for n in params[0] if any(supports(m, n) is None for m in models)]
+        if norms:
+            out[metric] = [norms, group]
     return out
 
 
@@ -151,7 +160,8 @@ def tracked_value(metrics: dict) -> float:
     final = metrics.get("final")
     if final is None or not math.isfinite(final):
         return math.nan
-    return 100.0 * (1.0 - final) if metrics.get("higher_is_better") else float(final)
+    # Rounded far below any real change, so that 100 * (1 - 0.56) reads 44.0.
+    return round(100.0 * (1.0 - final), 9) if metrics.get("higher_is_better") else float(final)
 
 
 UNITS = {"perplexity": "perplexity", "top1": "% top-1 error"}
@@ -228,19 +238,18 @@ def train_cells(params: list[list[str]], out, env_prefix: str = "NORMBENCH_ASV",
     force = suite.forced()
     args = [(norm, cell, data_dir, str(out), device, force) for norm, cell in todo]
     jobs = jobs or _jobs(env_prefix, device, len(todo))
-    if jobs > 1 and len(args) > 1:
-        # Each run uses one thread; with several cores, runs go side by side in worker processes (a run's values do
-        # not depend on it), each worker training its lane of cells in turn (the task's data generated once).
-        from concurrent.futures import ThreadPoolExecutor
+    # Runs go to worker processes (this process's threads and determinism settings stay as they are), each worker
+    # training its lane of cells in turn (a task's data generated once per worker). Each run uses one thread; with
+    # several cores, lanes go side by side (a run's values do not depend on it).
+    from concurrent.futures import ThreadPoolExecutor
 
-        lanes = [args[i::jobs] for i in range(jobs)]
-        with ThreadPoolExecutor(jobs) as pool:
-            done = list(pool.map(_train_lane, lanes))
-        outcomes = [None] * len(args)
-        for i, lane in enumerate(done):
-            outcomes[i::jobs] = lane
-    else:
-        outcomes = [_train_one(*a) for a in args]
+    jobs = max(1, min(jobs, len(args)))
+    lanes = [args[i::jobs] for i in range(jobs)]
+    with ThreadPoolExecutor(jobs) as pool:
+        done = list(pool.map(_train_lane, lanes)) if args else []
+    outcomes: list = [None] * len(args)
+    for i, lane in enumerate(done):
+        outcomes[i::jobs] = lane
     for (norm, cell), (rec, err) in zip(todo, outcomes):
         key = cell_key(norm, cell)
         if rec is None:
@@ -257,9 +266,11 @@ def asv_run_dir(label: str | None = None) -> Path:
     return suite.sidecar_root() / "accuracy" / (label or suite.run_label())
 
 
-def asv_train(params: list[list[str]]) -> dict:
-    """``setup_cache`` of the ASV accuracy benchmarks: train the grid, keep the records and an index of them in
-    :func:`asv_run_dir`, return what the ``track_`` benchmarks report."""
+def asv_setup(params: list[list[str]]) -> dict:
+    """``setup_cache`` of the ASV accuracy benchmarks (one for all of them): train the grid, keep the records and an
+    index of them in :func:`asv_run_dir`, and load each task's data for the step benchmarks. Returns
+    ``{"results": {key: summary}, "skipped": {key: reason}, "data": {task: TaskData}, "data_skipped": {task:
+    reason}}``."""
     from normbench.records.provenance import GIT_COMMIT_ENV
     from normbench.records.store import atomic_write_text
 
@@ -268,17 +279,17 @@ def asv_train(params: list[list[str]]) -> dict:
         os.environ[GIT_COMMIT_ENV] = os.environ["ASV_COMMIT"]
     label = suite.run_label()
     run_dir = asv_run_dir(label)
-    out = train_cells(params, run_dir, env_prefix="NORMBENCH_ASV", data_dir=data_dir("NORMBENCH_ASV"))
+    dd = data_dir("NORMBENCH_ASV")
+    out = train_cells(params, run_dir, env_prefix="NORMBENCH_ASV", data_dir=dd)
     index = {"run": label, "cells": out["results"], "skipped": out["skipped"]}
-    # One index per metric's benchmark class (each trains its own cells in its own setup_cache).
-    name = "-".join(sorted({Cell.parse(c).metric for c in params[1]}))
-    atomic_write_text(run_dir / f"index-{name}.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(run_dir / "index.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
+    out.update(load_step_data(params, dd))
     return out
 
 
 def load_step_data(params: list[list[str]], data_dir: str | None = None) -> dict:
-    """``setup_cache`` of the step benchmarks: each task's data loaded once (quick subset), for every benchmark
-    process; a dataset that cannot be read is ``{"skipped": {task: reason}}``. The check gate runs here once too."""
+    """Each task's data loaded once (quick subset), for the step benchmarks: ``{"data": {task: TaskData},
+    "data_skipped": {task: reason}}``."""
     from normbench.tasks import DatasetUnavailable, load_task
 
     data, skipped = {}, {}
@@ -290,12 +301,7 @@ def load_step_data(params: list[list[str]], data_dir: str | None = None) -> dict
             data[task] = load_task(task, data_dir=data_dir, quick=True)
         except DatasetUnavailable as exc:
             skipped[task] = f"dataset unavailable: {exc}"
-    for norm in params[0]:
-        try:
-            suite.gate(norm)
-        except suite.Unsupported:
-            pass  # said by each benchmark's setup
-    return {"data": data, "skipped": skipped}
+    return {"data": data, "data_skipped": skipped}
 
 
 def step_bench(cache: dict, norm: str, cell: str, data_dir: str | None = None, warmup: int = 2):
@@ -304,8 +310,8 @@ def step_bench(cache: dict, norm: str, cell: str, data_dir: str | None = None, w
     from normbench.train.step import StepBench
 
     task = Cell.parse(cell).task
-    if task in cache.get("skipped", {}):
-        raise NotImplementedError(cache["skipped"][task])
+    if task in cache.get("data_skipped", {}):
+        raise NotImplementedError(cache["data_skipped"][task])
     reason = why_not(norm, cell)
     if reason:
         raise NotImplementedError(reason)
@@ -332,24 +338,25 @@ def ingest_accuracy(asv_results=".asv/results", sidecar=None, out="results") -> 
             res = read_asv_result(path)
         except (OSError, ValueError):
             continue  # the kernel ingest says so
-        tracked = {}
-        for metric, cls in TRACKED.items():
+        tracked, steps, peaks = {}, {}, {}
+        for cls in CLASSES.values():
             for name, entries in res["benchmarks"].items():
-                if name.startswith(cls + ".track_"):
-                    for e in entries:
-                        tracked.setdefault(e["params"], {})[name.rsplit(".", 1)[1]] = e["value"]
+                if not name.startswith(cls + "."):
+                    continue
+                bench = name.rsplit(".", 1)[1]
+                for e in entries:
+                    if bench.startswith("track_"):
+                        tracked.setdefault(e["params"], {})[bench] = e["value"]
+                    elif bench == "time_step":
+                        steps[e["params"]] = e
+                    elif bench == "peakmem_train":
+                        peaks[e["params"]] = e["value"]
         if not tracked:
             continue
-        steps = {e["params"]: e for e in res["benchmarks"].get(STEP_BENCH + ".time_step", [])}
-        peaks = {e["params"]: e["value"] for e in res["benchmarks"].get(STEP_BENCH + ".peakmem_train", [])}
         run_dir = sidecar / "accuracy" / f"{res['commit']}-{res['env']}"
-        index, files = {"cells": {}}, sorted(run_dir.glob("index-*.json"))
-        for f in files:
-            try:
-                index["cells"].update(json.loads(f.read_text())["cells"])
-            except (OSError, ValueError, KeyError, TypeError):
-                problems.append(f"{f}: unreadable index of the suite's accuracy records")
-        if not files:
+        try:
+            index = json.loads((run_dir / "index.json").read_text())
+        except (OSError, ValueError):
             problems.append(f"{path}: no accuracy records of this run in {run_dir} (ASV ran on another machine, "
                             "or a normbench without the accuracy suite)")
             continue

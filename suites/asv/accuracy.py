@@ -1,15 +1,15 @@
 """ASV accuracy benchmarks: how well models train with each norm, tracked across commits, over ``normbench train``.
 
-Parameters: norm x task (``task[/model[/placement]]``). Every cell is trained once per ASV run (``setup_cache``)
-through ``normbench.train.run`` at the task's quick budget, seed 0, one CPU thread: deterministic, so a tracked
-value changes only when code or recipe changes. The records go to ``.asv/normbench/accuracy/<commit>-<env>`` and
-``normbench ingest-asv`` turns them into accuracy records.
+Parameters: norm x task (``task[/model[/placement]]``), in one class per metric (ASV gives a benchmark one unit):
+``TextTasks`` (perplexity) and ``ImageTasks`` (top-1 error). One ``setup_cache``, shared by both, trains every cell
+once per ASV run through ``normbench.train.run`` at the task's quick budget, seed 0, one CPU thread: deterministic,
+so a tracked value changes only when code or recipe changes. The records go to
+``.asv/normbench/accuracy/<commit>-<env>``; ``normbench ingest-asv`` turns them into accuracy records.
 
-* ``Perplexity.track_perplexity`` (text tasks) and ``Top1Error.track_top1_error`` (image tasks, in percent): the final
-  metric, oriented so that larger is worse as ASV reads every benchmark; ``track_diverged``: 1 when the run
-  diverged (its metric is then ``nan``), else 0.
-* ``TrainingStep.time_step``: one training step (the loop's own ``train_step``), ASV-timed;
-  ``TrainingStep.peakmem_train``: the process's peak memory once the model, optimizer and a few steps are in it.
+* ``track_perplexity`` / ``track_top1_error`` (percent): the final test metric, oriented so that larger is worse, as
+  ASV reads every benchmark; ``nan`` when the run diverged. ``track_diverged``: 1 when the run diverged, else 0.
+* ``time_step``: one training step (the loop's own ``train_step``), ASV-timed; ``peakmem_train``: the process's peak
+  memory with the model, optimizer and batches of the run in it, after a few steps.
 
 Grid: ``NORMBENCH_ASV_TASKS``, ``NORMBENCH_ASV_NORMS``, ``NORMBENCH_ASV_DATA_DIR`` (see ``normbench.suites``).
 """
@@ -25,16 +25,23 @@ os.environ.setdefault(suite.SIDECAR_ENV, str(Path(__file__).resolve().parents[2]
 PARAMS = suites.accuracy_grid(env_prefix="NORMBENCH_ASV")
 BY_METRIC = suites.split_by_metric(PARAMS)
 DATA_DIR = suites.data_dir("NORMBENCH_ASV")
+_STEP = {}  # this benchmark process's training step (each parameter set runs in a process of its own)
 
 
-class _Tracked:
-    """The final metric and divergence of each cell of one metric, from one training pass over the grid."""
+def _setup_step(cache, norm, task):
+    _STEP["bench"] = suites.step_bench(cache, norm, task, DATA_DIR)
+
+
+class _Accuracy:
+    """What the metric classes share: one ``setup_cache`` (ASV runs it once for every class that inherits it)."""
 
     param_names = suites.PARAM_NAMES
-    rounds = 1
-    repeat = 1
-    number = 1
-    timeout = 3600
+    timeout = 900
+
+    def setup_cache(self):
+        return suites.asv_setup(PARAMS)
+
+    setup_cache.timeout = 3600
 
     def setup(self, cache, norm, task):
         key = suites.cell_key(norm, task)
@@ -47,17 +54,25 @@ class _Tracked:
 
     track_diverged.unit = "diverged (0 or 1)"
 
+    def time_step(self, cache, norm, task):
+        _STEP["bench"].step()
+
+    time_step.setup = _setup_step  # after the class's setup; only the step benchmarks build a model
+    time_step.number = 1
+    time_step.repeat = (3, 10, 1.0)
+    time_step.warmup_time = 0
+
+    def peakmem_train(self, cache, norm, task):
+        _STEP["bench"].step()
+
+    peakmem_train.setup = _setup_step
+
 
 if "perplexity" in BY_METRIC:
-    class Perplexity(_Tracked):
-        """Final test perplexity of the text tasks' cells (larger is worse)."""
+    class TextTasks(_Accuracy):
+        """Cells of the text tasks: final test perplexity."""
 
         params = BY_METRIC["perplexity"]
-
-        def setup_cache(self):
-            return suites.asv_train(self.params)
-
-        setup_cache.timeout = 3600
 
         def track_perplexity(self, cache, norm, task):
             return self.result["tracked"]
@@ -66,43 +81,12 @@ if "perplexity" in BY_METRIC:
 
 
 if "top1" in BY_METRIC:
-    class Top1Error(_Tracked):
-        """Final top-1 test error of the image tasks' cells, in percent (larger is worse)."""
+    class ImageTasks(_Accuracy):
+        """Cells of the image tasks: final top-1 test error, in percent."""
 
         params = BY_METRIC["top1"]
-
-        def setup_cache(self):
-            return suites.asv_train(self.params)
-
-        setup_cache.timeout = 3600
 
         def track_top1_error(self, cache, norm, task):
             return self.result["tracked"]
 
         track_top1_error.unit = "% top-1 error"
-
-
-class TrainingStep:
-    """One training step of each cell, ASV-timed, and the peak memory of training."""
-
-    params = PARAMS
-    param_names = suites.PARAM_NAMES
-    rounds = 1
-    number = 1
-    repeat = (3, 10, 2.0)
-    warmup_time = 0
-    timeout = 900
-
-    def setup_cache(self):
-        return suites.load_step_data(PARAMS, DATA_DIR)
-
-    setup_cache.timeout = 1800
-
-    def setup(self, cache, norm, task):
-        self.bench = suites.step_bench(cache, norm, task, DATA_DIR)
-
-    def time_step(self, cache, norm, task):
-        self.bench.step()
-
-    def peakmem_train(self, cache, norm, task):
-        self.bench.step()
