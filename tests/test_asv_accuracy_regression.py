@@ -89,6 +89,7 @@ def test_asv_continuous_reports_a_norm_that_trains_worse(tmp_path):
     assert r.returncode == 1, out
     assert "PERFORMANCE DECREASED" in out
     [line] = [ln for ln in out.splitlines() if BENCH in ln and ln.lstrip("| ").startswith("+")]
+    print(line)  # shown with -s: the two perplexities and their ratio
     before, after, ratio = (float(line.split("|")[i]) for i in (2, 3, 4))
     assert after > 2 * before and ratio > 2, line
 
