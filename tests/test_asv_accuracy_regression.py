@@ -25,7 +25,8 @@ pytest.importorskip("asv")
 pytest.importorskip("virtualenv")
 
 PLANT_FROM = "        y = (xf * torch.rsqrt(ms + self.eps)).to(x.dtype)\n        return self._affine(y)\n"
-PLANT_TO = "        y = (xf * torch.rsqrt(ms + self.eps) * 1e-3).to(x.dtype)  # planted damage\n        return self._affine(y)\n"
+PLANT_TO = ("        y = (xf * torch.rsqrt(ms + self.eps) * 1e-3).to(x.dtype)  # planted damage\n"
+            "        return self._affine(y)\n")
 BENCH = "track_perplexity('rmsnorm', 'synth-lm')"
 
 
