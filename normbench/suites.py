@@ -396,8 +396,6 @@ def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int
 
     nk, problems = ingest_kernels(asv_results, sidecar=sidecar, out=out)
     na, more = ingest_accuracy(asv_results, sidecar=sidecar, out=out)
-    if na:  # a run of the accuracy benchmarks alone is not "no kernel results"
-        problems = [p for p in problems if "did `asv run` get --set-commit-hash" not in p]
     return nk, na, problems + more
 
 
