@@ -1,4 +1,5 @@
-"""CLI subcommands of the measurement area: ``bench`` and ``ingest-asv``."""
+"""CLI subcommands of the measurement area: ``bench`` (``ingest-asv`` is in ``normbench.suites``, above measure and
+train, since it ingests accuracy results too)."""
 
 from __future__ import annotations
 
@@ -64,16 +65,6 @@ def register(subparsers) -> None:
     p.add_argument("--list", action="store_true", help="print the planned cases and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_bench)
-
-
-    p = subparsers.add_parser(
-        "ingest-asv", help="turn ASV results (+ the suite's side records) into normbench kernel records",
-        description="Reads ASV result files (default .asv/results) and the full records the ASV suite wrote next "
-                    "to them (.asv/normbench), and writes normbench kernel records (harness 'asv') to OUT.")
-    p.add_argument("asv_results", nargs="?", default=".asv/results", help="ASV results_dir (default .asv/results)")
-    p.add_argument("--sidecar", default=None, help="the suite's side records (default: <asv_results>/../normbench)")
-    p.add_argument("--out", default="results", help="results directory (default: results)")
-    p.set_defaults(func=_cmd_ingest)
 
 
 def _cmd_bench(args) -> int:
@@ -152,13 +143,3 @@ def _cmd_bench(args) -> int:
         print("interrupted; the records written so far are kept (re-run to resume)", file=sys.stderr)
         return 130
     return 1 if s.failed or refused else 0
-
-
-def _cmd_ingest(args) -> int:
-    from normbench.measure.asv_ingest import ingest
-
-    n, problems = ingest(args.asv_results, sidecar=args.sidecar, out=args.out)
-    for p in problems:
-        print(f"  {p}", file=sys.stderr)
-    print(f"{n} record(s) ingested into {args.out}")
-    return 0 if n or not problems else 1

@@ -241,6 +241,35 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def train_step(model: nn.Module, core: nn.Module, opt: torch.optim.Optimizer, batcher: Batcher, recipe: Recipe,
+               step: int, world: int = 1, agc=None, agc_params=None, after_step=None) -> torch.Tensor:
+    """One optimisation step at (0-based) ``step`` of the training loop: its batch, learning rate, loss, backward,
+    clipping, update. ``model`` is what is called (DDP-wrapped under torchrun), ``core`` the module itself.
+
+    Returns ``[loss, non-finite]`` (float64, summed over ranks); when the loss is not finite on any rank nothing is
+    updated (the loop records a divergence). The ASV and pytest-benchmark suites time this same step
+    (``normbench.train.step``).
+    """
+    x, y = batcher.train_batch(step)
+    _set_lr(opt, recipe, step)
+    loss = _loss(model(x), y, recipe)
+    flag = torch.stack([loss.detach().double(), torch.tensor(0.0, dtype=torch.float64, device=loss.device)])
+    flag[1] = 0.0 if torch.isfinite(loss) else 1.0
+    _all_reduce(flag, world)
+    if flag[1] > 0:
+        return flag
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if recipe.grad_clip:
+        torch.nn.utils.clip_grad_norm_(core.parameters(), recipe.grad_clip)
+    if agc is not None:
+        agc(agc_params, recipe.agc)
+    opt.step()
+    if after_step is not None:
+        after_step()  # nGPT: weights back onto the unit sphere
+    return flag
+
+
 # -- configuration and record ---------------------------------------------------------------------------------------
 
 def model_options(model: str, recipe: Recipe) -> dict:
@@ -414,25 +443,11 @@ def train(run: Run, command: str | None = None) -> dict | None:
             step = state["step"]
             _sync(device)
             t0 = time.perf_counter()
-            x, y = batcher.train_batch(step)
-            _set_lr(opt, recipe, step)
-            loss = _loss(model(x), y, recipe)
-            flag = torch.stack([loss.detach().double(), torch.tensor(0.0, dtype=torch.float64, device=device)])
-            flag[1] = 0.0 if torch.isfinite(loss) else 1.0
-            _all_reduce(flag, world)
+            flag = train_step(model, core, opt, batcher, recipe, step, world, agc, agc_params, after_step)
             if flag[1] > 0:
                 state["diverged_step"] = step + 1
                 state["curve"].append([step + 1, None, None])
                 break
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if recipe.grad_clip:
-                torch.nn.utils.clip_grad_norm_(core.parameters(), recipe.grad_clip)
-            if agc is not None:
-                agc(agc_params, recipe.agc)
-            opt.step()
-            if after_step is not None:
-                after_step()  # nGPT: weights back onto the unit sphere
             _sync(device)
             state["train_time"] += time.perf_counter() - t0
             state["step"] = step = step + 1
