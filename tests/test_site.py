@@ -562,7 +562,7 @@ def test_a_parallel_build_writes_the_same_bytes_as_a_serial_one(demo_site, tmp_p
         outs.append(out)
     files = [sorted(p.relative_to(o).as_posix() for p in o.rglob("*") if p.is_file()) for o in outs]
     assert files[0] == files[1] and len(files[0]) > 50
-    footer = re.compile(rb"Built \d{4}-\d\d-\d\d \d\d:\d\d UTC")
+    footer = re.compile(rb" on \d{4}-\d\d-\d\d \d\d:\d\d UTC")
     for rel in files[0]:
         a, b = ((o / rel).read_bytes() for o in outs)
         assert footer.sub(b"", a) == footer.sub(b"", b), rel
