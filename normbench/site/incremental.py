@@ -114,7 +114,10 @@ class _Hasher:
                 self.add(v)
             u(b">")
         elif isinstance(obj, Entry):
-            u(b"E:" + entry_print(obj).encode("utf-8", "surrogatepass") + b"\0")
+            # What a template can read of it: where it is, its anchor and page, the record as judged (not the
+            # hash of its file, which changes with the file's other records).
+            u(f"E:{obj.path}\x1f{obj.index}\x1f{obj.key}\x1f{obj.page}\x1f".encode("utf-8", "surrogatepass"))
+            u(json.dumps(obj.rec, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         elif isinstance(obj, Table):
             self.add(["Table", obj.id, [(c.label, c.num, c.title, c.sorted) for c in obj.cols], obj.rows,
                       obj.filters, obj.search, obj.page, obj.cls, obj.src, obj.n_total, obj.all_filters])

@@ -36,7 +36,8 @@ from normbench.site.fmt import (
 )
 from normbench.site.records import Entry, Loaded, norm_stem, pages_of, slug
 from normbench.site.repro import command
-from normbench.site.tables import PREVIEW, Col, Table, cell
+from normbench.site import tables as _tables
+from normbench.site.tables import Col, Table, cell
 
 #: The flag the reader (``normbench.results.records_that_count``) gives a migrated v1 record (``check: null``): it
 #: never passed ``normbench check``, so it is shown and never ranked.
@@ -45,8 +46,6 @@ FLAG_LABELS = {LEGACY: "unchecked (legacy)", "stale": "stale code"}
 #: A norm's page shows its figures for every device while they hold at most this many points in all (each point
 #: is in the SVG and in the spec); beyond that each device's figures are one click away on their own page.
 INLINE_POINTS = 1500
-#: A norm's every-record table with more rows than this is written once, in its per-device tables' data files.
-INLINE_MAX = 400
 #: The same bound for a norm's device-comparison page (its further figures are listed, not drawn).
 COMPARE_POINTS = 3000
 PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
@@ -246,7 +245,7 @@ class Site:
         if srcs is not None:
             t.n_total = len(ranked)
             t.all_filters = [self._kernel_filters(r) for r in ranked]
-            ranked = ranked[:PREVIEW]
+            ranked = ranked[:_tables.PREVIEW]
         for r in ranked:
             e = r["entry"]
             bad = r["invalid"]
@@ -305,7 +304,7 @@ class Site:
     def norm_shared(self, name: str) -> bool:
         """Whether a norm's every-record table is too big for its page: its rows are then written once, in its
         per-device tables' data files (``knd-*``), which the norm page's table loads together."""
-        return len(self.by_norm.get(name, [])) > INLINE_MAX
+        return len(self.by_norm.get(name, [])) > _tables.INLINE_MAX
 
     # --- figures -------------------------------------------------------------------------------------------------
 
