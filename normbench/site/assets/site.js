@@ -108,10 +108,13 @@
   window.nbData = function (id, data) {
     if (typeof id !== "string" || !data || !data.rows) return;
     arrived[id] = data;
+    var own = document.getElementById(id);   // a table given its rows directly (no data-src of its own)
+    if (own && !own.getAttribute("data-src") && !loaders[id]) loaders[id] = function () {};
     Object.keys(loaders).forEach(function (tid) { fill(tid); });
   };
 
   function srcIds(table) {
+    if (!table.getAttribute("data-src")) return [table.id];
     return (table.getAttribute("data-src") || "").split(/\s+/).filter(Boolean).map(function (src) {
       return src.replace(/^.*\//, "").replace(/\.js$/, "");
     });
@@ -163,7 +166,7 @@
 
   function load(table, then) {
     var ids = srcIds(table);
-    if (!ids.length || table.getAttribute("data-loaded")) { then(); return; }
+    if (!table.getAttribute("data-src") || table.getAttribute("data-loaded")) { then(); return; }
     loaders[table.id] = then;
     var failed = false;
     (table.getAttribute("data-src") || "").split(/\s+/).filter(Boolean).forEach(function (src, i) {
