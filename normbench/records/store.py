@@ -415,26 +415,49 @@ def scan(root, kind: str | None = None) -> Iterator[Scanned]:
     order: valid ones migrated, invalid ones (and unreadable files) with every problem. The one walk over stored
     records that ``iter_records``, ``validate`` and the ranking reader (``normbench.results``) share."""
     for path in record_files(root):
+        yield from scan_file(path, kind)
+
+
+def twin_of(path: Path) -> Path | None:
+    """The compact ``<norm>.json.gz`` beside a plain ``<norm>.json`` (whose records, if it exists, are read from it
+    instead: a merge into it was cut short before the plain file went); None for a compact file."""
+    if path.name.endswith(LEGACY_SUFFIX) and not path.name.endswith(COMPACT_SUFFIX):
+        return path.with_name(path.name[: -len(LEGACY_SUFFIX)] + COMPACT_SUFFIX)
+    return None
+
+
+def scan_file(path: Path, kind: str | None = None, raw: bytes | None = None,
+              twin_raw: bytes | None = None) -> Iterator[Scanned]:
+    """``scan`` of one record file; ``raw`` (and ``twin_raw``, the bytes of ``twin_of(path)`` or None where it does not
+    exist) when the caller has read them already (so what is judged is exactly the bytes it hashed)."""
+    path = Path(path)
+    if raw is None:
         records, problem = _read_file(path)
-        if problem is not None:
-            yield Scanned(path, None, None, [problem])
+    else:
+        records, problem = _decode(raw, path)
+    if problem is not None:
+        yield Scanned(path, None, None, [problem])
+        return
+    merged_ids: set = set()
+    twin = twin_of(path)
+    if twin is not None:
+        if raw is None and twin.exists():
+            twin_recs, _ = _read_file(twin)
+        elif raw is not None and twin_raw is not None:
+            twin_recs, _ = _decode(twin_raw, twin)
+        else:
+            twin_recs = None
+        merged_ids = {r.get("id") for r in twin_recs or () if isinstance(r, dict)}
+    for i, rec in enumerate(records):
+        if merged_ids and isinstance(rec, dict) and rec.get("id") in merged_ids:
             continue
-        merged_ids: set = set()
-        if path.name.endswith(LEGACY_SUFFIX) and not path.name.endswith(COMPACT_SUFFIX):
-            compact_twin = path.with_name(path.name[: -len(LEGACY_SUFFIX)] + COMPACT_SUFFIX)
-            if compact_twin.exists():  # a merge into the compact file was cut short before the plain one went
-                twin, _ = _read_file(compact_twin)
-                merged_ids = {r.get("id") for r in twin or () if isinstance(r, dict)}
-        for i, rec in enumerate(records):
-            if merged_ids and isinstance(rec, dict) and rec.get("id") in merged_ids:
-                continue
-            if kind is not None and isinstance(rec, dict) and rec.get("kind") != kind:
-                continue
-            problems = record_problems(rec)
-            if problems:
-                yield Scanned(path, i, None, problems, raw=rec)
-            else:
-                yield Scanned(path, i, migrate(rec), raw=rec)
+        if kind is not None and isinstance(rec, dict) and rec.get("kind") != kind:
+            continue
+        problems = record_problems(rec)
+        if problems:
+            yield Scanned(path, i, None, problems, raw=rec)
+        else:
+            yield Scanned(path, i, migrate(rec), raw=rec)
 
 
 def _scan(root, kind=None) -> Iterator[tuple[Path, dict | None, Problem | None]]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from normbench.records.schema import add_flag
-from normbench.records.store import InvalidRecordError, Problem, frame, scan
+from normbench.records.store import InvalidRecordError, Problem, frame, record_files, scan_file, twin_of
 
 LEGACY_REASON = ("migrated schema-v1 record: its implementation was never run through `normbench check` "
                  "(check: null), so it is shown and never ranked")
@@ -36,6 +36,7 @@ class Entry:
     rec: dict
     path: Path
     index: int
+    digest: str = ""   # the SHA-256 of the file's bytes it was read from (``readcache.file_digest``)
 
     @property
     def rid(self) -> str:
@@ -115,10 +116,52 @@ def mark(records, _cache: dict | None = None) -> tuple[int, int]:
     return n_stale, n_legacy
 
 
-def records_that_count(root: str | os.PathLike = "results", kind: str | None = None, judge: bool = True) -> Counted:
+def _judged_file(path: Path, kind: str | None, judge: bool, cache, stale_cache: dict) -> tuple[str, list]:
+    """(digest, items) of one record file: items are (index, record, problems, label, stale reason, legacy) in file
+    order, from ``cache`` when it holds this file's bytes judged by this code (``readcache``)."""
+    from normbench.results.staleness import stale_flag_reason
+
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        raw = None
+    twin = twin_of(path)
+    twin_raw = None
+    if twin is not None:
+        try:
+            twin_raw = twin.read_bytes()
+        except OSError:
+            twin_raw = None
+    if raw is None:  # unreadable: judged by scan_file, never cached
+        return "", [(s.index, s.record, s.problems, s.label, None, False) for s in scan_file(path, kind)]
+    from normbench.results.readcache import file_digest
+
+    digest = file_digest(raw, twin_raw)
+    if cache is not None and judge:
+        items = cache.get(digest, kind)
+        if items is not None:
+            return digest, items
+    items = []
+    for s in scan_file(path, kind, raw=raw, twin_raw=twin_raw):
+        if s.problems:
+            items.append((s.index, None, s.problems, s.label or "file", None, False))
+            continue
+        rec = s.record
+        why = stale_flag_reason(rec, stale_cache) if judge else None
+        legacy = judge and rec.get("kind") == "kernel" and rec.get("check") is None
+        items.append((s.index, rec, [], None, why, legacy))
+    if cache is not None and judge:
+        cache.put(digest, kind, items)
+    return digest, items
+
+
+def records_that_count(root: str | os.PathLike = "results", kind: str | None = None, judge: bool = True,
+                       cache=None) -> Counted:
     """Read every record file at ``root`` (a directory or one file): the records that count (one per id, stale and
     legacy ones flagged), the rejected ones and the superseded copies. ``judge=False`` skips the stale and legacy
-    judgement (it imports the norm and model code to hash it)."""
+    judgement (it imports the norm and model code to hash it). ``cache`` (a ``readcache.ReadCache``) keeps each
+    file's validated and judged records under its bytes' hash and the judging code's, so an unchanged file is not
+    read again; the outcome is the same with or without it."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(
@@ -126,16 +169,29 @@ def records_that_count(root: str | os.PathLike = "results", kind: str | None = N
             "or pass the results directory")
     entries: list[Entry] = []
     rejected: list[Rejected] = []
+    marks: dict[int, tuple[str | None, bool]] = {}
+    stale_cache: dict = {}
     paths: set[Path] = set()
-    for s in scan(root, kind):
-        paths.add(s.path)
-        if s.problems:
-            rejected.append(Rejected(s.path, s.index, s.label or "file", list(s.problems)))
-        else:
-            entries.append(Entry(s.record, s.path, s.index))
+    for path in record_files(root):
+        digest, items = _judged_file(path, kind, judge, cache, stale_cache)
+        if items:
+            paths.add(path)
+        for index, rec, problems, label, why, legacy in items:
+            if problems:
+                rejected.append(Rejected(path, index, label or "file", list(problems)))
+            else:
+                e = Entry(rec, path, index, digest)
+                entries.append(e)
+                if why or legacy:
+                    marks[id(e)] = (why, legacy)
     kept, superseded = newest_per_id(entries)
-    if judge:
-        mark(e.rec for e in kept)
+    # The judgement of mark(), per record: stale first, then legacy; only the copies that count are flagged.
+    for e in kept:
+        why, legacy = marks.get(id(e), (None, False))
+        if why:
+            add_flag(e.rec, "stale", why)
+        if legacy and "legacy" not in (e.rec.get("flags") or ()):
+            add_flag(e.rec, "legacy", LEGACY_REASON)
     return Counted(kept, rejected, superseded, len(paths))
 
 

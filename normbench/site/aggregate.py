@@ -145,8 +145,27 @@ def rank_by_bandwidth(rows: list[dict]) -> list[dict]:
     (then GB/s), then cache-resident rows by percent of their same-size copy (issue #28: a cache-resident case is
     never ranked against the DRAM ceiling), then the rest. Flagged rows go after every unflagged one (invalid ones
     last), rows without numbers after them."""
-    return sorted(rows, key=lambda r: (r["invalid"], r["flagged"], r["pct"] is None and r["gbps"] is None,
-                                       _tier(r), -_score(r), -(r["gbps"] or 0.0), r["entry"].rid))
+    return sorted(rows, key=bandwidth_key)
+
+
+def bandwidth_key(r: dict) -> tuple:
+    """The sort key of ``rank_by_bandwidth``."""
+    return (r["invalid"], r["flagged"], r["pct"] is None and r["gbps"] is None, _tier(r), -_score(r),
+            -(r["gbps"] or 0.0), r["entry"].rid)
+
+
+def rank_json(key: tuple) -> list:
+    """``bandwidth_key`` as JSON for a data file (``assets/site.js`` orders the union of several files by it):
+    booleans as 0/1, numbers finite."""
+    out = []
+    for v in key:
+        if isinstance(v, bool):
+            out.append(int(v))
+        elif isinstance(v, float):
+            out.append(v if math.isfinite(v) else (1e308 if v > 0 else -1e308))
+        else:
+            out.append(v)
+    return out
 
 
 def best_by_bandwidth(rows: list[dict], n: int = 5) -> list[dict]:

@@ -36,6 +36,9 @@ class BuildReport:
     files: int
     rejected: list[Rejected]
     superseded: int
+    rendered: list[str] = None     # pages rendered by this build (the others came from the cache unchanged)
+    reused: int = 0                # pages taken from the cache
+
 
     @property
     def index(self) -> Path:
@@ -46,6 +49,8 @@ class BuildReport:
              f"in {self.files} file(s); {len(self.rejected)} rejected")
         if self.superseded:
             s += f"; {self.superseded} superseded by newer records with the same id"
+        if self.reused:
+            s += f"; {len(self.rendered or ())} page(s) rendered, {self.reused} unchanged from the cache"
         return s + f" -> {self.out}"
 
 
@@ -104,8 +109,13 @@ def record_frame(entries):
                 row[f"{part}.{k}"] = v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(
                     v, sort_keys=True, default=str)
         rows.append(row)
-    df = pd.DataFrame.from_records(rows)
+    return _fix_mixed(pd.DataFrame.from_records(rows))
+
+
+def _fix_mixed(df):
     for col in df.columns:
+        if df[col].dtype != object:
+            continue
         # A column mixing numbers and text (a hostile or plugin record) is text in Parquet.
         kinds = {type(v) for v in df[col] if v is not None and v == v}
         if len(kinds) > 1 and not kinds <= {int, float}:
@@ -113,15 +123,49 @@ def record_frame(entries):
     return df
 
 
-def write_downloads(entries, dest: Path) -> None:
+def write_downloads(entries, dest: Path, store=None) -> None:
     """All records as gzip-compressed CSV and Parquet (each record's full JSON is in
-    records/<norm>--<device>.json.gz)."""
+    records/<norm>--<device>.json.gz). Built per record page (``store``: each page's part kept by its records'
+    print, so an incremental build redoes only the changed pages' parts): the CSV is one gzip member per page
+    after the header (a multi-member gzip file, which gzip, pandas and every reader read as one), the Parquet the
+    pages' rows together."""
+    import pandas as pd
+
+    from normbench.site.incremental import _h, entry_print
+    from normbench.site.records import pages_of
+
     dest.mkdir(parents=True, exist_ok=True)
-    df = record_frame(entries)
+    parts = []
+    for _page, es in pages_of(entries).items():
+        key = "frame:" + _h(*(entry_print(e) for e in es))
+        df = store.get(key) if store is not None else None
+        if df is None:
+            df = record_frame(es)
+            if store is not None:
+                store.put(key, df)
+        parts.append((key, df))
+    if not parts:
+        df = record_frame([])
+        df.to_csv(dest / "records.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
+        df.to_parquet(dest / "records.parquet", index=False)
+        return
+    cols = list(dict.fromkeys(c for _, df in parts for c in df.columns))
+    ckey = _h(*cols)
     # gzip-compressed (pandas, R, DuckDB and Polars read it as is): the plain CSV of 100k records is ~100 MB, a
     # size GitHub refuses in a push.
-    df.to_csv(dest / "records.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
-    df.to_parquet(dest / "records.parquet", index=False)
+    chunks = [gzip.compress(pd.DataFrame(columns=cols).to_csv(index=False).encode("utf-8"), mtime=0)]
+    for key, df in parts:
+        k = f"csv:{key}:{ckey}"
+        chunk = store.get(k) if store is not None else None
+        if chunk is None:
+            chunk = gzip.compress(df.reindex(columns=cols).to_csv(index=False, header=False).encode("utf-8"),
+                                  mtime=0)
+            if store is not None:
+                store.put(k, chunk)
+        chunks.append(chunk)
+    (dest / "records.csv.gz").write_bytes(b"".join(chunks))
+    whole = pd.concat([df.reindex(columns=cols) for _, df in parts], ignore_index=True)
+    _fix_mixed(whole).to_parquet(dest / "records.parquet", index=False)
 
 
 def _version() -> str:
@@ -164,23 +208,63 @@ def _jobs(jobs: int | None) -> int:
 _WORK: tuple | None = None
 
 
-def _write_pages(site, env, common, tmp: Path, job) -> tuple[int, dict[str, str]]:
-    """Render the pages of one job into ``tmp``: (pages written, data files its tables made)."""
-    site.data_files = {}
-    n = 0
-    for page in site.run(job):
-        path = tmp / page.path
-        path.parent.mkdir(parents=True, exist_ok=True)
+def _write_text(path: Path, text: str | bytes) -> None:
+    """Write atomically (two jobs may write the same data file: the same bytes, never a torn file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if isinstance(text, bytes):
+        tmp.write_bytes(text)
+    else:
+        tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _write_pages(site, env, common, tmp: Path, job, cache=None, glob: str = "") -> tuple:
+    """Render the pages of one job into ``tmp``, or link them from ``cache`` where its digest is there:
+    (digest or None, its files [(path, sha256, size)] or None, pages rendered, pages reused, figures drawn)."""
+    from normbench.site import incremental
+
+    site.data_files, site.extra_files = {}, {}
+    pages = None
+    digest = None
+    if cache is not None:
+        data = incremental.input_digest(site, job)
+        if data is None:
+            pages = list(site.run(job))
+            data = incremental.context_digest(pages, site.data_files, site.extra_files)
+            if job == ("overview",):
+                data += f"|{common['info'].built}|{common['info'].n_records}|{common['info'].taken}"
+        digest = cache.digest(glob, job, data)
+        files = cache.materialize(digest, tmp)
+        if files is not None:
+            n = sum(1 for f in files if f[0].endswith(".html"))
+            return digest, files, [], n
+        if pages is None:
+            site.data_files, site.extra_files = {}, {}
+    if pages is None:
+        pages = list(site.run(job))
+    written, rendered = [], []
+    for page in pages:
         ctx = {**common, **page.ctx, "title": page.title, "up": page.up, "active": page.active,
                "lead": page.lead, "crumbs": page.crumbs, "charts": page.charts}
-        path.write_text(env.get_template(page.template).render(ctx), encoding="utf-8")
-        n += 1
-    return n, site.data_files
+        _write_text(tmp / page.path, env.get_template(page.template).render(ctx))
+        written.append(page.path)
+        rendered.append(page.path)
+    for rel, value in sorted(site.data_files.items()):
+        _write_text(tmp / rel, value.data_text() if hasattr(value, "data_text") else value)
+        written.append(rel)
+    for rel, value in sorted(site.extra_files.items()):
+        _write_text(tmp / rel, value)
+        written.append(rel)
+    files = cache.store(tmp, written) if cache is not None else None
+    return digest, files, rendered, 0
 
 
-def _work(i: int) -> tuple[int, dict[str, str]]:
-    site, env, common, tmp, jobs = _WORK
-    return _write_pages(site, env, common, tmp, jobs[i])
+def _work(i: int) -> tuple:
+    site, env, common, tmp, jobs, cache, glob = _WORK
+    out = _write_pages(site, env, common, tmp, jobs[i], cache, glob)
+    used = sorted(site.fig_store.used) if site.fig_store is not None else []
+    return (*out, used)
 
 
 def _can_fork() -> bool:
@@ -193,47 +277,70 @@ def _can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
 
 
-def _render_all(site, env, common, tmp: Path, n_jobs: int) -> int:
+def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str = "") -> tuple:
     """Every page, in ``n_jobs`` processes (forked, so they share the loaded records); the pages and data files are
-    the same bytes whatever the number (each job depends on the site's data alone; tests compare)."""
+    the same bytes whatever the number (each job depends on the site's data alone; tests compare). With ``cache``,
+    a job whose digest is there is linked from it instead (``incremental``). (pages, rendered paths, reused pages,
+    the manifest of this build's jobs)."""
     global _WORK
     jobs = site.jobs()
-    data: dict[str, str] = {}
-    n_pages = 0
+    manifest: dict[str, list] = {}
+    rendered: list[str] = []
+    n_pages = n_reused = 0
+    used_figs: set[str] = set()
+
+    def take(res):
+        nonlocal n_pages, n_reused
+        digest, files, ren, reused, figs = res
+        if digest is not None and files is not None:
+            manifest[digest] = files
+        rendered.extend(ren)
+        n_pages += len(ren) + reused
+        n_reused += reused
+        used_figs.update(figs)
+
     if n_jobs > 1 and len(jobs) > 1 and _can_fork():
         import multiprocessing
 
         # Longest first (a norm's pages draw its figures), so no worker is left with a big job at the end.
-        order = sorted(range(len(jobs)), key=lambda i: (jobs[i][0] != "norm", jobs[i][0] != "compare_page", i))
-        _WORK = (site, env, common, tmp, jobs)
+        first = ("norm_device", "norm", "compare_page")
+        order = sorted(range(len(jobs)), key=lambda i: (first.index(jobs[i][0]) if jobs[i][0] in first else 3, i))
+        _WORK = (site, env, common, tmp, jobs, cache, glob)
         try:
             with multiprocessing.get_context("fork").Pool(min(n_jobs, len(jobs))) as pool:
-                for n, files in pool.imap_unordered(_work, order, chunksize=1):
-                    n_pages += n
-                    data.update(files)
+                for res in pool.imap_unordered(_work, order, chunksize=4):
+                    take(res)
         finally:
             _WORK = None
     else:
         for job in jobs:
-            n, files = _write_pages(site, env, common, tmp, job)
-            n_pages += n
-            data.update(files)
-    for rel in sorted(data):
-        path = tmp / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(data[rel], encoding="utf-8")
-    site.data_files = data
-    return n_pages
+            take((*_write_pages(site, env, common, tmp, job, cache, glob),
+                  sorted(site.fig_store.used) if site.fig_store is not None else []))
+    return n_pages, sorted(rendered), n_reused, manifest, used_figs
+
+
+def default_cache(out: Path) -> Path:
+    """Where a site's build cache lives unless told: beside it, ``.<name>.cache`` (hard links need one file system)."""
+    return out.parent / f".{out.name}.cache"
 
 
 def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = "site",
-               docs: str | os.PathLike | None = None, charts: bool = True, jobs: int | None = None) -> BuildReport:
+               docs: str | os.PathLike | None = None, charts: bool = True, jobs: int | None = None,
+               cache: str | os.PathLike | bool | None = True) -> BuildReport:
     """Build the leaderboard from ``results`` into ``out`` (replaced only if a previous build made it); without
     ``charts`` the figures are left out (a quick build: the pages say where a figure would be). Pages render in
-    ``jobs`` processes (default: one per CPU; ``NORMBENCH_SITE_JOBS``), with the same bytes as one."""
+    ``jobs`` processes (default: one per CPU; ``NORMBENCH_SITE_JOBS``), with the same bytes as one. ``cache``: the
+    build cache directory (``True``: ``.<out>.cache`` beside ``out``; ``False``/None: none), from which unchanged
+    pages are reused (``incremental``); the site is the same bytes with or without it."""
+    from normbench.site import incremental, pages, records, tables
+
     results, out = Path(results), Path(out)
-    loaded = load_results(results)
     _check_out(out, results)
+    store = None
+    if cache:
+        cache_dir = default_cache(out) if cache is True else Path(cache)
+        store = incremental.SiteCache(cache_dir)
+    loaded = load_results(results, cache=store.reads if store is not None else None)
     docs_dir = Path(docs) if docs is not None else (results.resolve().parent / "docs")
     if docs is not None and not docs_dir.is_dir():
         raise FileNotFoundError(f"--docs {docs}: no such directory")
@@ -249,22 +356,22 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     env = environment()
     common = {"info": info, "nav": NAV, "csp": CSP, "schema_file": SCHEMA_FILE,
               "chart_scripts": getattr(charts, "SCRIPTS", ()), "chart_styles": getattr(charts, "STYLES", ())}
+    # What every page shows beyond its own data: a change here renders every page again.
+    glob = incremental._h(info.version, info.n_rejected, charts is not None, CSP, NAV, SCHEMA_FILE,
+                          common["chart_scripts"], common["chart_styles"], tables.INLINE_MAX, tables.PREVIEW,
+                          tables.PAGE_ROWS, pages.INLINE_POINTS, pages.COMPARE_POINTS,
+                          records.PAGE_RECORDS)
+    frames = None
+    if store is not None:
+        site.fig_store = incremental.PickleStore(store.figures, store.key)
+        frames = incremental.PickleStore(store.frames, store.key)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
-        n_pages = _render_all(site, env, common, tmp, _jobs(jobs))
+        n_pages, rendered, reused, manifest, used_figs = _render_all(site, env, common, tmp, _jobs(jobs), store,
+                                                                      glob)
         _copy_tree(resources.files("normbench.site") / "assets", tmp / "assets")
-        # Re-serialised (not copied) so the published file is exactly the JSON that was validated.
-        recs = tmp / "records"
-        recs.mkdir(exist_ok=True)
-        from normbench.site.records import pages_of
-
-        for page, entries in pages_of(loaded.entries).items():
-            # gzip (no name, no time: the same records give the same bytes): a page's records repeat their run's
-            # provenance and config keys, so they compress ~10x; at 100k records this keeps the site under 1 GB.
-            text = "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
-            (tmp / entries[0].json_file).write_bytes(gzip.compress((text + "\n]\n").encode("utf-8"), mtime=0))
-        write_downloads(loaded.entries, tmp / "downloads")
+        write_downloads(loaded.entries, tmp / "downloads", frames)
         from normbench.records.schema import json_schema
 
         (tmp / SCHEMA_FILE).write_text(json.dumps(json_schema(), indent=1) + "\n", encoding="utf-8")
@@ -282,6 +389,10 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if store is not None:
+        store.finish(manifest)
+        site.fig_store.prune(used_figs)
+        frames.prune(frames.used)
     kinds = [e.kind for e in loaded.entries]
     return BuildReport(out, n_pages, len(loaded.entries), kinds.count("kernel"), kinds.count("accuracy"),
-                       loaded.files, loaded.rejected, len(loaded.superseded))
+                       loaded.files, loaded.rejected, len(loaded.superseded), rendered, reused)

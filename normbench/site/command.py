@@ -8,7 +8,9 @@ import sys
 def _cmd_build(args) -> int:
     from normbench.site.build import build_site
 
-    report = build_site(args.results, args.out, docs=args.docs, charts=not args.no_charts, jobs=args.jobs)
+    cache = False if args.no_cache else (args.cache or True)
+    report = build_site(args.results, args.out, docs=args.docs, charts=not args.no_charts, jobs=args.jobs,
+                        cache=cache)
     print(report.summary())
     if report.rejected:
         print(f"{len(report.rejected)} rejected record(s)/file(s) (listed on {report.out / 'rejected.html'}):",
@@ -35,6 +37,10 @@ def register(subparsers) -> None:
                    help="leave the figures out (a quicker build; drawing them is most of a build's time)")
     b.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="render pages in N processes (default: one per CPU; the same bytes as one)")
+    b.add_argument("--cache", default=None, metavar="DIR",
+                   help="the build cache that makes rebuilds incremental (default: .<out>.cache beside --out; safe "
+                        "to delete)")
+    b.add_argument("--no-cache", action="store_true", help="build everything, reading and writing no cache")
     b.set_defaults(func=_cmd_build)
 
     def _usage(args, parser=p) -> int:

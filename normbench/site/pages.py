@@ -6,6 +6,8 @@ figures come from ``charts`` (Vega-Lite specs rendered to static SVG).
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import re
 from collections import Counter
@@ -34,6 +36,7 @@ from normbench.site.fmt import (
 )
 from normbench.site.records import Entry, Loaded, norm_stem, pages_of, slug
 from normbench.site.repro import command
+from normbench.site import tables as _tables
 from normbench.site.tables import Col, Table, cell
 
 #: The flag the reader (``normbench.results.records_that_count``) gives a migrated v1 record (``check: null``): it
@@ -117,6 +120,49 @@ class Page:
         return "../" * self.path.count("/")
 
 
+class LazyFigure:
+    """A figure drawn when its page is rendered (``__html__``), so a build can tell from its inputs (``fingerprint``)
+    whether a page changed before drawing anything; drawn figures are kept by that fingerprint (``Site.fig_store``)."""
+
+    def __init__(self, site, builder: str, df, chart_id: str, alt: str, static: bool, kw: dict):
+        self.site, self.builder, self.df, self.chart_id, self.alt, self.static, self.kw = (
+            site, builder, df, chart_id, alt, static, kw)
+        self._print: str | None = None
+        self._html: str | None = None
+
+    def fingerprint(self) -> str:
+        if self._print is None:
+            import pandas as pd
+
+            df = self.df
+            h = hashlib.sha256(repr((self.builder, self.chart_id, self.alt, self.static, sorted(self.kw.items()),
+                                     list(map(str, df.columns)), list(map(str, df.dtypes)), len(df))).encode())
+            h.update(pd.util.hash_pandas_object(df, index=True).values.tobytes())
+            for col in df.columns:   # object columns: their text exactly (the hash above is of their values' hashes)
+                if df[col].dtype == object:
+                    h.update(json.dumps(list(df[col]), default=str, ensure_ascii=False).encode("utf-8",
+                                                                                             "surrogatepass"))
+            self._print = h.hexdigest()
+        return self._print
+
+    def __html__(self) -> str:
+        if self._html is None:
+            store = self.site.fig_store
+            key = self.fingerprint()
+            html = store.get(key) if store is not None else None
+            if html is None:
+                chart = getattr(self.site.charts, self.builder)(self.df, **self.kw)
+                # The charts module escapes every text it puts in the SVG and the spec (its tests check hostile text).
+                html = self.site.charts.render(chart, self.chart_id, alt_text=self.alt, static=self.static).html
+                if store is not None:
+                    store.put(key, html)
+            self._html = html
+        return self._html
+
+    def __str__(self) -> str:
+        return self.__html__()
+
+
 class Site:
     """All pages of one build: ``pages()`` yields Page objects; ``data_files`` collects the big tables' rows."""
 
@@ -125,7 +171,9 @@ class Site:
         self.info = info
         self.docs = docs
         self.charts = charts
-        self.data_files: dict[str, str] = {}
+        self.data_files: dict = {}     # data file -> its Table (text: ``Table.data_text``) or text
+        self.extra_files: dict[str, bytes] = {}   # other files a job writes (a record page's JSON)
+        self.fig_store = None          # drawn figures by the hash of their inputs (``incremental.PickleStore``)
         self.kernels = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
         agg.add_speedups(self.kernels)
         agg.add_cache_residency(self.kernels)
@@ -138,9 +186,11 @@ class Site:
             self.hw_entries.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
         self.by_norm: dict[str, list[dict]] = {}
         self.by_hw: dict[str, list[dict]] = {}
+        self.by_norm_hw: dict[tuple[str, str], list[dict]] = {}
         for r in self.kernels:
             self.by_norm.setdefault(r["norm"], []).append(r)
             self.by_hw.setdefault(r["hardware"], []).append(r)
+            self.by_norm_hw.setdefault((r["norm"], r["hardware"]), []).append(r)
         self.kernel_hws = sorted(self.by_hw)
         self._wfig: dict[tuple, tuple[list, int]] = {}
         self._wplan: dict[tuple, list] = {}
@@ -167,7 +217,10 @@ class Site:
     # --- kernel table --------------------------------------------------------------------------------------------
 
     def kernel_table(self, tid: str, rows: list[dict], up: str, *, with_hw: bool = True,
-                     with_norm: bool = True) -> Table:
+                     with_norm: bool = True, srcs: list[str] | None = None, file: bool = False) -> Table:
+        """The kernel records ``rows`` ranked by bandwidth. ``srcs``: the rows are in those data files (site-relative,
+        each another table's: a norm's every-record table loads its per-device tables' files), so only the first
+        rows are built for the page; ``file``: write this table's data file whatever its size (others load it)."""
         cols = [Col("device")] if with_hw else []
         cols += [Col("norm")] if with_norm else []
         cols += [
@@ -188,7 +241,12 @@ class Site:
         t = Table(tid, cols, filters=[("hardware", "device"), ("norm", "norm"), ("dtype", "dtype"), ("pass", "pass"),
                                       ("shape_class", "shape class"), ("backend", "backend"), ("timing", "timing"),
                                       ("layout", "layout"), ("harness", "harness"), ("ranked", "ranked")])
-        for r in agg.rank_by_bandwidth(rows):
+        ranked = agg.rank_by_bandwidth(rows)
+        if srcs is not None:
+            t.n_total = len(ranked)
+            t.all_filters = [self._kernel_filters(r) for r in ranked]
+            ranked = ranked[:_tables.PREVIEW]
+        for r in ranked:
             e = r["entry"]
             bad = r["invalid"]
             iqr = f"IQR {fmt_time(r['iqr'])} over {int(r['reps'])} reps" if r["reps"] else ""
@@ -221,19 +279,32 @@ class Site:
                 cell(fmt_err(r["err_y"]), r["err_y"], title=errt),
                 cell(e.rid[:10], e.rid, href=self.rec_href(e, up)),
             ]
-            t.add(cells, {"hardware": r["hardware"], "norm": r["norm"], "dtype": r["dtype"], "pass": r["pass"],
-                          "shape_class": r["shape_class"], "backend": r["backend"], "timing": r["timing"],
-                          "layout": r["layout"], "harness": r["harness"],
-                          "ranked": "invalid" if bad else ("flagged" if r["flagged"] else "ranked")},
-                  "invalid" if bad else ("flagged" if r["flagged"] else ""))
+            t.add(cells, self._kernel_filters(r), "invalid" if bad else ("flagged" if r["flagged"] else ""),
+                  rank=agg.rank_json(agg.bandwidth_key(r)) if file else None)
         if not with_hw:
             t.filters = [f for f in t.filters if f[0] != "hardware"]
         if not with_norm:
             t.filters = [f for f in t.filters if f[0] != "norm"]
-        shard = t.shard(up)
+        if srcs is not None:
+            t.src = " ".join(up + x for x in srcs)
+            return t
+        shard = t.shard(up, force=file)
         if shard:
             self.data_files[shard[0]] = shard[1]
         return t
+
+    @staticmethod
+    def _kernel_filters(r: dict) -> dict:
+        bad = r["invalid"]
+        return {"hardware": r["hardware"], "norm": r["norm"], "dtype": r["dtype"], "pass": r["pass"],
+                "shape_class": r["shape_class"], "backend": r["backend"], "timing": r["timing"],
+                "layout": r["layout"], "harness": r["harness"],
+                "ranked": "invalid" if bad else ("flagged" if r["flagged"] else "ranked")}
+
+    def norm_shared(self, name: str) -> bool:
+        """Whether a norm's every-record table is too big for its page: its rows are then written once, in its
+        per-device tables' data files (``knd-*``), which the norm page's table loads together."""
+        return len(self.by_norm.get(name, [])) > _tables.INLINE_MAX
 
     # --- figures -------------------------------------------------------------------------------------------------
 
@@ -270,9 +341,7 @@ class Site:
         False: the spec only, drawn in the browser (``charts.render``)."""
         if self.charts is None or df is None or len(df) == 0 or not hasattr(self.charts, builder):
             return None
-        chart = getattr(self.charts, builder)(df, **kw)
-        # The charts module escapes every text it puts in the SVG and the spec (its own tests check hostile text).
-        return Markup(self.charts.render(chart, chart_id, alt_text=alt, static=static).html)
+        return LazyFigure(self, builder, df, chart_id, alt, static, kw)
 
     def width_figures(self, norm: str, hw: str, rows: list[dict], up: str) -> list:
         """GB/s and % of ceiling against hidden size on one device, one figure pair per layout with two widths."""
@@ -555,21 +624,26 @@ class Site:
             name=name, meta=m, paper=paper, paper_url=paper.get("url"), devices=devices, acc=acc, inline=inline,
             layouts=", ".join(str(x) for x in m.get("layouts") or [] if isinstance(x, (str, int))),
             backends=", ".join(str(x) for x in m.get("backends") or [] if isinstance(x, (str, int))),
-            table=self.kernel_table(slug("kn", name), rows, up, with_norm=False) if rows else None)
+            table=(self.kernel_table(slug("kn", name), rows, up, with_norm=False,
+                                     srcs=[Table(slug("knd", name, hw), []).data_path
+                                           for hw in sorted({r["hardware"] for r in rows})])
+                   if self.norm_shared(name) else self.kernel_table(slug("kn", name), rows, up, with_norm=False))
+            if rows else None)
         return p
 
     def norm_device_page(self, name: str, hw: str) -> Page:
         """One norm on one device: its GB/s and %-of-ceiling figures and the records behind them."""
         p = Page(norm_device_file(name, hw), "norm_device.html", f"{name} on {hw}", active="norms.html",
                  lead=self.hw_name(hw), crumbs=[("norms.html", "Norms"), (norm_file(name), name)])
-        hr = [r for r in self.by_norm.get(name, []) if r["hardware"] == hw]
+        hr = self.by_norm_hw.get((name, hw), [])
         # Static SVG where the norm's page draws the same figures (few points: drawn once, shared); else the browser
         # draws them from their spec and the records table below is the view without JavaScript.
         figs, _ = self._width_figures(name, hw, hr, p.up, static=self.norm_inline(name))
         p.charts = bool(figs)
         p.ctx = dict(name=name, hw=hw, figs=figs, device_href=p.up + device_file(hw), n=len(hr),
                      widths=len({r["num_features"] for r in hr}),
-                     table=self.kernel_table(slug("knd", name, hw), hr, p.up, with_norm=False, with_hw=False))
+                     table=self.kernel_table(slug("knd", name, hw), hr, p.up, with_norm=False,
+                                             with_hw=self.norm_shared(name), file=self.norm_shared(name)))
         return p
 
     # --- accuracy ------------------------------------------------------------------------------------------------
@@ -906,6 +980,10 @@ class Site:
         sections = [self.record_section(e, prov_ids) for e in entries]
         data = path[:-len(".html")] + ".js"
         self.data_files[data] = self.record_data(entries)
+        # The page's records exactly as validated. gzip (no name, no time: the same records give the same bytes): a
+        # page's records repeat their run's provenance and config keys, so they compress ~10x.
+        text = "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
+        self.extra_files[entries[0].json_file] = gzip.compress((text + "\n]\n").encode("utf-8"), mtime=0)
         p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw,
                      json_href=entries[0].json_file.rsplit("/", 1)[-1], data_href=data.rsplit("/", 1)[-1],
 
@@ -953,9 +1031,6 @@ class Site:
             rejected=self.loaded.rejected,
             superseded=[(old, new, self.rec_href(new, "")) for old, new in self.loaded.superseded]))
 
-    #: Record pages per job of the build's process pool.
-    RECORD_PAGES_PER_JOB = 24
-
     def jobs(self) -> list[tuple]:
         """The build's units of work, in page order: each job renders one or more pages (``run``) from this site's
         data alone, so jobs may run in any order and in other processes (``build._render_all``) with the same bytes."""
@@ -963,33 +1038,32 @@ class Site:
         jobs += [("compare_page", name) for name in self.compared_norms()]
         jobs += [("device_page", hw) for hw in sorted(self.hw_entries)]
         jobs.append(("norms_index",))
-        jobs += [("norm", name) for name in sorted(self.norm_meta)]
+        for name in sorted(self.norm_meta):
+            jobs.append(("norm", name))
+            jobs += [("norm_device", name, hw) for hw in sorted({r["hardware"] for r in self.by_norm.get(name, [])})]
         jobs += [("softmax_page",), ("accuracy_page",)]
         jobs += [("cell_page", key) for key, _ in self._acc_tables()]
         jobs += [("claims_page",), ("methodology_page",)]
         jobs += [("doc_page", *d) for d in DOCS]
         jobs += [("downloads_page",), ("rejected_page",)]
-        paths = list(pages_of(self.loaded.entries))
-        jobs += [("record_pages", tuple(paths[i:i + self.RECORD_PAGES_PER_JOB]))
-                 for i in range(0, len(paths), self.RECORD_PAGES_PER_JOB)]
+        jobs += [("record_page", path) for path in self._record_groups()]
         return jobs
 
     def run(self, job: tuple):
         """The pages of one job (see ``jobs``)."""
         what, *args = job
-        if what == "norm":
-            name = args[0]
-            yield self.norm_page(name)
-            for hw in sorted({r["hardware"] for r in self.by_norm.get(name, [])}):
-                yield self.norm_device_page(name, hw)
-            self._wfig.clear()
+        if what in ("norm", "norm_device") and getattr(self, "_memo_norm", None) != args[0]:
+            self._wfig.clear()   # a norm's figure frames, shared by its pages; one norm's at a time
             self._wplan.clear()
+            self._memo_norm = args[0]
+        if what == "norm":
+            yield self.norm_page(args[0])
+        elif what == "norm_device":
+            yield self.norm_device_page(*args)
         elif what == "cell_page":
             yield self.cell_page(args[0], dict(self._acc_tables())[args[0]])
-        elif what == "record_pages":
-            groups = self._record_groups()
-            for path in args[0]:
-                yield self.record_page(path, groups[path])
+        elif what == "record_page":
+            yield self.record_page(args[0], self._record_groups()[args[0]])
         else:
             yield getattr(self, what)(*args)
 

@@ -25,6 +25,7 @@ class Entry:
     index: int         # position inside that file
     key: str = ""      # safe, unique name: the record's anchor on its page
     page: str = ""     # its record page, relative to the site root (records/<norm>--<device>[-<bucket>].html)
+    digest: str = ""   # the SHA-256 of the bytes of the file it was read from (``results.readcache.file_digest``)
 
     @property
     def href(self) -> str:
@@ -131,17 +132,17 @@ def pages_of(entries: list[Entry]) -> dict[str, list[Entry]]:
     return out
 
 
-def load_results(root: str | os.PathLike) -> Loaded:
+def load_results(root: str | os.PathLike, cache=None) -> Loaded:
     """The records that count under ``root`` (a directory or one file), as ``normbench.results.records_that_count``
     reads them for every ranking reader, with their site anchors and record pages; the rejected ones and the
-    superseded copies as the site shows them."""
+    superseded copies as the site shows them. ``cache``: a ``results.readcache.ReadCache`` (the incremental build's)."""
     from normbench.results.counted import records_that_count
 
     root = Path(root)
-    counted = records_that_count(root)
+    counted = records_that_count(root, cache=cache)
 
     def entry(e) -> Entry:
-        return Entry(e.rec, _display_path(e.path, root), e.index)
+        return Entry(e.rec, _display_path(e.path, root), e.index, digest=e.digest)
 
     kept = [entry(e) for e in counted.entries]
     by_id = {k.rid: k for k in kept}

@@ -55,19 +55,29 @@ class Table:
     search: bool = True
     page: int | None = None   # rows shown before "show all" (default PAGE_ROWS)
     cls: str = ""
-    src: str | None = None    # the data file with every row, relative to the page (set by ``shard``)
+    src: str | None = None    # the data file(s) with every row, relative to the page, space-separated (``shard``)
+    n_total: int | None = None          # rows in all, where only the first are built (``rows`` is the preview)
+    all_filters: list | None = None     # every row's filter values, where only the first rows are built
+
+    @property
+    def count(self) -> int:
+        return len(self.rows) if self.n_total is None else self.n_total
 
     def per_page(self) -> int:
         return self.page or PAGE_ROWS
 
-    def add(self, cells: list[dict], filters: dict | None = None, cls: str = "") -> None:
-        self.rows.append({"c": cells, "f": filters or {}, "k": cls})
+    def add(self, cells: list[dict], filters: dict | None = None, cls: str = "", rank: list | None = None) -> None:
+        row = {"c": cells, "f": filters or {}, "k": cls}
+        if rank is not None:
+            row["r"] = rank
+        self.rows.append(row)
 
     def options(self) -> list[tuple[str, str, list[str]]]:
         """(key, label, distinct values) of each filter that has more than one value."""
         out = []
+        every = self.all_filters if self.all_filters is not None else [r["f"] for r in self.rows]
         for key, label in self.filters:
-            values = sorted({str(r["f"].get(key, "")) for r in self.rows})
+            values = sorted({str(f.get(key, "")) for f in every})
             if len(values) > 1:
                 out.append((key, label, values))
         return out
@@ -76,17 +86,25 @@ class Table:
     def inline(self) -> list[dict]:
         return self.rows if self.src is None else self.rows[:PREVIEW]
 
-    def shard(self, up: str) -> tuple[str, str] | None:
-        """For a big table: (site-relative path, text) of the data file holding every row; None for a small one."""
-        if len(self.rows) <= INLINE_MAX:
+    @property
+    def data_path(self) -> str:
+        return f"data/{self.id}.js"
+
+    def shard(self, up: str, force: bool = False) -> tuple[str, "Table"] | None:
+        """For a big table: (site-relative path, this table) of the data file holding every row (its text:
+        ``data_text``, made when the file is written); None for a small one. ``force``: the file is written whatever
+        the table's size (another page's table loads it), and the page loads it only when the table is big."""
+        if len(self.rows) <= INLINE_MAX and not force:
             return None
-        path = f"data/{self.id}.js"
-        self.src = up + path
+        if len(self.rows) > INLINE_MAX:
+            self.src = up + self.data_path
+        return self.data_path, self
+
+    def data_text(self) -> str:
         # A data file is a script the page's own script loads (same origin, so the strict CSP allows it, also from
         # file://); JSON with ASCII escapes cannot leave its string literals.
-        text = ("window.nbData(" + json.dumps(self.id) + "," + json.dumps(pack_rows(self.rows), ensure_ascii=True,
-                                                                           separators=(",", ":")) + ");\n")
-        return path, text
+        return ("window.nbData(" + json.dumps(self.id) + "," + json.dumps(pack_rows(self.rows), ensure_ascii=True,
+                                                                          separators=(",", ":")) + ");\n")
 
 
 #: A packed cell's fields, in order (``assets/site.js`` unpacks the same order).
@@ -97,7 +115,7 @@ def pack_rows(rows: list[dict]) -> dict:
     """Rows as a data file holds them: every string once in ``s`` and referred to by its index; a cell is the index
     of its text, or ``[t, v, h, ti, n, x, b, k]`` without trailing nulls (a string sort value ``v`` as ``[index]``,
     a float one to 6 significant digits: it only orders rows); a row is ``[cells, filter values in the order of
-    ``fk``, class]``. A big leaderboard's rows repeat the same devices, norms, links and filter values, so this is a
+    ``fk``, class, rank key]`` (the rank key where the build gave one: it orders the union of several files). A big leaderboard's rows repeat the same devices, norms, links and filter values, so this is a
     third of the plain rows' size; ``assets/site.js`` (``unpack``) restores the plain rows."""
     strings: dict[str, int] = {}
 
@@ -125,7 +143,9 @@ def pack_rows(rows: list[dict]) -> dict:
     packed = []
     for r in rows:
         row = [[cell(c) for c in r["c"]], [s(r.get("f", {}).get(k)) for k in keys]]
-        if r.get("k"):
-            row.append(s(r["k"]))
+        if r.get("k") or r.get("r") is not None:
+            row.append(s(r["k"]) if r.get("k") else None)
+        if r.get("r") is not None:
+            row.append(r["r"])
         packed.append(row)
     return {"s": list(strings), "fk": keys, "rows": packed}

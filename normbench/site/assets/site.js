@@ -57,7 +57,7 @@
         return { t: str(c[0]) || "", v: Array.isArray(v) ? str(v[0]) : v, h: str(c[2]), ti: str(c[3]), n: str(c[4]),
                  x: c[5], b: (c[6] || []).map(function (b) { return b.map(str); }), k: str(c[7]) };
       });
-      return { c: cells, f: f, k: str(r[2]) };
+      return { c: cells, f: f, k: str(r[2]), r: r[3] };
     });
   }
 
@@ -100,16 +100,53 @@
     }
   };
 
-  // Called by a table's data file: replace the page's first rows with all of them.
+  // Called by a table's data file (data/<id>.js): its rows wait in `arrived` until every file a table names in its
+  // data-src is in; then they replace the page's first rows. A table may show the rows of several files (a norm's
+  // every-record table is the union of its per-device tables' files, written once): they are merged in the order of
+  // each row's rank key (r[3], set by the build), so the union reads as ranked as a single file would.
+  var arrived = {};
   window.nbData = function (id, data) {
-    var table = document.getElementById(id);
-    if (!table || !data || !data.rows) return;
-    data = { rows: unpack(data) };
+    if (typeof id !== "string" || !data || !data.rows) return;
+    arrived[id] = data;
+    var own = document.getElementById(id);   // a table given its rows directly (no data-src of its own)
+    if (own && !own.getAttribute("data-src") && !loaders[id]) loaders[id] = function () {};
+    Object.keys(loaders).forEach(function (tid) { fill(tid); });
+  };
+
+  function srcIds(table) {
+    if (!table.getAttribute("data-src")) return [table.id];
+    return (table.getAttribute("data-src") || "").split(/\s+/).filter(Boolean).map(function (src) {
+      return src.replace(/^.*\//, "").replace(/\.js$/, "");
+    });
+  }
+
+  function rankCompare(a, b) {
+    var x = a.r || [], y = b.r || [];
+    for (var i = 0; i < Math.max(x.length, y.length); i++) {
+      if (x[i] === y[i]) continue;
+      if (x[i] === undefined) return -1;
+      if (y[i] === undefined) return 1;
+      return x[i] < y[i] ? -1 : 1;
+    }
+    return a.i - b.i;
+  }
+
+  function fill(tid) {
+    var table = document.getElementById(tid);
+    if (!table || !loaders[tid]) return;
+    var ids = srcIds(table);
+    if (!ids.every(function (id) { return arrived[id]; })) return;
+    var rows = [];
+    ids.forEach(function (id) { rows = rows.concat(unpack(arrived[id])); });
+    if (ids.length > 1) {
+      rows = rows.map(function (r, i) { r.i = i; return r; });
+      rows.sort(rankCompare);
+    }
     var cols = Array.prototype.map.call(table.tHead.rows[0].cells, function (th) {
       return { num: th.getAttribute("data-sort") === "num" };
     });
     var frag = document.createDocumentFragment();
-    data.rows.forEach(function (r) {
+    rows.forEach(function (r) {
       var tr = document.createElement("tr");
       if (r.k) tr.className = r.k;
       Object.keys(r.f || {}).forEach(function (k) {
@@ -122,19 +159,25 @@
     while (body.firstChild) body.removeChild(body.firstChild);
     body.appendChild(frag);
     table.setAttribute("data-loaded", "1");
-    var done = loaders[id];
-    delete loaders[id];
+    var done = loaders[tid];
+    delete loaders[tid];
     if (done) done();
-  };
+  }
 
   function load(table, then) {
-    var src = table.getAttribute("data-src");
-    if (!src || table.getAttribute("data-loaded")) { then(); return; }
+    var ids = srcIds(table);
+    if (!table.getAttribute("data-src") || table.getAttribute("data-loaded")) { then(); return; }
     loaders[table.id] = then;
-    var s = document.createElement("script");
-    s.src = src;
-    s.onerror = function () { delete loaders[table.id]; then(); };
-    document.head.appendChild(s);
+    var failed = false;
+    (table.getAttribute("data-src") || "").split(/\s+/).filter(Boolean).forEach(function (src, i) {
+      if (arrived[ids[i]] || document.querySelector('script[data-nb-src="' + ids[i] + '"]')) return;
+      var s = document.createElement("script");
+      s.src = src;
+      s.setAttribute("data-nb-src", ids[i]);
+      s.onerror = function () { if (!failed) { failed = true; delete loaders[table.id]; then(); } };
+      document.head.appendChild(s);
+    });
+    fill(table.id);
   }
 
   // The view of a table as URL fragment: #t=<table id>&<filter>=<value>&q=<text>&sort=<column>:<a|d>.

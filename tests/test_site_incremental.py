@@ -1,0 +1,123 @@
+"""The incremental site build (``normbench.site.incremental``): a rebuild after one record changes renders exactly
+the pages that show it, the rest come from the cache byte for byte, and the site equals a build without the cache."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+import test_site_support as sup
+
+from normbench.records.store import atomic_write_bytes, dump_compact, read_record_file
+from normbench.site import build_site, tables
+
+TIME = re.compile(rb" on \d{4}-\d\d-\d\d \d\d:\d\d UTC")
+
+
+def _files(site: Path) -> dict[str, bytes]:
+    return {p.relative_to(site).as_posix(): TIME.sub(b"", p.read_bytes()) for p in site.rglob("*") if p.is_file()}
+
+
+def _text(rel: str, data: bytes) -> str:
+    if rel.endswith(".gz"):
+        data = gzip.decompress(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+
+
+@pytest.fixture
+def demo(tmp_path, monkeypatch):
+    # As the demo site: big tables above 30 rows, so the data files (and a norm's shared per-device files) are used.
+    monkeypatch.setattr(tables, "PAGE_ROWS", 20)
+    monkeypatch.setattr(tables, "INLINE_MAX", 30)
+    monkeypatch.setattr(tables, "PREVIEW", 10)
+    sup.write_demo(tmp_path / "results")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "measurement.md").write_text("# Measurement\n\nBytes.\n")
+    return tmp_path
+
+
+def _edit(results: Path, pick, change) -> dict:
+    """Change the first record ``pick`` accepts, in its file; the record as now stored."""
+    for path in sorted(results.rglob("*.json.gz")):
+        recs, problem = read_record_file(path)
+        assert problem is None
+        for rec in recs:
+            if pick(rec):
+                change(rec)
+                atomic_write_bytes(path, dump_compact(recs))
+                return rec
+    raise AssertionError("no record to edit")
+
+
+def test_a_rebuild_renders_exactly_the_pages_that_show_the_changed_record(demo):
+    results, docs, out = demo / "results", demo / "docs", demo / "site"
+    first = build_site(results, out, docs=docs, jobs=1)
+    assert first.reused == 0 and (demo / ".site.cache" / "manifest.json").exists()
+    before = _files(out)
+
+    again = build_site(results, out, docs=docs, jobs=1)   # nothing changed: nothing rendered but the overview
+    assert set(again.rendered) <= {"index.html"} and _files(out) == before
+
+    # One kernel record's peak memory, a number its tables show.
+    rec = _edit(results, lambda r: r["kind"] == "kernel" and r["norm"]["name"] == "rmsnorm"
+                and r["config"]["backend"] == "eager",
+                lambda r: r["metrics"].update(peak_mem_bytes=987_654_321))
+    report = build_site(results, out, docs=docs, jobs=1)
+    after = _files(out)
+    assert set(after) == set(before)
+    changed = {rel for rel in after if after[rel] != before[rel]}
+    key = rec["id"].replace(":", "_")
+    shows = {rel for rel, data in after.items() if key in _text(rel, data) or rec["id"] in _text(rel, data)}
+    # Every changed file shows the record (a record page's data file holds its records' config and metrics by
+    # position; the Parquet download, binary, holds every record)...
+    shows |= {rel[:-5] + ".js" for rel in shows if rel.startswith("records/") and rel.endswith(".html")}
+    assert changed - {"index.html", "downloads/records.parquet"} <= shows, sorted(changed - shows)
+    # ... the files showing it in full changed: its record page's data and JSON, its norm's per-device table (the
+    # norm's every-record table loads the same file), the downloads.
+    page = next(rel for rel in shows if rel.startswith("records/") and rel.endswith(".html"))
+    hw = rec["provenance"]["hardware_id"]
+    for must in (page[:-5] + ".js", page[:-5] + ".json.gz", "downloads/records.csv.gz", "downloads/records.parquet"):
+        assert must in changed, must
+    assert [rel for rel in changed if rel.startswith("data/knd-rmsnorm-cpu-test")], hw
+    # ... and exactly the pages that changed were rendered (a record page with its data file and JSON, which hold its
+    # records' numbers; its HTML holds anchors, flags and commands); every other page came from the cache.
+    pages_changed = {rel for rel in changed if rel.endswith(".html")}
+    pages_changed |= {rel[:-3] + ".html" for rel in changed if rel.startswith("records/") and rel.endswith(".js")}
+    assert set(report.rendered) - {"index.html"} == pages_changed - {"index.html"}
+    assert report.reused >= len([r for r in after if r.endswith(".html")]) - len(report.rendered)
+    assert "987654321" in _text(page[:-5] + ".js", after[page[:-5] + ".js"])
+
+    # The cache never serves what another build would not write: a build without it is the same site.
+    cold = build_site(results, demo / "cold", docs=docs, jobs=1, cache=False)
+    assert cold.reused == 0
+    assert _files(demo / "cold") == after
+
+
+def test_a_newer_copy_in_another_file_replaces_the_record_everywhere_it_is_shown(demo):
+    """Deduplication crosses files: the newer copy of an id, in a plain file beside the others, wins on every page
+    that showed the old one, with or without the cache."""
+    results, docs, out = demo / "results", demo / "docs", demo / "site"
+    build_site(results, out, docs=docs, jobs=1)
+    old = next(r for _p, recs in ((p, read_record_file(p)[0]) for p in sorted(results.rglob("*.json.gz")))
+               for r in recs if r["kind"] == "kernel")
+    new = json.loads(json.dumps(old))
+    new["provenance"]["timestamp"] = "2099-01-01T00:00:00Z"
+    new["metrics"]["peak_mem_bytes"] = 123_454_321
+    (results / "kernel" / "extra.json").write_text(json.dumps([new]))
+    report = build_site(results, out, docs=docs, jobs=1)
+    assert report.superseded == 1
+    after = _files(out)
+    key = old["id"].replace(":", "_")
+    page = next(rel for rel, data in after.items()
+                if rel.startswith("records/") and rel.endswith(".js") and "123454321" in _text(rel, data))
+    assert key in _text(page[:-3] + ".html", after[page[:-3] + ".html"])
+    assert "extra.json" in _text("rejected.html", after["rejected.html"])
+    build_site(results, demo / "cold", docs=docs, jobs=1, cache=False)
+    assert _files(demo / "cold") == after
