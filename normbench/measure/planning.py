@@ -220,3 +220,31 @@ def case_id(case: Case, hardware_id: str, cache: dict | None = None) -> str:
     h = baselines.impl_hash(spec, case.backend, cache)
     return record_id("kernel", case.norm, case.config(spec), hardware_id, h)
 
+
+
+def memory_estimates(cases: Iterable[Case]) -> list[tuple[str, int]]:
+    """``(norm/shape/dtype, estimated peak bytes)`` per group of ``cases``, largest first (see
+    ``normbench.measure.memory.estimate_case_bytes``: the float64 reference of the error figures included)."""
+    from normbench.discovery import REGISTRY
+    from normbench.measure.memory import estimate_case_bytes
+
+    est: dict[str, int] = {}
+    for c in cases:
+        spec = REGISTRY.get(c.norm)
+        dims = input_shape(c.shape, spec.kind)
+        n = 1
+        for d in dims:
+            n *= d
+        inputs = 2 if spec.kind in ("residual", "attention") else 1
+        key = f"{c.norm}/{c.shape.label}/{c.dtype}"
+        b = estimate_case_bytes(n, inputs, torch.empty((), dtype=DTYPES[c.dtype]).element_size(), c.pass_ != "fwd")
+        est[key] = max(est.get(key, 0), b)
+    return sorted(est.items(), key=lambda kv: -kv[1])
+
+
+def too_big(cases: Iterable[Case], free: int | None) -> list[str]:
+    """Why the largest of ``cases`` would not fit in ``free`` bytes (empty when they fit or ``free`` is unknown)."""
+    if free is None:
+        return []
+    return [f"{what} needs about {b / 2**30:.2f} GiB (float64 reference included), more than the "
+            f"{free / 2**30:.2f} GiB free" for what, b in memory_estimates(cases) if b > free]
