@@ -376,3 +376,58 @@ def from_config_file(path: str | Path) -> Model:
     family, arch, sites = sites_from_config(cfg, str(p))
     key = (cfg.get("_name_or_path") or p.parent.name or p.stem).strip("/").split("/")[-1].lower() or "custom"
     return Model(key, key, family, arch, str(p), cited_values(cfg, sites), tuple(sites))
+
+
+# --- free-form shapes (the grammar of `--shape`) ----------------------------------------------------------------------
+
+SHAPE_LAYOUTS = ("tokens", "images")
+
+
+def parse_dims(text: str) -> tuple[str, tuple[int, ...]]:
+    """``(layout, dims)`` of a free-form shape: ``140x4096`` or ``1x140x4096`` (tokens: leading dims x C; two dims
+    are one sequence, ``(1, tokens, C)``), ``tokens:8x1x4096``, ``images:32x256x56x56``, or a custom shape's label
+    (``tokens-1x140x4096``). Raises ``ValueError`` naming the problem (a non-numeric, zero or negative dim, an
+    unknown layout, a wrong number of dims)."""
+    raw = str(text).strip()
+    if not raw:
+        raise ValueError("empty shape")
+    layout, body = "tokens", raw
+    for sep in (":", "-"):
+        head, found, tail = raw.partition(sep)
+        if found and head.strip().lower() in SHAPE_LAYOUTS:
+            layout, body = head.strip().lower(), tail
+            break
+        if found and sep == ":":
+            raise ValueError(f"unsupported layout {head.strip()!r} in {raw!r}; use tokens: or images:")
+    parts = [p.strip() for p in body.lower().split("x")]
+    if len(parts) < 2:
+        raise ValueError(f"unknown shape {raw!r}: not a grid label (see `normbench bench --list`) nor dims like "
+                         "140x4096, 1x140x4096 or images:32x256x56x56")
+    dims = []
+    for p in parts:
+        try:
+            dims.append(int(p))
+        except ValueError:
+            raise ValueError(f"dimension {p!r} of {raw!r} is not a number") from None
+    return layout, canonical_dims(layout, dims)
+
+
+def canonical_dims(layout: str, dims) -> tuple[int, ...]:
+    """``dims`` checked (positive integers, 2 or 3 for tokens, 4 for images) with tokens made 3-dimensional."""
+    if layout not in SHAPE_LAYOUTS:
+        raise ValueError(f"unsupported layout {layout!r}; use tokens or images")
+    dims = tuple(dims)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise ValueError(f"dimension {d!r} is not an integer")
+        if d <= 0:
+            raise ValueError(f"dimension {d} must be positive (zero or negative dims have no data to normalise)")
+    if layout == "tokens":
+        if len(dims) == 2:
+            dims = (1, *dims)
+        if len(dims) != 3:
+            raise ValueError(f"a tokens shape has 2 dims (tokens x C) or 3 (batch x sequence x C), got {len(dims)}"
+                             + (" (an images shape is written images:NxCxHxW)" if len(dims) == 4 else ""))
+    elif len(dims) != 4:
+        raise ValueError(f"an images shape has 4 dims (N x C x H x W), got {len(dims)}")
+    return dims

@@ -169,22 +169,12 @@ def shape_from_dims(layout: str, dims, source: str = "") -> Shape:
     Tokens dims are ``(tokens, C)`` or ``(batch, sequence, C)``; two dims mean one sequence, ``(1, tokens, C)``, so
     ``140x4096`` and ``1x140x4096`` are the same case (the same record id). Images dims are ``(N, C, H, W)``.
     """
-    if layout not in LAYOUTS:
-        raise ShapeError(f"unsupported layout {layout!r}; use tokens or images")
-    dims = tuple(dims)
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int):
-            raise ShapeError(f"dimension {d!r} is not an integer")
-        if d <= 0:
-            raise ShapeError(f"dimension {d} must be positive (zero or negative dims have no data to normalise)")
-    if layout == "tokens":
-        if len(dims) == 2:
-            dims = (1, *dims)
-        if len(dims) != 3:
-            raise ShapeError(f"a tokens shape has 2 dims (tokens x C) or 3 (batch x sequence x C), got {len(dims)}"
-                             + (" (an images shape is written images:NxCxHxW)" if len(dims) == 4 else ""))
-    elif len(dims) != 4:
-        raise ShapeError(f"an images shape has 4 dims (N x C x H x W), got {len(dims)}")
+    from normbench.catalog import canonical_dims
+
+    try:
+        dims = canonical_dims(layout, dims)
+    except ValueError as exc:
+        raise ShapeError(str(exc)) from None
     for s in _grid_shapes():
         if s.layout == layout and s.dims == dims:
             return s
@@ -194,29 +184,16 @@ def shape_from_dims(layout: str, dims, source: str = "") -> Shape:
 def parse_shape(text: str) -> Shape:
     """A shape from the command line or a suite's environment: a grid label (``llm-4096x4096``), a free-form shape
     (``140x4096``, ``1x140x4096``, ``tokens:8x1x4096``, ``images:32x256x56x56``) or a custom shape's own label
-    (``tokens-1x140x4096``). Raises :class:`ShapeError` naming the problem."""
+    (``tokens-1x140x4096``); the grammar is ``normbench.catalog.parse_dims``. Raises :class:`ShapeError` naming the
+    problem."""
+    from normbench.catalog import parse_dims
+
     raw = str(text).strip()
-    if not raw:
-        raise ShapeError("empty shape")
     for s in _grid_shapes():
         if s.label == raw:
             return s
-    layout, body = "tokens", raw
-    for sep in (":", "-"):
-        head, found, tail = raw.partition(sep)
-        if found and head.strip().lower() in LAYOUTS:
-            layout, body = head.strip().lower(), tail
-            break
-        if found and sep == ":":
-            raise ShapeError(f"unsupported layout {head.strip()!r} in {raw!r}; use tokens: or images:")
-    parts = [p.strip() for p in body.lower().split("x")]
-    if len(parts) < 2:
-        raise ShapeError(f"unknown shape {raw!r}: not a grid label (see `normbench bench --list`) nor dims like "
-                         "140x4096, 1x140x4096 or images:32x256x56x56")
-    dims = []
-    for p in parts:
-        try:
-            dims.append(int(p))
-        except ValueError:
-            raise ShapeError(f"dimension {p!r} of {raw!r} is not a number") from None
+    try:
+        layout, dims = parse_dims(raw)
+    except ValueError as exc:
+        raise ShapeError(str(exc)) from None
     return shape_from_dims(layout, dims)
