@@ -60,14 +60,14 @@ def _cases(norms, shapes, dtypes, backends, device, modes=None):
     from normbench.discovery import REGISTRY
     from normbench.measure import baselines
     from normbench.measure.planning import MODES, Case, backends_for
-    from normbench.measure.shapes import by_label
+    from normbench.measure.shapes import parse_shape
 
     out = []
     for name in norms:
         spec = REGISTRY.get(name)
         avail = backends_for(spec)
         for label in shapes:
-            shape = by_label(label)
+            shape = parse_shape(label)  # a grid label or a free-form shape (140x4096, images:NxCxHxW)
             if shape.layout not in spec.layouts or (shape.shape_class == "softmax") != (spec.kind == "softmax"):
                 continue
             for backend in backends:
