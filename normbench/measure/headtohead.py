@@ -33,9 +33,9 @@ from normbench.measure.timers import TimerSettings, interleaved_time
 MIN_ROUNDS = 50
 MAX_ROUNDS = 400
 MIN_TIME = 0.25
-#: Slow calls (over ``MAX_TIME`` seconds of each backend's work) stop after ``SLOW_ROUNDS`` rounds (ranks 3 and 11).
-SLOW_ROUNDS = 15
-MAX_TIME = 2.0
+#: Slow calls (over ``MAX_TIME`` seconds of each backend's work) stop after ``SLOW_ROUNDS`` rounds (ranks 9 and 20).
+SLOW_ROUNDS = 30
+MAX_TIME = 4.0
 
 
 def set_key(case: Case) -> tuple:
