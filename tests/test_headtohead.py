@@ -59,33 +59,43 @@ def test_paired_ratio_cancels_drift():
 
 
 def _noise():
-    if not NOISE.exists():
-        pytest.skip("no recorded timing noise (run scripts/calibrate_paired.py)")
     return json.loads(NOISE.read_text())
 
 
-def test_recorded_runs_give_the_calibrated_verdicts():
-    """Every recorded live run, replayed: identical backends tie, the planted 1.3x slower one is slower, each in at
-    least 95 % of the runs (the live rates are in docs/measurement.md)."""
-    noise = _noise()
-    ties = [paired_ratio(a, b).verdict == "tie" for a, b in noise["identical"]]
-    slower = [paired_ratio(s, b).verdict == "slower" for s, b in noise["planted"]]
-    assert sum(ties) >= 0.95 * len(ties)
-    assert sum(slower) >= 0.95 * len(slower)
+def test_recorded_decode_runs_give_the_calibrated_verdicts():
+    """Every recorded live decode-sized run (32 x 4096, float32), replayed: identical backends tie and the planted
+    1.3x slower one is slower, in at least 95 % of the runs; so did every live run of the calibration (the rates are
+    in docs/measurement.md)."""
+    arm = _noise()["decode"]
+    for name, want in (("identical", "tie"), ("planted", "slower")):
+        got = [paired_ratio(a, b).verdict for a, b in arm[name]]
+        assert got.count(want) >= 0.95 * len(got), (name, got)
+        live = arm["live_verdicts"][name]
+        assert live.count(want) >= 0.95 * len(live)
+
+
+def test_recorded_busy_prefill_runs_never_give_a_wrong_winner():
+    """Prefill-sized runs (2048 x 4096) on the machine with load 4 to 7 (other jobs): identical backends tie or come
+    out undecided, never faster or slower; the planted slowdown is found in at least 95 % of the runs."""
+    arm = _noise()["prefill_busy"]
+    got = [paired_ratio(a, b).verdict for a, b in arm["identical"]]
+    assert set(got) <= {"tie", "undecided"} and "tie" in got
+    slow = [paired_ratio(a, b).verdict for a, b in arm["planted"]]
+    assert slow.count("slower") >= 0.95 * len(slow)
 
 
 def test_resampled_recorded_noise_with_a_fixed_seed():
-    """Rounds drawn (with replacement, fixed seed) from the recorded runs' per-round times: the same rates hold."""
-    noise = _noise()
+    """Rounds drawn (with replacement, fixed seed) from the recorded decode runs' rounds: the same rates hold."""
+    arm = _noise()["decode"]
     rng = random.Random(26)
-    for arm, want in (("identical", "tie"), ("planted", "slower")):
-        rounds = [(x, y) for a, b in noise[arm] for x, y in zip(a, b)]
-        n = min(len(a) for a, _ in noise[arm])
+    for name, want in (("identical", "tie"), ("planted", "slower")):
+        rounds = [(x, y) for a, b in arm[name] for x, y in zip(a, b)]
+        n = 50  # the head-to-head minimum
         hits = 0
         for _ in range(200):
             draw = [rounds[rng.randrange(len(rounds))] for _ in range(n)]
             hits += paired_ratio([x for x, _ in draw], [y for _, y in draw]).verdict == want
-        assert hits >= 0.95 * 200, (arm, hits)
+        assert hits >= 0.95 * 200, (name, hits)
 
 
 # --- the interleaved timer ------------------------------------------------------------------------------------------
