@@ -206,3 +206,13 @@ def test_suite_grid_from_a_model_and_from_free_form_shapes(monkeypatch):
     assert suite.case_for("rmsnorm", "eager", "tokens-8x32x128", "float32", "fwd", "pytest").shape.dims == (8, 32, 128)
     monkeypatch.delenv("NORMBENCH_PYTEST_MODEL")
     suite.grid("small", env_prefix="NORMBENCH_PYTEST")  # resets the model's pairs
+
+
+def test_memory_estimate_of_a_head_to_head_set_counts_each_backend_that_runs_here():
+    from normbench.measure.planning import memory_estimates, plan
+
+    cases = plan(norms=["rmsnorm"], backends=["eager", "native", "triton"], dtypes=["float32"], passes=["fwd"],
+                 shapes=[parse_shape("64x4096")], device="cpu")
+    [(_, alone)] = memory_estimates(cases)
+    [(_, together)] = memory_estimates(cases, together=True)
+    assert together == alone + 2 * 64 * 4096 * 4  # native's own input and output; triton does not run on a CPU

@@ -132,7 +132,7 @@ def _cmd_bench(args) -> int:
                      device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs,
                      modes=args.mode, flush=args.flush, keep_ahead=args.keep_ahead, here=not on_ray)
     if (shapes or args.model or args.model_config) and cases and not on_ray:
-        _check_memory(cases)
+        _check_memory(cases, together=bool(args.interleave or args.model or args.model_config))
     if args.list:
         for c in cases:
             print(c.describe())
@@ -198,18 +198,18 @@ def _check_layouts(norms, shapes) -> None:
                              f"(it has {', '.join(spec.layouts)}); nothing was measured")
 
 
-def _check_memory(cases) -> None:
+def _check_memory(cases, together: bool = False) -> None:
     """Print the largest case's memory estimate; refuse (before anything is allocated) a case that would not fit."""
     from normbench.measure.memory import free_bytes
     from normbench.measure.planning import memory_estimates, too_big
 
     free = free_bytes(cases[0].device)
-    est = memory_estimates(cases)
+    est = memory_estimates(cases, together)
     what, b = est[0]
     room = f" of {free / 2**30:.2f} GiB free" if free is not None else " (free memory unknown)"
     print(f"memory: the largest case, {what}, needs about {b / 2**30:.3f} GiB (float64 reference included){room}",
           file=sys.stderr)
-    problems = too_big(cases, free)
+    problems = too_big(cases, free, together)
     if problems:
         raise ValueError("too big for this device's free memory, nothing was measured:\n  " + "\n  ".join(problems))
 
