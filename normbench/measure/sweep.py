@@ -143,9 +143,10 @@ def _store_group(records: list, refused: list, group: list, out, summary: SweepS
     return [c.describe() for c in group if c.describe() not in refused_ids]
 
 
-def _where(case: Case) -> str:
-    """A group's name in messages and task labels."""
-    return f"{case.norm}/{case.backend}/{case.shape.label}/{case.dtype}"
+def _where(case: Case, group: list[Case] | None = None) -> str:
+    """A group's name in messages and task labels (a head-to-head set's names its backends: ``eager+native``)."""
+    backend = "+".join(dict.fromkeys(c.backend for c in group)) if group else case.backend
+    return f"{case.norm}/{backend}/{case.shape.label}/{case.dtype}"
 
 
 def _sets_to_measure(cases, is_done) -> tuple[list[list[Case]], int]:
@@ -230,8 +231,8 @@ class InTurn:
             if first.norm in broken:
                 yield group, None
                 continue
-            task = Task(_set_task if self.interleave else _group_task, (group, self.ctx), label=_where(first),
-                        timeout=self.time_limit)
+            task = Task(_set_task if self.interleave else _group_task, (group, self.ctx),
+                        label=_where(first, group if self.interleave else None), timeout=self.time_limit)
             yield group, self.executor.submit(task).result()
             # back here once the sweep has written the group: the wall time includes writing its records
             if self.group_log is not None:
@@ -354,7 +355,7 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     try:
         for group, outcome in way.outcomes(groups, broken, summary, starting):
             first = group[0]
-            where = _where(first)
+            where = _where(first, group if getattr(way, "interleave", False) else None)
             if outcome is None:  # not attempted, or cancelled: an earlier group of its norm hung or crashed
                 for c in group:
                     summary.failed.append((c.describe(), f"not attempted: {broken.get(first.norm, 'cancelled')}"))
