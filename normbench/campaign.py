@@ -7,7 +7,10 @@ for ten minutes at a time (``scripts/gpu-campaign.sh`` runs this with the image'
   fwd/bwd/fwd+bwd x eager/compile/triton (+ liger where importable): planned to fit one ten-minute call;
 * tier 2: the rest of the zoo on the same LLM shapes and the vision shapes, and float32 for everything;
 * tier 3: ASV's small grid through the measurement core, and the GPU kernel tests (``tests/test_triton_kernels.py``
-  compiled, not interpreted).
+  compiled, not interpreted);
+* tier 4, "models" (``--tier models``; ``all`` runs it right after tier 1): the catalog LLMs' norm sites at their
+  prefill and decode shapes (``normbench.catalog``), bfloat16, fwd and fwd+bwd, every backend that runs there, timed
+  head to head (interleaved and paired, ``normbench.measure.headtohead``).
 
 Resumable: records already measured (passed back in with ``--resume``) are skipped, and a run stops starting new
 groups before ``--budget-s`` runs out, so a tier too big for one call continues in the next. Everything measured is
@@ -60,14 +63,14 @@ def _cases(norms, shapes, dtypes, backends, device, modes=None):
     from normbench.discovery import REGISTRY
     from normbench.measure import baselines
     from normbench.measure.planning import MODES, Case, backends_for
-    from normbench.measure.shapes import by_label
+    from normbench.measure.shapes import parse_shape
 
     out = []
     for name in norms:
         spec = REGISTRY.get(name)
         avail = backends_for(spec)
         for label in shapes:
-            shape = by_label(label)
+            shape = parse_shape(label)  # a grid label or a free-form shape (140x4096, images:NxCxHxW)
             if shape.layout not in spec.layouts or (shape.shape_class == "softmax") != (spec.kind == "softmax"):
                 continue
             for backend in backends:
@@ -119,7 +122,34 @@ def plan_tiers(device: str = "cuda") -> list[Tier]:
     for norm in grid[0]:
         t3.cases += [c for c in _cases((norm,), grid[2], grid[3], grid[1], device) if c.pass_ in grid[4]]
     t3.commands.append(["pytest", "-q", "-p", "no:cacheprovider", "tests/test_triton_kernels.py"])
-    return [t1, t2, t3]
+    t4 = Tier(MODELS_TIER, "models: the catalog LLMs' sites at prefill and decode shapes x bf16 x fwd, fwd+bwd x "
+                           "every backend, head to head")
+    for norm, labels in model_shapes().items():
+        for c in _cases((norm,), labels, ("bfloat16",), all_backends, device):
+            if c.pass_ == "bwd":
+                continue
+            (t4.optional.setdefault(c.backend, []) if c.backend in baselines.BASELINES else t4.cases).append(c)
+    return [t1, t2, t3, t4]
+
+
+#: The models tier's number (it runs right after tier 1 in ``--tier all``).
+MODELS_TIER = 4
+
+
+def model_shapes() -> dict[str, list[str]]:
+    """norm -> the shape labels of every catalog LLM's sites that norm computes, in every regime."""
+    from normbench import catalog
+    from normbench.measure.shapes import shape_from_dims
+
+    out: dict[str, list[str]] = {}
+    for m in catalog.models():
+        if m.family != "llm":
+            continue
+        for ss in catalog.site_shapes(m):
+            label = shape_from_dims(ss.layout, ss.dims).label
+            if label not in out.setdefault(ss.norm, []):
+                out[ss.norm].append(label)
+    return out
 
 
 # --- cost model ---------------------------------------------------------------------------------------------------
@@ -293,7 +323,8 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
 
         t0 = time.monotonic()
         s = run_sweep(cases, work, settings=settings, progress=False, on_record=on_record, deadline=deadline,
-                      group_log=entry["groups"], command=["normbench", "campaign", "--tier", str(number)])
+                      group_log=entry["groups"], command=["normbench", "campaign", "--tier", str(number)],
+                      interleave=number == MODELS_TIER)
         entry["tiers"][number] = {"planned": len(cases), "written": s.written, "already_done": s.already_done,
                                   "skipped": len(s.skipped), "failed": s.failed[:50], "refused_norms": refused,
                                   "wall_s": round(time.monotonic() - t0, 1), "out_of_time": s.out_of_time,
@@ -334,7 +365,8 @@ def _run_command(cmd, out: Path, deadline: float) -> dict:
 # --- command line -------------------------------------------------------------------------------------------------
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tier", default="1", help="tiers to run, e.g. 1, 2, 1,2,3 or all (default 1)")
+    p.add_argument("--tier", default="1", help="tiers to run, e.g. 1, 2, 1,2,3, models (4) or all (1, models, 2, 3;"
+                        " default 1)")
     p.add_argument("--out", default=os.environ.get("OUT") or "campaign-out",
                    help="where the packed records and the log go (default $OUT, else campaign-out)")
     p.add_argument("--resume", nargs="*", default=[], metavar="PATH",
@@ -352,10 +384,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_tiers(text: str) -> tuple[int, ...]:
     if text.strip() == "all":
-        return (1, 2, 3)
-    tiers = tuple(int(t) for t in text.replace(" ", "").split(",") if t)
-    if not tiers or any(t not in (1, 2, 3) for t in tiers):
-        raise ValueError(f"--tier takes 1, 2, 3 (comma-separated) or all, got {text!r}")
+        return (1, MODELS_TIER, 2, 3)
+    try:
+        tiers = tuple(MODELS_TIER if t == "models" else int(t) for t in text.replace(" ", "").split(",") if t)
+    except ValueError:
+        tiers = ()
+    if not tiers or any(t not in (1, 2, 3, MODELS_TIER) for t in tiers):
+        raise ValueError(f"--tier takes 1, 2, 3, 4 or models (comma-separated) or all, got {text!r}")
     return tiers
 
 

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "normbench.train.command",     # tasks, train, sweep
     "normbench.site.command",      # site build
     "normbench.claims.command",    # claims
+    "normbench.best.command",      # best (which implementation, per model site or shape)
     "normbench.gendocs",           # docs
     "normbench.results.command",   # migrate, compare
     "normbench.campaign",          # campaign (GPU machines)

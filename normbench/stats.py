@@ -417,3 +417,75 @@ def aggregate(records: Iterable[dict], confidence: float = CONFIDENCE) -> list[d
     out.sort(key=lambda c: (c["task"] or "", c["recipe"] or "",
                             rank_key(c["divergence_rate"], c["final"]["mean"], c["higher_is_better"]), c["norm"]))
     return out
+
+
+# --- paired timings (head-to-head, interleaved) -------------------------------------------------------------------
+
+#: A head-to-head comparison is a tie when its ratio's interval lies inside [1/TIE_FACTOR, TIE_FACTOR]: the factor
+#: of ``normbench compare`` (and ``asv compare``), a 10 % change.
+TIE_FACTOR = 1.1
+VERDICTS = ("faster", "slower", "tie", "undecided")
+
+
+def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int]:
+    """0-based ranks ``(lo, hi)`` of the distribution-free interval for a median from ``n`` sorted values: the
+    widest symmetric pair of order statistics whose binomial(n, 1/2) coverage is at least ``confidence`` (the
+    sign-test interval; ``(0, n - 1)`` when even that covers less, as for n < 6)."""
+    if n < 1:
+        raise ValueError("no values")
+    alpha = 1.0 - confidence
+    best = 0
+    cdf = 0.0
+    for k in range(n // 2):
+        cdf += math.comb(n, k) / 2.0 ** n  # P(X <= k)
+        if cdf <= alpha / 2:
+            best = k  # [X(k), X(n-1-k)] (0-based) covers 1 - 2 P(X <= k)
+        else:
+            break
+    return best, n - 1 - best
+
+
+@dataclass(frozen=True)
+class Paired:
+    """``a`` against ``b`` from paired repetitions: the median per-round ratio a/b, its interval, n, the verdict."""
+
+    ratio: float
+    lo: float
+    hi: float
+    n: int
+    verdict: str
+
+    def to_dict(self) -> dict:
+        return {"ratio": self.ratio, "ci": [self.lo, self.hi], "n": self.n, "verdict": self.verdict,
+                "confidence": CONFIDENCE, "tie_factor": TIE_FACTOR}
+
+
+def verdict_of(lo: float, hi: float, factor: float = TIE_FACTOR) -> str:
+    """``tie`` when [lo, hi] lies inside [1/factor, factor]; else ``faster`` (a/b below 1 for sure), ``slower``
+    (above 1 for sure) or ``undecided`` (the interval holds 1 and reaches beyond the tie band)."""
+    if lo >= 1.0 / factor and hi <= factor:
+        return "tie"
+    if hi < 1.0:
+        return "faster"
+    if lo > 1.0:
+        return "slower"
+    return "undecided"
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float], factor: float = TIE_FACTOR,
+                 confidence: float = CONFIDENCE) -> Paired:
+    """Compare two sets of per-round times taken in the same rounds (``a[i]`` and ``b[i]`` in round ``i``, in a
+    random order within the round): drift between rounds cancels in each round's ratio. The estimate is the median
+    of the per-round ratios a/b and the interval is the sign-test interval of that median (distribution-free: one
+    outlier round moves neither)."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired samples need equal, non-zero lengths (got {len(a)} and {len(b)})")
+    ratios = sorted(x / y for x, y in zip(a, b) if y > 0 and x > 0)
+    n = len(ratios)
+    if not n:
+        raise ValueError("no positive paired times")
+    mid = n // 2
+    med = ratios[mid] if n % 2 else math.sqrt(ratios[mid - 1] * ratios[mid])
+    lo_r, hi_r = median_ci_ranks(n, confidence)
+    lo, hi = ratios[lo_r], ratios[hi_r]
+    return Paired(med, lo, hi, n, verdict_of(lo, hi, factor))

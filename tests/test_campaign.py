@@ -90,9 +90,22 @@ def test_unpack_validates_records(tmp_path):
 
 
 def test_parse_tiers():
-    assert campaign.parse_tiers("all") == (1, 2, 3) and campaign.parse_tiers("1,3") == (1, 3)
+    assert campaign.parse_tiers("all") == (1, 4, 2, 3) and campaign.parse_tiers("1,3") == (1, 3)
+    assert campaign.parse_tiers("models") == (4,) and campaign.parse_tiers("1,models") == (1, 4)
     with pytest.raises(ValueError):
-        campaign.parse_tiers("4")
+        campaign.parse_tiers("5")
+    with pytest.raises(ValueError):
+        campaign.parse_tiers("modelz")
+
+
+def test_models_tier_plans_the_catalog_llms_prefill_and_decode_shapes():
+    t4 = campaign.plan_tiers("cuda")[3]
+    assert t4.number == campaign.MODELS_TIER
+    everything = t4.cases + [c for v in t4.optional.values() for c in v]
+    labels = {c.shape.label for c in everything}
+    assert {"tokens-1x2048x4096", "tokens-8x4096x4096", "tokens-256x1x4096", "tokens-8x32x128"} <= labels
+    assert {c.dtype for c in everything} == {"bfloat16"} and {c.pass_ for c in everything} == {"fwd", "fwd+bwd"}
+    assert {"eager", "compile", "triton"} <= {c.backend for c in t4.cases}
 
 
 def test_commit_passed_in_names_a_tree_without_git(monkeypatch):

@@ -37,8 +37,20 @@ def register(subparsers) -> None:
     p.add_argument("--layout", nargs="+", action=_ExtendSplit, metavar="L", help="tokens and/or images")
     p.add_argument("--shape-class", choices=("quick", "llm", "vision", "softmax", "all"), default=None,
                    help="shape grid (default: llm + vision; --quick: quick; softmax: the softmax norms' own set)")
-    p.add_argument("--shape", nargs="+", action=_ExtendSplit, metavar="LABEL",
-                   help="only these shape labels (see docs/measurement.md)")
+    p.add_argument("--shape", nargs="+", action=_ExtendSplit, metavar="SHAPE",
+                   help="grid labels (llm-4096x4096) or free-form shapes: 140x4096 or 1x140x4096 (tokens: leading "
+                        "dims x C), images:32x256x56x56 (see docs/measurement.md)")
+    p.add_argument("--model", metavar="NAME",
+                   help="measure every norm site of a catalog model (`normbench models`) in its prefill and decode "
+                        "regimes, backends head to head (interleaved, paired); default pass: fwd")
+    p.add_argument("--model-config", metavar="CONFIG_JSON",
+                   help="as --model, for a model not in the catalog: its sites derived from a Hugging Face "
+                        "config.json")
+    p.add_argument("--regime", nargs="+", action=_ExtendSplit, metavar="R",
+                   help="with --model: only these regimes (prefill-1x2048, decode-8, ...)")
+    p.add_argument("--interleave", action="store_true",
+                   help="time the backends of each norm, shape and dtype head to head: interleaved rounds in a "
+                        "random order, paired verdicts in metrics.paired (implied by --model)")
     p.add_argument("--quick", action="store_true",
                    help="small shapes, float32+bfloat16, fwd and fwd+bwd, few repetitions (minutes on a laptop)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if available, else cpu")
@@ -67,6 +79,17 @@ def register(subparsers) -> None:
     p.set_defaults(func=_cmd_bench)
 
 
+    p = subparsers.add_parser(
+        "models", help="the model catalog: real models' norm sites (width, norm, eps, count, source)",
+        description="Every catalog model's norm sites (normbench/catalog/models.json): the zoo norm that computes "
+                    "each, its width, eps, affine or not, how often it runs per token, and the config.json keys "
+                    "each value comes from (config_url).")
+    p.add_argument("names", nargs="*", metavar="NAME", help="models (default: all)")
+    p.add_argument("--model-config", metavar="CONFIG_JSON", help="derive the sites of a Hugging Face config.json")
+    p.add_argument("--json", action="store_true", help="machine-readable output (sites and each regime's shapes)")
+    p.set_defaults(func=_cmd_models)
+
+
 def _cmd_bench(args) -> int:
     import torch
 
@@ -80,19 +103,28 @@ def _cmd_bench(args) -> int:
         torch.set_num_threads(args.threads)
     shapes = None
     if args.shape:
-        from normbench.measure.shapes import by_label
+        from normbench.measure.shapes import parse_shape
 
-        shapes = [by_label(s) for s in args.shape]
+        shapes = list(dict.fromkeys(parse_shape(s) for s in args.shape))
+    if args.model or args.model_config:
+        if args.shape:
+            raise ValueError("--model and --shape exclude each other")
+        cases = _model_cases(args)
     import os
 
     from normbench.executor import EXECUTOR_ENV
 
     # On a Ray cluster the cases run on its nodes: this machine need not have their GPU.
     on_ray = (args.executor or os.environ.get(EXECUTOR_ENV) or "").strip().lower() == "ray"
-    cases = plan(norms=args.norm, backends=args.backend, dtypes=args.dtype, passes=args.passes,
-                 layouts=args.layout, shapes=shapes, quick=args.quick, shape_class=args.shape_class,
-                 device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs,
-                 modes=args.mode, flush=args.flush, keep_ahead=args.keep_ahead, here=not on_ray)
+    if not (args.model or args.model_config):
+        if shapes and args.norm:
+            _check_layouts(args.norm, shapes)
+        cases = plan(norms=args.norm, backends=args.backend, dtypes=args.dtype, passes=args.passes,
+                     layouts=args.layout, shapes=shapes, quick=args.quick, shape_class=args.shape_class,
+                     device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs,
+                     modes=args.mode, flush=args.flush, keep_ahead=args.keep_ahead, here=not on_ray)
+    if (shapes or args.model or args.model_config) and cases and not on_ray:
+        _check_memory(cases, together=bool(args.interleave or args.model or args.model_config))
     if args.list:
         for c in cases:
             print(c.describe())
@@ -124,7 +156,8 @@ def _cmd_bench(args) -> int:
             stamp(rec, verdicts[rec["norm"]["name"]], rec["config"]["backend"], forced=args.force)
 
         s = run_sweep(cases, args.out, force=args.redo, settings=settings, progress=not args.no_progress,
-                      executor=ex, time_limit=limit, on_record=on_record)
+                      executor=ex, time_limit=limit, on_record=on_record,
+                      interleave=bool(args.interleave or args.model or args.model_config))
     wall = time.perf_counter() - t0
     print(f"{s.written} records written, {s.already_done} already in {args.out}, {len(s.skipped)} skipped, "
           f"{len(s.failed)} failed, {len(refused)} norm(s) refused (check not passed) in {wall:.0f}s")
@@ -143,3 +176,128 @@ def _cmd_bench(args) -> int:
         print("interrupted; the records written so far are kept (re-run to resume)", file=sys.stderr)
         return 130
     return 1 if s.failed or refused else 0
+
+
+def _check_layouts(norms, shapes) -> None:
+    """A named norm that supports none of the asked shapes' layouts is an error (not a silent empty plan)."""
+    from normbench.discovery import REGISTRY
+
+    layouts = {s.layout for s in shapes}
+    for n in norms:
+        spec = REGISTRY.get(n)
+        if not layouts & set(spec.layouts):
+            raise ValueError(f"{spec.name} does not support the {' or '.join(sorted(layouts))} layout "
+                             f"(it has {', '.join(spec.layouts)}); nothing was measured")
+
+
+def _check_memory(cases, together: bool = False) -> None:
+    """Print the largest case's memory estimate; refuse (before anything is allocated) a case that would not fit."""
+    from normbench.measure.memory import free_bytes
+    from normbench.measure.planning import memory_estimates, too_big
+
+    free = free_bytes(cases[0].device)
+    est = memory_estimates(cases, together)
+    what, b = est[0]
+    room = f" of {free / 2**30:.2f} GiB free" if free is not None else " (free memory unknown)"
+    print(f"memory: the largest case, {what}, needs about {b / 2**30:.3f} GiB (float64 reference included){room}",
+          file=sys.stderr)
+    problems = too_big(cases, free, together)
+    if problems:
+        raise ValueError("too big for this device's free memory, nothing was measured:\n  " + "\n  ".join(problems))
+
+
+def _load_model(args):
+    from normbench import catalog
+
+    if args.model and args.model_config:
+        raise ValueError("--model and --model-config exclude each other")
+    return catalog.from_config_file(args.model_config) if args.model_config else catalog.get(args.model)
+
+
+def model_plan(model, *, quick=False, norms=None, backends=None, dtypes=None, passes=None, regimes=None,
+               device=None, threads=None, timings=None):
+    """The cases measuring every site of ``model`` (a ``normbench.catalog.Model``) in its regimes: one per distinct
+    (norm, shape), so sites sharing a shape are measured once. ``norms`` keeps only the sites those norms compute.
+    Default pass: fwd (prefill and decode are inference)."""
+    from normbench import catalog
+    from normbench.discovery import REGISTRY
+    from normbench.measure.planning import plan
+    from normbench.measure.shapes import shape_from_dims
+
+    if norms:
+        norms = [REGISTRY.get(n).name for n in norms]
+    shapes = catalog.site_shapes(model, quick=quick, regime_names=regimes)
+    if regimes:
+        known = {r for r, *_ in catalog.REGIMES[model.family]}
+        unknown = [r for r in regimes if r not in known]
+        if unknown:
+            raise ValueError(f"unknown regime(s) {', '.join(unknown)} for {model.key}; it has {', '.join(known)}")
+    wanted: dict[tuple, object] = {}
+    for ss in shapes:
+        if norms and ss.norm not in norms:
+            continue
+        shape = shape_from_dims(ss.layout, ss.dims, f"{model.key} {ss.site.name}, {ss.regime}")
+        wanted.setdefault((ss.norm, shape.label), shape)
+    cases, seen = [], set()
+    for (norm, _), shape in wanted.items():
+        for c in plan(norms=[norm], backends=backends, dtypes=dtypes, passes=passes or ("fwd",), shapes=[shape],
+                      quick=quick, device=device, threads=threads, timings=timings):
+            key = (c.norm, c.backend, c.shape.label, c.dtype, c.pass_, c.mode)
+            if key not in seen:
+                seen.add(key)
+                cases.append(c)
+    return cases
+
+
+def _model_cases(args):
+    model = _load_model(args)
+    if args.norm:
+        used = {s.norm for s in model.sites}
+        unused = [n for n in args.norm if n not in used]
+        if len(unused) == len(args.norm):
+            raise ValueError(f"{model.key} has no site computed by {', '.join(args.norm)}; its sites use "
+                             f"{', '.join(sorted(used))}")
+    return model_plan(model, quick=args.quick, norms=args.norm, backends=args.backend, dtypes=args.dtype,
+                      passes=args.passes, regimes=args.regime, device=args.device, threads=args.threads,
+                      timings=args.timing)
+
+
+def _cmd_models(args) -> int:
+    import json
+
+    from normbench import catalog
+    from normbench._stdout import document_stream
+
+    ms = [catalog.from_config_file(args.model_config)] if args.model_config else (
+        [catalog.get(n) for n in args.names] if args.names else catalog.models())
+    if args.json:
+        out = []
+        for m in ms:
+            d = m.to_dict()
+            d["regimes"] = [{"regime": ss.regime, "site": ss.site.name, "norm": ss.norm, "layout": ss.layout,
+                             "shape": list(ss.dims)} for ss in catalog.site_shapes(m)]
+            out.append(d)
+        print(json.dumps({"models": out, "regimes": {f: [{"regime": n, "batch": b, "sequence": q, "quick": k}
+                                                          for n, b, q, k in v]
+                                                      for f, v in catalog.REGIMES.items()}}, indent=1),
+              file=document_stream())
+        return 0
+    for m in ms:
+        print(f"{m.key}  {m.name} ({m.family}, {m.architecture})  {m.config_url}")
+        if m.note:
+            print(f"  {m.note}")
+        print("  config: " + ", ".join(f"{k}={v}" for k, v in m.config.items()))
+        for s in m.sites:
+            extra = f" x{s.rows_per_token} rows/token" if s.rows_per_token != 1 else ""
+            extra += f", {s.tokens} tokens" if s.tokens else ""
+            extra += f", {s.spatial[0]}x{s.spatial[1]}" if s.spatial else ""
+            eps = "eps ?" if s.eps is None else f"eps {s.eps:g}"
+            src = ", ".join(f"{k}: {v}" for k, v in s.source.items())
+            print(f"  {s.name:<30} {s.norm:<14} width {s.width:<6} x{s.count:<4} {eps:<11} "
+                  f"{'affine' if s.affine else 'no affine'}{extra}   [{src}]")
+        regs = ", ".join(n for n, *_ in catalog.regimes(m.family))
+        print(f"  regimes: {regs}\n")
+    print(f"{len(ms)} model(s); `normbench bench --model NAME` measures one, `normbench best --model NAME` answers")
+    return 0
+
+

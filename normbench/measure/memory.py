@@ -108,3 +108,39 @@ def saved_bytes(forward: Callable[[], object], params: Iterable[torch.Tensor]) -
         out = forward()
     del out
     return int(sum(seen.values()))
+
+
+# --- before allocating: will a case fit? ------------------------------------------------------------------------------
+
+def estimate_case_bytes(numel: int, inputs: int, elem_bytes: int, backward: bool) -> int:
+    """Bytes a case allocates at its peak, estimated before anything is allocated (a free-form ``--shape`` is
+    refused when this exceeds the free memory).
+
+    The measured module holds its ``inputs`` tensors and their outputs, and with a backward pass the upstream
+    gradients and the input gradients (4 tensors per input, of ``elem_bytes`` each). The error figures
+    (``Prepared.errors``) then run the float64 reference on copies of the inputs with a backward pass: again
+    4 tensors per input, of 8 bytes each, plus 2 float64 temporaries of the comparison. The float64 reference is
+    the largest single allocation (8 bytes per element whatever the measured dtype). The error check always runs a
+    backward when the norm has one, so ``backward`` only adds the timed pass's own gradients.
+    """
+    measured = inputs * (4 if backward else 2) * elem_bytes
+    reference = inputs * 4 * 8 + 2 * 8
+    return int(numel * (measured + reference))
+
+
+def free_bytes(device) -> int | None:
+    """Memory free for a new allocation on ``device``: the CUDA driver's free figure, or the kernel's
+    ``MemAvailable`` on Linux; ``None`` where neither can be read."""
+    if torch.device(device).type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        except Exception:
+            return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

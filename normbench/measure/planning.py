@@ -220,3 +220,48 @@ def case_id(case: Case, hardware_id: str, cache: dict | None = None) -> str:
     h = baselines.impl_hash(spec, case.backend, cache)
     return record_id("kernel", case.norm, case.config(spec), hardware_id, h)
 
+
+
+def memory_estimates(cases: Iterable[Case], together: bool = False) -> list[tuple[str, int]]:
+    """``(norm/shape/dtype, estimated peak bytes)`` per group of ``cases``, largest first (see
+    ``normbench.measure.memory.estimate_case_bytes``: the float64 reference of the error figures included).
+
+    ``together``: the backends of a norm, shape and dtype are alive at once (head to head): each one beyond the
+    first adds its own inputs and outputs (the float64 reference is built for one backend at a time)."""
+    from normbench.discovery import REGISTRY
+    from normbench.measure.memory import estimate_case_bytes
+
+    est: dict[str, int] = {}
+    backends: dict[str, set] = {}
+    per_backend: dict[str, int] = {}
+    for c in cases:
+        spec = REGISTRY.get(c.norm)
+        dims = input_shape(c.shape, spec.kind)
+        n = 1
+        for d in dims:
+            n *= d
+        inputs = 2 if spec.kind in ("residual", "attention") else 1
+        key = f"{c.norm}/{c.shape.label}/{c.dtype}"
+        b = estimate_case_bytes(n, inputs, torch.empty((), dtype=DTYPES[c.dtype]).element_size(), c.pass_ != "fwd")
+        est[key] = max(est.get(key, 0), b)
+        if _runs_here(spec, c):
+            backends.setdefault(key, set()).add(c.backend)
+        per_backend[key] = 2 * inputs * n * torch.empty((), dtype=DTYPES[c.dtype]).element_size()
+    if together:
+        est = {k: v + max(0, len(backends.get(k, ())) - 1) * per_backend[k] for k, v in est.items()}
+    return sorted(est.items(), key=lambda kv: -kv[1])
+
+
+def _runs_here(spec, c: Case) -> bool:
+    """Whether the case's backend can run here (as ``measure.group.Prepared`` decides, without building it)."""
+    if c.backend in spec.backends:
+        return spec.backend_unavailable(c.backend) is None
+    return baselines.unavailable(c.backend, spec.name, c.shape.layout, c.device, c.dtype) is None
+
+
+def too_big(cases: Iterable[Case], free: int | None, together: bool = False) -> list[str]:
+    """Why the largest of ``cases`` would not fit in ``free`` bytes (empty when they fit or ``free`` is unknown)."""
+    if free is None:
+        return []
+    return [f"{what} needs about {b / 2**30:.2f} GiB (float64 reference included), more than the "
+            f"{free / 2**30:.2f} GiB free" for what, b in memory_estimates(cases, together) if b > free]

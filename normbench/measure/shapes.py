@@ -143,3 +143,57 @@ def input_shape(shape: Shape, kind: str) -> tuple[int, ...]:
         b, s = (lead[0], lead[1]) if len(lead) == 2 else (1, lead[0])
         return (b, c // hd, s, hd)
     return shape.dims
+
+
+# --- free-form shapes -----------------------------------------------------------------------------------------------
+
+LAYOUTS = ("tokens", "images")
+
+
+class ShapeError(ValueError):
+    """A ``--shape`` that is neither a grid label nor a well-formed free-form shape; the message names the problem."""
+
+
+def _grid_shapes() -> list[Shape]:
+    return quick_shapes() + llm_shapes() + vision_shapes() + softmax_shapes()
+
+
+def custom_label(layout: str, dims: tuple[int, ...]) -> str:
+    """The one label of a free-form shape: ``tokens-1x140x4096``, ``images-32x256x56x56``."""
+    return f"{layout}-{'x'.join(str(d) for d in dims)}"
+
+
+def shape_from_dims(layout: str, dims, source: str = "") -> Shape:
+    """The shape with these dims: a grid shape's (label and class) when one has exactly them, else a ``custom`` one.
+
+    Tokens dims are ``(tokens, C)`` or ``(batch, sequence, C)``; two dims mean one sequence, ``(1, tokens, C)``, so
+    ``140x4096`` and ``1x140x4096`` are the same case (the same record id). Images dims are ``(N, C, H, W)``.
+    """
+    from normbench.catalog import canonical_dims
+
+    try:
+        dims = canonical_dims(layout, dims)
+    except ValueError as exc:
+        raise ShapeError(str(exc)) from None
+    for s in _grid_shapes():
+        if s.layout == layout and s.dims == dims:
+            return s
+    return Shape(custom_label(layout, dims), layout, dims, "custom", source or "free-form shape")
+
+
+def parse_shape(text: str) -> Shape:
+    """A shape from the command line or a suite's environment: a grid label (``llm-4096x4096``), a free-form shape
+    (``140x4096``, ``1x140x4096``, ``tokens:8x1x4096``, ``images:32x256x56x56``) or a custom shape's own label
+    (``tokens-1x140x4096``); the grammar is ``normbench.catalog.parse_dims``. Raises :class:`ShapeError` naming the
+    problem."""
+    from normbench.catalog import parse_dims
+
+    raw = str(text).strip()
+    for s in _grid_shapes():
+        if s.label == raw:
+            return s
+    try:
+        layout, dims = parse_dims(raw)
+    except ValueError as exc:
+        raise ShapeError(str(exc)) from None
+    return shape_from_dims(layout, dims)

@@ -13,6 +13,11 @@ Grid selection (environment variables, read when the suite is imported):
     softmax shapes (attention and vocabulary widths); every dtype of the device; fwd, bwd and fwd+bwd. The softmax
     norms are in no other grid.
 * ``NORMBENCH_ASV_NORMS`` / ``NORMBENCH_PYTEST_NORMS``: comma-separated norms replacing the grid's norm list.
+* ``NORMBENCH_ASV_SHAPES`` / ``NORMBENCH_PYTEST_SHAPES``: comma-separated shapes replacing the grid's shapes: grid
+  labels or free-form shapes (``140x4096``, ``1x140x4096``, ``images:32x256x56x56``), as ``bench --shape`` takes them.
+* ``NORMBENCH_ASV_MODEL`` / ``NORMBENCH_PYTEST_MODEL``: a catalog model (``normbench models``): its sites' norms and
+  shapes in its quick regimes (``bench --model --quick``'s cases; a norm is timed only at its own sites' shapes),
+  the grid's backends, dtypes and passes otherwise (fwd when the grid is ``small``).
 
 Combinations a norm cannot run (layout it lacks, backend unavailable here) are skipped with the reason, and so is
 every combination of a norm that has not passed ``normbench check`` in its current implementation (the check runs
@@ -38,7 +43,7 @@ from normbench.measure.planning import (
     default_device,
     device_dtypes,
 )
-from normbench.measure.shapes import by_label, quick_shapes, shapes_for
+from normbench.measure.shapes import parse_shape, quick_shapes, shape_from_dims, shapes_for
 
 SMALL_NORMS = ("layernorm", "rmsnorm", "dyt")
 GRIDS = ("small", "quick", "full", "softmax")
@@ -87,9 +92,37 @@ def grid(kind: str | None = None, norms: str | None = None, env_prefix: str = "N
                     backends.append(b)
         shapes = [s.label for s in shapes_for("softmax" if soft else "all")]
         dtypes, passes = list(device_dtypes(device)), list(PASSES)
+    model = (os.environ.get(f"{env_prefix}_MODEL") or "").strip()
+    _MODEL_PAIRS.clear()
+    if model:
+        pairs = model_pairs(model)
+        _MODEL_PAIRS.update(pairs)
+        names = list(dict.fromkeys(n for n, _ in pairs))
+        shapes = list(dict.fromkeys(label for _, label in pairs))
+        if kind == "small":
+            backends, passes = ["eager", "compile"], ["fwd"]
+    shape_env = os.environ.get(f"{env_prefix}_SHAPES")
+    if shape_env:
+        shapes = [parse_shape(x).label for x in shape_env.split(",") if x.strip()]
     if norms:
         names = [REGISTRY.get(n.strip()).name for n in norms.split(",") if n.strip()]
     return [list(dict.fromkeys(names)), backends, shapes, dtypes, passes]
+
+
+_MODEL_PAIRS: set = set()  # (norm, shape label) of the model a grid was chosen for; empty: every pair
+
+
+def model_pairs(model: str) -> list[tuple[str, str]]:
+    """(norm, shape label) of every site of a catalog model in its quick regimes, in order."""
+    from normbench import catalog
+
+    m = catalog.get(model)
+    out = []
+    for ss in catalog.site_shapes(m, quick=True):
+        pair = (ss.norm, shape_from_dims(ss.layout, ss.dims).label)
+        if pair not in out:
+            out.append(pair)
+    return out
 
 
 #: Set to 1 to measure norms that have not passed ``normbench check`` (records flagged ``forced``).
@@ -151,7 +184,9 @@ def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harnes
 
     spec = REGISTRY.get(norm)
     gate(spec.name)
-    s = by_label(shape)
+    s = parse_shape(shape)
+    if _MODEL_PAIRS and (spec.name, s.label) not in _MODEL_PAIRS:
+        raise Unsupported(f"no site of the model computes {norm} at {s.label}")
     if s.layout not in spec.layouts:
         raise Unsupported(f"{norm} does not support the {s.layout} layout")
     if backend not in backends_for(spec):

@@ -80,7 +80,21 @@ def _group_task(cases: list[Case], ctx: Context) -> dict:
 _NODE_CONTEXTS: dict = {}  # a worker process's context per (device, settings, command): measured once there
 
 
-def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: frozenset) -> dict:
+def _set_task(cases: list[Case], ctx: Context) -> dict:
+    """One set (the backends of one norm at one shape and dtype) measured head to head, interleaved and paired
+    (``normbench.measure.headtohead``): its records and the cases it refused, with reasons."""
+    from normbench.measure.headtohead import measure_set
+
+    refused: list = []
+    try:
+        records = measure_set(cases, ctx, refused)
+    except Unsupported as exc:
+        return {"records": [], "refused": [(c, str(exc)) for c in cases]}
+    return {"records": records, "refused": refused}
+
+
+def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: frozenset,
+                     interleave: bool = False) -> dict:
     """One group measured on whichever node a remote executor chose, with that node's ceiling and provenance.
 
     The ids are computed here, with this node's hardware, so a case measured on any node of the same hardware gets
@@ -104,10 +118,12 @@ def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: 
         ctx = _NODE_CONTEXTS[key] = make_context(device, settings, command)
     hw_id = hardware_id(hardware(device))
     todo = [c for c in cases if case_id(c, hw_id, ctx.impl_hashes) not in done]
+    if interleave and todo:
+        todo = list(cases)  # a set is measured whole, so every record of it is paired with the others
     out = {"records": [], "refused": [], "already": len(cases) - len(todo), "hardware_id": hw_id,
            "node": platform.node(), "ceiling": f"{ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})", "busy": busy}
     if todo:
-        out.update(_group_task(todo, ctx))
+        out.update((_set_task if interleave else _group_task)(todo, ctx))
     return out
 
 
@@ -127,9 +143,24 @@ def _store_group(records: list, refused: list, group: list, out, summary: SweepS
     return [c.describe() for c in group if c.describe() not in refused_ids]
 
 
-def _where(case: Case) -> str:
-    """A group's name in messages and task labels."""
-    return f"{case.norm}/{case.backend}/{case.shape.label}/{case.dtype}"
+def _where(case: Case, group: list[Case] | None = None) -> str:
+    """A group's name in messages and task labels (a head-to-head set's names its backends: ``eager+native``)."""
+    backend = "+".join(dict.fromkeys(c.backend for c in group)) if group else case.backend
+    return f"{case.norm}/{backend}/{case.shape.label}/{case.dtype}"
+
+
+def _sets_to_measure(cases, is_done) -> tuple[list[list[Case]], int]:
+    """The sets (head to head) with a case not done, each whole (its records are paired), and how many cases are
+    left out because their whole set is done."""
+    from normbench.measure.headtohead import sets
+
+    out, already = [], 0
+    for group in sets(cases):
+        if all(is_done(c) for c in group):
+            already += len(group)
+        else:
+            out.append(group)
+    return out, already
 
 
 def _groups(cases) -> list[list[Case]]:
@@ -149,8 +180,9 @@ class InTurn:
     """
 
     def __init__(self, executor: Executor, time_limit: float | None, deadline: float | None = None,
-                 group_log: list | None = None):
+                 group_log: list | None = None, interleave: bool = False):
         self.executor, self.time_limit, self.deadline, self.group_log = executor, time_limit, deadline, group_log
+        self.interleave = interleave
         self.ctx: Context | None = None
         self.hardware_id = ""
 
@@ -164,12 +196,16 @@ class InTurn:
         done = set() if force else existing_ids(out, "kernel")
         hashes: dict = {}
         todo = []
-        for case in cases:
-            if case_id(case, self.hardware_id, hashes) in done:
-                summary.already_done += 1
-            else:
-                todo.append(case)
-        groups = _groups(todo)
+        if self.interleave:
+            groups, summary.already_done = _sets_to_measure(
+                cases, lambda c: case_id(c, self.hardware_id, hashes) in done)
+        else:
+            for case in cases:
+                if case_id(case, self.hardware_id, hashes) in done:
+                    summary.already_done += 1
+                else:
+                    todo.append(case)
+            groups = _groups(todo)
         if not groups:
             return groups
         busy = noise.busy_warning(device, cases[0].threads)
@@ -195,7 +231,8 @@ class InTurn:
             if first.norm in broken:
                 yield group, None
                 continue
-            task = Task(_group_task, (group, self.ctx), label=_where(first), timeout=self.time_limit)
+            task = Task(_set_task if self.interleave else _group_task, (group, self.ctx),
+                        label=_where(first, group if self.interleave else None), timeout=self.time_limit)
             yield group, self.executor.submit(task).result()
             # back here once the sweep has written the group: the wall time includes writing its records
             if self.group_log is not None:
@@ -217,8 +254,8 @@ class AllAtOnce:
     norm, and the node leaves out the cases whose id (with its own hardware) is among them.
     """
 
-    def __init__(self, executor: Executor, time_limit: float | None):
-        self.executor, self.time_limit = executor, time_limit
+    def __init__(self, executor: Executor, time_limit: float | None, interleave: bool = False):
+        self.executor, self.time_limit, self.interleave = executor, time_limit, interleave
         self.futures: dict = {}
         self._ceilings: set = set()
 
@@ -233,6 +270,10 @@ class AllAtOnce:
             for _, rec in iter_records(out, "kernel", errors="ignore"):
                 self.done[rec["norm"]["name"]].add(rec["id"])
         self.resources = {"num_gpus": 1} if cases[0].device.startswith("cuda") else {"node_cpus": True}
+        if self.interleave:
+            from normbench.measure.headtohead import sets
+
+            return sets(cases)
         return _groups(cases)
 
     def outcomes(self, groups, broken: dict, summary, starting: Callable) -> Iterator[tuple[list, Outcome | None]]:
@@ -241,7 +282,8 @@ class AllAtOnce:
         for group in groups:
             first = group[0]
             task = Task(_node_group_task,
-                        (group, self.settings, self.command, frozenset(self.done.get(first.norm, ()))),
+                        (group, self.settings, self.command, frozenset(self.done.get(first.norm, ())),
+                         self.interleave),
                         label=_where(first), timeout=self.time_limit, resources=self.resources)
             self.futures[self.executor.submit(task)] = group
         for fut in cf.as_completed(self.futures):
@@ -267,7 +309,7 @@ class AllAtOnce:
 def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings: TimerSettings | None = None,
               progress: bool = True, command=None, log=None, executor: Executor | None = None,
               time_limit: float | None = None, on_record=None, deadline: float | None = None,
-              group_log: list | None = None) -> SweepSummary:
+              group_log: list | None = None, interleave: bool = False) -> SweepSummary:
     """Measure ``cases`` group by group, writing each group's records to ``out`` as soon as they exist.
 
     Cases whose record id is already in ``out`` are skipped unless ``force``. Unsupported cases are recorded
@@ -279,6 +321,8 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     set, everything measured so far written. ``group_log`` (a list) receives each group's wall time and case count
     (the campaign's cost model is calibrated from it). ``deadline`` and ``group_log`` are for local executors: a
     remote executor (Ray) runs the groups at once on its nodes instead (:class:`AllAtOnce`).
+    ``interleave``: the unit is a set (a norm's backends at one shape and dtype, ``measure.headtohead``), timed
+    head to head and paired; a set with any case not in ``out`` is measured whole.
     """
     from normbench.records.provenance import utc_now
 
@@ -287,9 +331,9 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     if not cases:
         return summary
     if getattr(executor, "remote", False):
-        way: InTurn | AllAtOnce = AllAtOnce(executor, time_limit)
+        way: InTurn | AllAtOnce = AllAtOnce(executor, time_limit, interleave)
     else:
-        way = InTurn(executor or InProcessExecutor(), time_limit, deadline, group_log)
+        way = InTurn(executor or InProcessExecutor(), time_limit, deadline, group_log, interleave)
     groups = way.start(cases, out, force, settings, command, log, summary)
     if not groups:
         return summary
@@ -311,7 +355,7 @@ def run_sweep(cases: list[Case], out="results", *, force: bool = False, settings
     try:
         for group, outcome in way.outcomes(groups, broken, summary, starting):
             first = group[0]
-            where = _where(first)
+            where = _where(first, group if getattr(way, "interleave", False) else None)
             if outcome is None:  # not attempted, or cancelled: an earlier group of its norm hung or crashed
                 for c in group:
                     summary.failed.append((c.describe(), f"not attempted: {broken.get(first.norm, 'cancelled')}"))

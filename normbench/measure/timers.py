@@ -210,3 +210,63 @@ def timing_label(device: str, harness_timer: str, cold: bool) -> str:
     if harness_timer == "events":
         return "cold" if cold else "hot"
     return "host"
+
+
+def interleaved_time(fns: dict, settings: TimerSettings, pres: dict | None = None, device: str = "cpu",
+                     seed: int = 0, order_log: list | None = None, slow_rounds: int = 3) -> dict:
+    """Time several callables head to head: every one warmed up, then rounds in which each runs once, in an order
+    shuffled every round (as Google Benchmark's random interleaving), so all of them see the same stretch of the
+    machine's state and round ``i`` of one pairs with round ``i`` of another. Returns ``{key: [seconds per round]}``
+    (equal lengths). ``pres[key]`` (untimed) runs right before its callable, as in :func:`cpu_time`. On CUDA each
+    call is timed with its own pair of events and a round ends with a synchronisation (hot: nothing is flushed).
+
+    Rounds stop by ``settings.done`` applied to the rounds taken and the mean time per callable accumulated, except
+    that slow calls stop at ``settings.max_time`` only after ``slow_rounds`` rounds (a paired interval needs them).
+    ``seed`` fixes the shuffles (recorded); ``order_log`` receives each round's order.
+    """
+    import random
+
+    pres = pres or {}
+    keys = list(fns)
+    rng = random.Random(seed)
+    cuda = str(device).startswith("cuda")
+    for _ in range(settings.warmup):
+        for k in keys:
+            if pres.get(k) is not None:
+                pres[k]()
+            fns[k]()
+    if cuda:
+        torch.cuda.synchronize(device)
+    samples: dict = {k: [] for k in keys}
+    total = 0.0
+    rounds = 0
+    while rounds < settings.max_reps:
+        order = keys[:]
+        rng.shuffle(order)
+        if order_log is not None:
+            order_log.append(order)
+        took = {}
+        for k in order:
+            if pres.get(k) is not None:
+                pres[k]()
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fns[k]()
+                end.record()
+                took[k] = (start, end)
+            else:
+                t0 = time.perf_counter()
+                fns[k]()
+                took[k] = time.perf_counter() - t0
+        if cuda:
+            torch.cuda.synchronize(device)
+            took = {k: s.elapsed_time(e) / 1e3 for k, (s, e) in took.items()}
+        for k in keys:
+            samples[k].append(took[k])
+        rounds += 1
+        total += sum(took.values()) / len(keys)
+        if rounds >= settings.max_reps or (rounds >= settings.min_reps and total >= settings.min_time) \
+                or (rounds >= max(3, slow_rounds) and total >= settings.max_time):
+            break
+    return samples

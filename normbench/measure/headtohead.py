@@ -1,0 +1,135 @@
+"""Head to head: the backends of one norm at one shape, dtype and device, timed interleaved and paired.
+
+A *set* is the cases that differ only in backend (and pass): :func:`set_key`. :func:`measure_set` builds every
+backend's module on the same inputs (one set of tensors, copied to each), checks each against float64 (which also
+compiles and warms it up), then times each pass with :func:`normbench.measure.timers.interleaved_time`: every round
+runs each backend once in a freshly shuffled order, so round ``i`` of one backend pairs with round ``i`` of another
+and drift on a shared machine cancels in their ratio. Each record keeps its own samples' summary (as a group's) and,
+in ``metrics.paired``, one entry per partner: the partner's record id and backend, the median per-round ratio
+(this / partner), its 95 % interval, n and the verdict (``normbench.stats.paired_ratio``). None of it is in the
+config, so a record's id is the same whether it was measured alone or head to head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from normbench.measure.group import (
+    Context,
+    FarAboveCeiling,
+    Prepared,
+    Unsupported,
+    build_record,
+    peak_memory,
+)
+from normbench.measure.planning import Case
+from normbench.measure.timers import TimerSettings, interleaved_time
+
+#: Paired rounds: at least this many (the sign-test interval of a median needs them: 50 rounds give ranks 17 and
+#: 32), at most ``MAX_ROUNDS``, and at least ``MIN_TIME`` seconds of each backend's work (docs/measurement.md,
+#: "Head to head").
+MIN_ROUNDS = 50
+MAX_ROUNDS = 400
+MIN_TIME = 0.25
+#: Slow calls (over ``MAX_TIME`` seconds of each backend's work) stop after ``SLOW_ROUNDS`` rounds (ranks 9 and 20).
+SLOW_ROUNDS = 30
+MAX_TIME = 4.0
+
+
+def set_key(case: Case) -> tuple:
+    """What the cases of one set share: everything but backend and pass."""
+    return (case.norm, case.shape.label, case.dtype, case.device, case.graphs, case.harness, case.mode, case.timing,
+            case.threads, case.flush, case.keep_ahead)
+
+
+def sets(cases) -> list[list[Case]]:
+    """``cases`` by set, in the order they first appear."""
+    out: dict[tuple, list[Case]] = {}
+    for c in cases:
+        out.setdefault(set_key(c), []).append(c)
+    return list(out.values())
+
+
+def paired_settings(settings: TimerSettings) -> TimerSettings:
+    return replace(settings, warmup=max(settings.warmup, 2), min_reps=max(settings.min_reps, MIN_ROUNDS),
+                   max_reps=max(settings.max_reps, MAX_ROUNDS), min_time=max(settings.min_time, MIN_TIME),
+                   max_time=max(settings.max_time, MAX_TIME))
+
+
+def _share_inputs(preps: dict) -> None:
+    """Give every backend copies of the first one's inputs (same values, dtype and device)."""
+    first = next(iter(preps.values()))
+    for p in list(preps.values())[1:]:
+        p.inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in first.inputs]
+        p.targets = p.inputs + p.params
+
+
+def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, seed: int = 0) -> list[dict]:
+    """Measure a set (see the module docstring); returns its records, each with ``metrics.paired`` against the
+    others of its pass. A backend that cannot run here is refused (``refused`` gets its cases and the reason) and
+    the others still run."""
+    from normbench.discovery import REGISTRY
+    from normbench.measure import noise
+    from normbench.measure.memory import saved_bytes
+    from normbench.stats import paired_ratio
+
+    refused = refused if refused is not None else []
+    first = cases[0]
+    assert all(set_key(c) == set_key(first) for c in cases), "measure_set needs cases of one set"
+    spec = REGISTRY.get(first.norm)
+    torch.set_num_threads(first.threads)
+    by_backend: dict[str, list[Case]] = {}
+    for c in cases:
+        by_backend.setdefault(c.backend, []).append(c)
+    preps: dict[str, Prepared] = {}
+    for backend, bcases in by_backend.items():
+        try:
+            preps[backend] = Prepared(spec, backend, first.shape, first.dtype, first.device, mode=first.mode)
+        except Unsupported as exc:
+            refused.extend((c, str(exc)) for c in bcases)
+    if not preps:
+        return []
+    _share_inputs(preps)
+    errs = {b: p.errors() for b, p in preps.items()}  # also compiles and warms each backend
+    need_saved = any(c.pass_ != "fwd" for c in cases)
+    saved = {b: saved_bytes(p.forward, p.params) if need_saved else None for b, p in preps.items()}
+    settings = paired_settings(ctx.settings)
+    records: list[dict] = []
+    passes = list(dict.fromkeys(c.pass_ for c in cases))
+    for pass_ in passes:
+        here = {b: next(c for c in bc if c.pass_ == pass_) for b, bc in by_backend.items()
+                if b in preps and any(c.pass_ == pass_ for c in bc)}
+        fns, pres = {}, {}
+        for b, case in here.items():
+            try:
+                fns[b], pres[b] = preps[b].pass_fns(pass_)
+            except Unsupported as exc:
+                refused.append((case, str(exc)))
+        if not fns:
+            continue
+        for b in fns:
+            if preps[b].watch is not None:
+                preps[b].watch.mark()
+        order: list = []
+        samples = interleaved_time(fns, here[next(iter(fns))].settings(settings), pres, first.device, seed, order,
+                                   slow_rounds=SLOW_ROUNDS)
+        reports = {b: preps[b].watch.report() if preps[b].watch is not None else None for b in fns}
+        load = noise.machine_load(noise.own_load(first.device, first.threads))
+        built = {}
+        for b in fns:
+            try:
+                built[b] = build_record(preps[b], here[b], ctx, samples[b], False, errs[b],
+                                        peak_memory(preps[b], pass_), saved[b], load, reports[b])
+            except FarAboveCeiling as exc:
+                refused.append((here[b], str(exc)))
+        for b, rec in built.items():
+            rec["metrics"]["paired"] = [
+                {"partner": other["id"], "partner_backend": ob,
+                 **paired_ratio(samples[b], samples[ob]).to_dict()}
+                for ob, other in built.items() if ob != b]
+            rec["metrics"]["interleaved"] = {"rounds": len(samples[b]), "backends": sorted(built), "seed": seed,
+                                             "order": "shuffled every round"}
+        records += built.values()
+    return records
