@@ -1,5 +1,5 @@
-"""CLI subcommands of the results area: ``validate``, ``migrate`` (records to the current schema and compact files), ``compare``
-and ``prune``."""
+"""CLI subcommands of the results area: ``validate``, ``migrate`` (records to the current schema and compact files),
+``compare`` and ``prune``."""
 
 from __future__ import annotations
 

@@ -4,15 +4,16 @@ Cases are matched on everything that defines a measurement (hardware, norm and c
 hash: comparing two implementations is the point). Where a set holds several records of one case (re-measured after
 a code change), the newest counts.
 
-Verdict, as ``asv compare`` decides it: a ratio beyond ``factor`` (or below ``1/factor``) is a change only when it
-is also larger than the noise, judged from each record's quantiles and repetition count. The distribution-free 99 %
+Verdict, as ``asv compare`` decides it: a ratio beyond ``factor`` (or below ``1/factor``) is a change only when it is
+also larger than the noise, judged from each record's quantiles and repetition count. The distribution-free 99 %
 confidence interval of a median of ``n`` samples runs between the order statistics at quantiles
 ``0.5 ± 2.576 · 0.5 / √n`` (normal approximation of the binomial); the record's quantile function is interpolated
-linearly through its minimum, q25, median and q75, and above q75 towards Tukey's fence ``q75 + 1.5 · IQR`` (records
-keep no maximum). Timings are skewed (a preempted repetition is slow, never fast), which is why no normal-theory
-interval is used. Two cases differ when their intervals do not overlap. Verdicts: ``slower`` (a regression), ``faster``, ``within noise`` (a ratio beyond the factor that the noise
-explains), ``same`` (within the factor), ``failed`` (NEW is invalid, e.g. NaN output, where BASE was not: also a
-regression), and ``only in base`` / ``only in new``. Flags of either record are shown beside the verdict.
+linearly through its minimum, q25, median and q75, and above q75 towards Tukey's fence ``q75 + 1.5 · IQR`` (records keep no maximum). Timings
+are skewed (a preempted repetition is slow, never fast), which is why no normal-theory interval is used. Two cases
+differ when their intervals do not overlap. Verdicts: ``slower`` (a regression), ``faster``, ``within noise`` (a ratio
+beyond the factor that the noise explains), ``same`` (within the factor), ``failed`` (NEW is invalid, e.g. NaN output,
+where BASE was not: also a regression), and ``only in base`` / ``only in new``. Flags of either record are shown beside
+the verdict.
 """
 
 from __future__ import annotations

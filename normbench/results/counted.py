@@ -71,7 +71,8 @@ class Counted:
         return [e.rec for e in self.entries]
 
     def problems(self) -> list[Problem]:
-        return [Problem(str(r.path), None if r.index is None else r.label, p) for r in self.rejected for p in r.problems]
+        return [Problem(str(r.path), None if r.index is None else r.label, p)
+                for r in self.rejected for p in r.problems]
 
 
 def _timestamp(rec: dict) -> str:
@@ -101,19 +102,9 @@ def one_per_id(records) -> list[dict]:
     return [e.rec for e in kept]
 
 
-def mark(records, _cache: dict | None = None) -> tuple[int, int]:
-    """Flag, in memory, each record of code that has since changed ``stale`` and each kernel record without a check
-    verdict ``legacy``; (stale, legacy) counts. Records that cannot be judged here are left as they are."""
-    from normbench.results.staleness import mark_stale
-
-    records = list(records)
-    n_stale = mark_stale(records, _cache)
-    n_legacy = 0
-    for rec in records:
-        if rec.get("kind") == "kernel" and rec.get("check") is None and "legacy" not in (rec.get("flags") or ()):
-            add_flag(rec, "legacy", LEGACY_REASON)
-            n_legacy += 1
-    return n_stale, n_legacy
+def is_legacy(rec: dict) -> bool:
+    """A kernel record without a check verdict (``check: null``): a migrated schema-v1 record, never checked."""
+    return rec.get("kind") == "kernel" and rec.get("check") is None
 
 
 def _judged_file(path: Path, kind: str | None, judge: bool, cache, stale_cache: dict) -> tuple[str, list]:
@@ -148,7 +139,7 @@ def _judged_file(path: Path, kind: str | None, judge: bool, cache, stale_cache: 
             continue
         rec = s.record
         why = stale_flag_reason(rec, stale_cache) if judge else None
-        legacy = judge and rec.get("kind") == "kernel" and rec.get("check") is None
+        legacy = judge and is_legacy(rec)
         items.append((s.index, rec, [], None, why, legacy))
     if cache is not None and judge:
         cache.put(digest, kind, items)
@@ -185,7 +176,7 @@ def records_that_count(root: str | os.PathLike = "results", kind: str | None = N
                 if why or legacy:
                     marks[id(e)] = (why, legacy)
     kept, superseded = newest_per_id(entries)
-    # The judgement of mark(), per record: stale first, then legacy; only the copies that count are flagged.
+    # Only the copies that count are flagged: stale first, then legacy.
     for e in kept:
         why, legacy = marks.get(id(e), (None, False))
         if why:

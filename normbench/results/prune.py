@@ -5,15 +5,16 @@ and ``impl_hash`` (the norm's implementation, ``NormSpec.impl_hash``). After a f
 records are another cell, not the current one: left in ``results/`` they would sit beside the re-run and a reader
 could not tell which code produced a number. ``prune`` lists them (``--dry-run``) or removes them; git keeps them.
 
-Only hashes that can be recomputed from the current code are compared, at the torch, Triton and timm versions the
-record names (a GPU machine's records are not stale because this machine has another torch); a record of a norm or
-model this installation does not have (an uninstalled plugin) is kept and reported, never removed. Recipe changes are not
-detected here (the record stores the recipe it ran, not which values were overridden on the command line), with
-one exception: a record whose recipe lacks a constructor option the norm now derives from the recipe
-(``train.recipes.NORM_KWARGS_FROM_RECIPE``, e.g. PowerNorm's warm-up) ran the norm differently, and is stale.
-Kernel records are not touched: ``normbench bench`` re-measures changed code by itself (the id has the hash), and the
-readers that rank (the site, ``normbench claims``, the generated docs: ``normbench.results.records_that_count``) flag a
-record of changed code ``stale`` when they read it (``results.staleness``): shown, never ranked. A kernel record may be the only measurement of its machine.
+Only hashes that can be recomputed from the current code are compared, at the torch, Triton and timm versions the record
+names (a GPU machine's records are not stale because this machine has another torch); a record of a norm or model this
+installation does not have (an uninstalled plugin) is kept and reported, never removed. Recipe changes are not detected
+here (the record stores the recipe it ran, not which values were overridden on the command line), with one exception: a
+record whose recipe lacks a constructor option the norm now derives from the recipe
+(``train.recipes.NORM_KWARGS_FROM_RECIPE``, e.g. PowerNorm's warm-up) ran the norm differently, and is stale. Kernel
+records are not touched: ``normbench bench`` re-measures changed code by itself (the id has the hash), and the readers
+that rank (the site, ``normbench claims``, the generated docs: ``normbench.results.records_that_count``) flag a record
+of changed code ``stale`` when they read it (``results.staleness``): shown, never ranked. A kernel record may be the
+only measurement of its machine.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "prune", help="remove accuracy records whose model or norm code has changed since they were made",
         description=__doc__.split("\n\n", 1)[1])
-    p.add_argument("paths", nargs="*", default=["results"], metavar="PATH", help="results directories (default: results)")
+    p.add_argument("paths", nargs="*", default=["results"], metavar="PATH",
+                   help="results directories (default: results)")
     p.add_argument("--dry-run", action="store_true", help="list the stale records; change nothing")
     p.set_defaults(func=_cmd_prune)
 

@@ -10,8 +10,6 @@ training, never in the storage layer (``normbench.records``).
 
 from __future__ import annotations
 
-from normbench.records.schema import add_flag
-
 
 def _libraries(rec: dict) -> dict:
     """The library versions a record was made with, for ``measure.baselines.impl_hash``: torch and Triton (its
@@ -105,25 +103,11 @@ def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str
 
 
 def stale_flag_reason(rec: dict, _cache: dict | None = None) -> str | None:
-    """The reason ``mark_stale`` gives the ``stale`` flag of ``rec``, or None where it is current or cannot be
-    judged here."""
+    """The reason the ranking reader (``results.counted``) gives the ``stale`` flag of ``rec``, or None where it is
+    current or cannot be judged here."""
     why, _unknown = stale_reason(rec, _cache)
     if not why:
         return None
     todo = ("`normbench bench` on that machine measures today's code" if rec.get("kind") == "kernel"
             else "`normbench prune` removes it; re-run the cell for today's code")
     return f"made by code that has since changed: {why}; {todo}"
-
-
-def mark_stale(records, _cache: dict | None = None) -> int:
-    """Flag ``stale`` (in place, with ``stale_reason``'s sentence) each record made by code that has since changed,
-    so that no reader ranks it; returns how many. Records that cannot be judged here are left as they are."""
-
-    cache = {} if _cache is None else _cache
-    n = 0
-    for rec in records:
-        reason = stale_flag_reason(rec, cache)
-        if reason:
-            add_flag(rec, "stale", reason)
-            n += 1
-    return n

@@ -21,6 +21,7 @@ from normbench.gendocs import MARKER_LINE
 from normbench.records.schema import FLAGS, INVALID_FLAGS
 from normbench.site import aggregate as agg
 from normbench.site import markdown
+from normbench.site import tables as _tables
 from normbench.site.fmt import (
     fmt_bytes,
     fmt_err,
@@ -36,7 +37,6 @@ from normbench.site.fmt import (
 )
 from normbench.site.records import Entry, Loaded, norm_stem, pages_of, slug
 from normbench.site.repro import command
-from normbench.site import tables as _tables
 from normbench.site.tables import Col, Table, cell
 
 #: The flag the reader (``normbench.results.records_that_count``) gives a migrated v1 record (``check: null``): it

@@ -113,10 +113,11 @@ CELL_FIELDS = ("t", "v", "h", "ti", "n", "x", "b", "k")
 
 def pack_rows(rows: list[dict]) -> dict:
     """Rows as a data file holds them: every string once in ``s`` and referred to by its index; a cell is the index
-    of its text, or ``[t, v, h, ti, n, x, b, k]`` without trailing nulls (a string sort value ``v`` as ``[index]``,
-    a float one to 6 significant digits: it only orders rows); a row is ``[cells, filter values in the order of
-    ``fk``, class, rank key]`` (the rank key where the build gave one: it orders the union of several files). A big leaderboard's rows repeat the same devices, norms, links and filter values, so this is a
-    third of the plain rows' size; ``assets/site.js`` (``unpack``) restores the plain rows."""
+    of its text, or ``[t, v, h, ti, n, x, b, k]`` without trailing nulls (a string sort value ``v`` as ``[index]``, a
+    float one to 6 significant digits: it only orders rows); a row is ``[cells, filter values in the order of ``fk``,
+    class, rank key]`` (the rank key where the build gave one: it orders the union of several files). A big
+    leaderboard's rows repeat the same devices, norms, links and filter values, so this is a third of the plain rows'
+    size; ``assets/site.js`` (``unpack``) restores the plain rows."""
     strings: dict[str, int] = {}
 
     def s(v):
