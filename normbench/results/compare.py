@@ -6,9 +6,9 @@ a code change), the newest counts.
 
 Verdict, as ``asv compare`` decides it: a ratio beyond ``factor`` (or below ``1/factor``) is a change only when it is
 also larger than the noise, judged from each record's quantiles and repetition count. The distribution-free 99 %
-confidence interval of a median of ``n`` samples runs between the order statistics at quantiles
-``0.5 ± 2.576 · 0.5 / √n`` (normal approximation of the binomial); the record's quantile function is interpolated
-linearly through its minimum, q25, median and q75, and above q75 towards Tukey's fence ``q75 + 1.5 · IQR`` (records keep no maximum). Timings
+confidence interval of a median of ``n`` samples runs between the order statistics at quantiles ``0.5 ± 2.576 · 0.5 /
+√n`` (normal approximation of the binomial); the record's quantile function is interpolated linearly through its
+minimum, q25, median and q75, and above q75 towards Tukey's fence ``q75 + 1.5 · IQR`` (records keep no maximum). Timings
 are skewed (a preempted repetition is slow, never fast), which is why no normal-theory interval is used. Two cases
 differ when their intervals do not overlap. Verdicts: ``slower`` (a regression), ``faster``, ``within noise`` (a ratio
 beyond the factor that the noise explains), ``same`` (within the factor), ``failed`` (NEW is invalid, e.g. NaN output,
