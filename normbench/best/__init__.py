@@ -3,10 +3,9 @@
 :func:`answer` reads records only, through ``normbench.results.records_that_count`` (never measures), and for each
 (site, regime, dtype, pass, hardware) finds the records of the site's norm at the site's shape and decides:
 
-* **eligible**: no flag (stale, legacy, unchecked, forced, noisy, fell_back, non_finite, ...), except ``suspect``
-  (a bandwidth above the DRAM copy ceiling because the data is cache-resident, as decode-sized inputs are; the time is
-  still the time, so it may win, and the answer says so), and the output's error against float64 within
-  :data:`ERR_TOL` for its dtype;
+* **eligible**: no flag at all (stale, legacy, unchecked, forced, noisy, fell_back, suspect, non_finite, ...: a
+  flagged record is shown, never ranked) and the output's error against float64 within :data:`ERR_TOL` for its
+  dtype;
 * **winner**: the fastest eligible record (median time) when its paired comparison with the runner-up (the two
   timed head to head, interleaved: ``metrics.paired``) says ``faster``; ``tie`` when the paired interval of the ratio
   lies inside [1/1.1, 1.1] (every backend tying with the fastest is named); ``undecided`` when the interval holds 1
@@ -31,8 +30,6 @@ from normbench.stats import TIE_FACTOR, verdict_of
 #: outputs, 2^-23 each, summed over a row's reduction); bfloat16 0.06 and float16 0.01 (the check's bf16 tolerance,
 #: normbench.check.BF16_TOL, and 2^-7 for float16's 10-bit mantissa at outputs of a few units).
 ERR_TOL = {"float32": 1e-4, "bfloat16": 0.06, "float16": 0.01, "float64": 1e-10}
-#: Flags that do not bar a record from winning (see the module docstring).
-TOLERATED_FLAGS = ("suspect",)
 
 
 def _dims(rec) -> tuple:
@@ -52,7 +49,7 @@ def _err_ok(rec) -> tuple[bool, str]:
 
 
 def _why_not(rec) -> str:
-    bad = [f for f in rec.get("flags") or () if f not in TOLERATED_FLAGS]
+    bad = list(rec.get("flags") or ())
     if bad:
         return "flagged " + ", ".join(bad)
     ok, why = _err_ok(rec)
@@ -79,8 +76,7 @@ def decide(records: list[dict]) -> dict:
     eligible.sort(key=lambda r: r["metrics"]["time_median_s"])
     best = eligible[0]
     out = {"evidence": [r["id"] for r in eligible], "fastest": best["config"]["backend"],
-           "times_s": {r["config"]["backend"]: r["metrics"]["time_median_s"] for r in eligible},
-           "cache_resident": "suspect" in (best.get("flags") or ())}
+           "times_s": {r["config"]["backend"]: r["metrics"]["time_median_s"] for r in eligible}}
     if len(eligible) == 1:
         return {**out, "status": "only", "winner": out["fastest"], "runner_up": None, "margin": None}
     second = eligible[1]
@@ -178,8 +174,7 @@ def to_policy(rows: list[dict], about: dict) -> dict:
                        "pass": r["pass"], "hardware_id": r["hardware_id"], "backend": choice,
                        "status": r["status"], "evidence": r.get("evidence", [])})
     return {"schema": "normbench.best", "version": 1, **about, "rule": {
-        "tie_factor": TIE_FACTOR, "confidence": 0.95, "err_tol": ERR_TOL,
-        "tolerated_flags": list(TOLERATED_FLAGS)}, "answers": rows, "policy": policy}
+        "tie_factor": TIE_FACTOR, "confidence": 0.95, "err_tol": ERR_TOL}, "answers": rows, "policy": policy}
 
 
 _STATUS = ["winner", "only", "tie", "undecided", "flagged", "missing"]

@@ -44,10 +44,7 @@ def _fmt_margin(m) -> str:
 def _line(r) -> str:
     st = r["status"]
     if st == "winner":
-        tail = f"{r['winner']} over {r['runner_up']}: {_fmt_margin(r['margin'])}"
-        if r.get("cache_resident"):
-            tail += " [cache-resident: suspect bandwidth]"
-        return tail
+        return f"{r['winner']} over {r['runner_up']}: {_fmt_margin(r['margin'])}"
     if st == "only":
         return f"{r['winner']} (the only eligible backend)"
     if st == "tie":
