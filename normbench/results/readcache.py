@@ -26,6 +26,8 @@ import pickle
 import tempfile
 from pathlib import Path
 
+from normbench.versions import dist_version
+
 #: Bumped when what a cache entry holds changes.
 FORMAT = 1
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -51,15 +53,7 @@ def _tree_digest(root: Path, skip: tuple[str, ...] = ()) -> str:
 
 
 def _dist_versions(*names: str) -> list[str]:
-    from importlib import metadata
-
-    out = []
-    for name in names:
-        try:
-            out.append(f"{name}=={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            out.append(f"{name} absent")
-    return out
+    return [f"{n}=={v}" if (v := dist_version(n)) else f"{n} absent" for n in names]
 
 
 def _plugins() -> list[str]:
@@ -108,59 +102,80 @@ def file_digest(raw: bytes, twin_raw: bytes | None) -> str:
     return h.hexdigest()
 
 
-class ReadCache:
-    """Judged record files under ``directory`` (``records_that_count(cache=...)``): ``get``/``put`` by file digest,
-    for the code of this process (``judge_key``). ``used`` names the entries this process read or wrote; ``prune``
-    removes the others (called by a build once it has read everything)."""
+class PickleDir:
+    """Values under keys in one directory, a pickle per key named by a hash of ``namespace`` (the code the values
+    are a function of) and the key, stored with both so a mismatch is a miss, never a wrong value; written
+    atomically; ``used`` names what this process read or wrote and ``prune`` removes the rest. ``directory`` None:
+    a store that keeps nothing. Shared by the reader's cache and the site's figure and download stores."""
 
-    def __init__(self, directory: str | os.PathLike):
-        self.dir = Path(directory)
-        self.key = judge_key()
+    def __init__(self, directory: str | os.PathLike | None, namespace: str):
+        self.dir = None if directory is None else Path(directory)
+        self.namespace = namespace
         self.used: set[str] = set()
-        self.hits = 0
-        self.misses = 0
 
-    def _name(self, digest: str, kind: str | None) -> str:
-        return hashlib.sha256(f"{self.key}\0{digest}\0{kind}".encode()).hexdigest() + ".pkl"
+    def _name(self, key) -> str:
+        return hashlib.sha256(f"{self.namespace}\0{key!r}".encode("utf-8", "surrogatepass")).hexdigest() + ".pkl"
 
-    def get(self, digest: str, kind: str | None):
-        name = self._name(digest, kind)
+    def get(self, key):
+        """The value stored under ``key``, or None."""
+        if self.dir is None:
+            return None
+        name = self._name(key)
         self.used.add(name)
         try:
-            data = (self.dir / name).read_bytes()
-            value = pickle.loads(data)
+            stored, value = pickle.loads((self.dir / name).read_bytes())
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError, TypeError):
-            self.misses += 1
             return None
-        if not (isinstance(value, tuple) and len(value) == 2 and value[0] == (self.key, digest, kind)):
-            self.misses += 1
-            return None
-        self.hits += 1
-        return value[1]
+        return value if stored == (self.namespace, key) else None
 
-    def put(self, digest: str, kind: str | None, items) -> None:
-        name = self._name(digest, kind)
+    def put(self, key, value) -> None:
+        if self.dir is None:
+            return
+        name = self._name(key)
         self.used.add(name)
         self.dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
         try:
             with os.fdopen(fd, "wb") as f:
-                pickle.dump(((self.key, digest, kind), items), f, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(((self.namespace, key), value), f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.dir / name)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def prune(self) -> int:
-        """Remove the entries this process did not use (another code's, files since changed); how many."""
+    def prune(self, keep: set[str] | None = None) -> int:
+        """Remove the entries not in ``keep`` (default: those this process did not use); how many."""
+        keep = self.used if keep is None else keep
         n = 0
-        if not self.dir.is_dir():
+        if self.dir is None or not self.dir.is_dir():
             return 0
         for p in self.dir.iterdir():
-            if p.name not in self.used:
+            if p.name not in keep:
                 try:
                     p.unlink()
                     n += 1
                 except OSError:
                     pass
         return n
+
+
+class ReadCache(PickleDir):
+    """Judged record files under ``directory`` (``records_that_count(cache=...)``): ``get``/``put`` by file digest
+    and kind, for the code of this process (``judge_key``); ``prune`` (called by a build once it has read everything)
+    removes what this build did not use."""
+
+    def __init__(self, directory: str | os.PathLike):
+        super().__init__(directory, judge_key())
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, digest: str, kind: str | None):
+        value = super().get((digest, kind))
+        if value is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return value
+
+    def put(self, digest: str, kind: str | None, items) -> None:
+        super().put((digest, kind), items)

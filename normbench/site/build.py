@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from normbench.results.readcache import PickleDir
 from normbench.site import fmt
 from normbench.site.pages import NAV, Site, SiteInfo, norm_file, read_docs
 from normbench.site.records import Rejected, load_results
@@ -363,8 +364,8 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
                           records.PAGE_RECORDS)
     frames = None
     if store is not None:
-        site.fig_store = incremental.PickleStore(store.figures, store.key)
-        frames = incremental.PickleStore(store.frames, store.key)
+        site.fig_store = PickleDir(store.figures, store.key)
+        frames = PickleDir(store.frames, store.key)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -258,44 +257,3 @@ class SiteCache:
                 if blob.name not in used:
                     blob.unlink(missing_ok=True)
         self.reads.prune()
-
-
-class PickleStore:
-    """Values under a key in a directory (drawn figures, downloads' parts); ``used`` keys survive ``prune``."""
-
-    def __init__(self, directory: Path | None, key: str):
-        self.dir = directory
-        self.key = key
-        self.used: set[str] = set()
-
-    def _path(self, k: str) -> Path:
-        return self.dir / (_h(self.key, k) + ".pkl")
-
-    def get(self, k: str):
-        if self.dir is None:
-            return None
-        p = self._path(k)
-        self.used.add(p.name)
-        try:
-            stored_k, value = pickle.loads(p.read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError):
-            return None
-        return value if stored_k == k else None
-
-    def put(self, k: str, value) -> None:
-        if self.dir is None:
-            return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        p = self._path(k)
-        self.used.add(p.name)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump((k, value), f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, p)
-
-    def prune(self, keep: set[str]) -> None:
-        if self.dir is None or not self.dir.is_dir():
-            return
-        for p in self.dir.iterdir():
-            if p.name not in keep:
-                p.unlink(missing_ok=True)

@@ -173,7 +173,7 @@ class Site:
         self.charts = charts
         self.data_files: dict = {}     # data file -> its Table (text: ``Table.data_text``) or text
         self.extra_files: dict[str, bytes] = {}   # other files a job writes (a record page's JSON)
-        self.fig_store = None          # drawn figures by the hash of their inputs (``incremental.PickleStore``)
+        self.fig_store = None          # drawn figures by the hash of their inputs (``results.readcache.PickleDir``)
         self.kernels = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
         agg.add_speedups(self.kernels)
         agg.add_cache_residency(self.kernels)
