@@ -191,9 +191,6 @@ def read_record_file(path: str | os.PathLike) -> tuple[list | None, str | None]:
     return _decode(raw, path)
 
 
-_read_file = read_record_file
-
-
 @contextlib.contextmanager
 def _locked(directory: Path):
     if fcntl is None:
@@ -358,10 +355,8 @@ def _too_deep(obj, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def structural_problems(rec: dict) -> list[str]:
+def _structural_problems(rec: dict) -> list[str]:
     """What every reader needs beyond the schema, checked again so that a validator gap cannot crash a reader."""
-    if _too_deep(rec):
-        return [f"nested more than {MAX_DEPTH} levels deep; no normbench record is"]
     problems = []
     if rec.get("kind") not in ("kernel", "accuracy"):
         problems.append("kind must be kernel or accuracy")
@@ -390,7 +385,7 @@ def record_problems(rec) -> list[str]:
         problems = [str(p) for p in validate_record(rec)]
     except Exception as exc:
         problems = [f"the validator failed on this record: {type(exc).__name__}: {exc}"]
-    return problems or structural_problems(rec)
+    return problems or _structural_problems(rec)
 
 
 @dataclass
@@ -432,7 +427,7 @@ def scan_file(path: Path, kind: str | None = None, raw: bytes | None = None,
     exist) when the caller has read them already (so what is judged is exactly the bytes it hashed)."""
     path = Path(path)
     if raw is None:
-        records, problem = _read_file(path)
+        records, problem = read_record_file(path)
     else:
         records, problem = _decode(raw, path)
     if problem is not None:
@@ -442,7 +437,7 @@ def scan_file(path: Path, kind: str | None = None, raw: bytes | None = None,
     twin = twin_of(path)
     if twin is not None:
         if raw is None and twin.exists():
-            twin_recs, _ = _read_file(twin)
+            twin_recs, _ = read_record_file(twin)
         elif raw is not None and twin_raw is not None:
             twin_recs, _ = _decode(twin_raw, twin)
         else:
@@ -495,17 +490,6 @@ def iter_records(root: str | os.PathLike = "results", kind: str | None = None,
 def load_report(root: str | os.PathLike = "results", kind: str | None = None) -> list[Problem]:
     """Every problem with the record files at ``root``; empty when all of them are valid."""
     return [p for _, _, p in _scan(root, kind) if p is not None]
-
-
-def count_records(root: str | os.PathLike = "results") -> tuple[int, list[Problem]]:
-    """(number of valid records, problems) at ``root``."""
-    n, problems = 0, []
-    for _, rec, p in _scan(root):
-        if p is not None:
-            problems.append(p)
-        else:
-            n += 1
-    return n, problems
 
 
 def existing_ids(root: str | os.PathLike = "results", kind: str | None = None) -> set[str]:
