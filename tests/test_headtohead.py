@@ -64,14 +64,11 @@ def _noise():
 
 def test_recorded_decode_runs_give_the_calibrated_verdicts():
     """Every recorded live decode-sized run (32 x 4096, float32), replayed: identical backends tie and the planted
-    1.3x slower one is slower, in at least 95 % of the runs; so did every live run of the calibration (the rates are
-    in docs/measurement.md)."""
+    1.3x slower one is slower, in at least 95 % of the runs (the live rates are in docs/measurement.md)."""
     arm = _noise()["decode"]
     for name, want in (("identical", "tie"), ("planted", "slower")):
         got = [paired_ratio(a, b).verdict for a, b in arm[name]]
         assert got.count(want) >= 0.95 * len(got), (name, got)
-        live = arm["live_verdicts"][name]
-        assert live.count(want) >= 0.95 * len(live)
 
 
 def test_recorded_busy_prefill_runs_never_give_a_wrong_winner():
