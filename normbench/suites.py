@@ -326,8 +326,8 @@ def step_bench(cache: dict, norm: str, cell: str, data_dir: str | None = None, w
 def ingest_accuracy(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int, list[str]]:
     """Write the accuracy records of the ASV runs found (the records ``asv run`` trained, with ASV's numbers in
     ``metrics.asv``); returns (records written, problems)."""
-    from normbench.measure.asv_ingest import read_asv_result, result_files
-    from normbench.records.store import InvalidRecordError, iter_records, write_records
+    from normbench.measure.asv_ingest import read_asv_result, result_files, write_ingested
+    from normbench.records.store import iter_records
 
     asv_results = Path(asv_results)
     sidecar = Path(sidecar) if sidecar else asv_results.parent / "normbench"
@@ -381,13 +381,7 @@ def ingest_accuracy(asv_results=".asv/results", sidecar=None, out="results") -> 
                 "machine": res["machine"], "env": res["env"], "result_file": str(path)}
             rec["provenance"]["command"] = "asv run (accuracy suite; ingested by normbench ingest-asv)"
             records[rec["id"]] = rec
-    if not records:
-        return 0, problems
-    try:
-        write_records(records.values(), out)
-    except InvalidRecordError as exc:
-        return 0, problems + [str(p) for p in exc.problems]
-    return len(records), problems
+    return write_ingested(records, out, problems)
 
 
 def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int, int, list[str]]:

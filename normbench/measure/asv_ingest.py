@@ -215,7 +215,7 @@ def _stamp_cached(rec: dict) -> None:
 
 def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int, list[str]]:
     """Write normbench records for the ASV results found; returns (records written, problems)."""
-    from normbench.records.store import InvalidRecordError, iter_records, write_records
+    from normbench.records.store import iter_records
 
     asv_results = Path(asv_results)
     if not asv_results.is_dir():
@@ -274,6 +274,13 @@ def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int
                                 "benchmarks' setup (asv run) on this machine first")
                 continue
             records[rec["id"]] = rec
+    return write_ingested(records, out, problems)
+
+
+def write_ingested(records: dict, out, problems: list[str]) -> tuple[int, list[str]]:
+    """Write the records an ingest built (by id) to ``out``: (how many, problems); none written when one is invalid."""
+    from normbench.records.store import InvalidRecordError, write_records
+
     if not records:
         return 0, problems
     try:
