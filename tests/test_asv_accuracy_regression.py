@@ -11,15 +11,10 @@ planted damage takes it from about 5 to near the vocabulary size (64).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import sysconfig
-from pathlib import Path
 
 import pytest
-from conftest import REPO
+from asv_repo import asv_runner, planted_repo
 
 pytest.importorskip("asv")
 pytest.importorskip("virtualenv")
@@ -30,59 +25,12 @@ PLANT_TO = ("        y = (xf * torch.rsqrt(ms + self.eps) * 1e-3).to(x.dtype)  #
 BENCH = "track_perplexity('rmsnorm', 'synth-lm')"
 
 
-def _git(repo, *args) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=ci@normbench", "-c", "user.name=ci", *args],
-                          check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _copy_tree(dst: Path) -> None:
-    """The files git would commit here (tracked and new, ignored ones left out), without the recorded results."""
-    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"], check=True,
-                         capture_output=True).stdout.decode()
-    for rel in filter(None, out.split("\0")):
-        src = Path(REPO) / rel
-        if rel.startswith("results/") or not src.is_file():
-            continue
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst / rel)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_asv_continuous_reports_a_norm_that_trains_worse(tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _copy_tree(repo)
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
-    base = _git(repo, "rev-parse", "HEAD")
-    features = repo / "normbench" / "norms" / "features.py"
-    text = features.read_text()
-    rms = text.index("class RMSNorm")
-    end = text.index("\nclass ", rms + 1)
-    assert PLANT_FROM in text[rms:end], "RMSNorm.forward changed: update the planted damage"
-    features.write_text(text[:rms] + text[rms:end].replace(PLANT_FROM, PLANT_TO, 1) + text[end:])
-    _git(repo, "commit", "-qam", "damage rmsnorm's output")
-    head = _git(repo, "rev-parse", "HEAD")
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NORMBENCH_", "ASV"))}
-    env.update(
-        HOME=str(tmp_path / "home"),  # asv machine --yes writes ~/.asv-machine.json: a new machine, here
-        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
-        # reuse this venv's torch instead of installing it into ASV's environment (minutes)
-        NORMBENCH_ASV_SITE_PACKAGES=sysconfig.get_paths()["purelib"],
-        NORMBENCH_ASV_NORMS="rmsnorm", NORMBENCH_ASV_TASKS="synth-lm", NORMBENCH_DISABLE_PLUGINS="1",
-        NORMBENCH_CACHE_DIR=str(tmp_path / "cache"), OMP_NUM_THREADS="1",
-    )
-    (tmp_path / "home").mkdir()
-    asv = [sys.executable, "-m", "asv"]
-
-    def run(*args, timeout=900):
-        return subprocess.run(asv + list(args), cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
-
-    r = run("machine", "--yes", "--machine", "ci")
-    assert r.returncode == 0, r.stdout + r.stderr
+    repo, base, head = planted_repo(tmp_path, PLANT_FROM, PLANT_TO, "damage rmsnorm's output")
+    run = asv_runner(repo, tmp_path, 900, NORMBENCH_ASV_NORMS="rmsnorm", NORMBENCH_ASV_TASKS="synth-lm",
+                     NORMBENCH_CACHE_DIR=str(tmp_path / "cache"))
 
     # Both commits trained, compared: the damaged norm's perplexity is listed as worse and the exit status is 1.
     r = run("continuous", base, head, "-b", "track_perplexity")
