@@ -134,6 +134,15 @@ def test_measure_set_pairs_backends_on_the_same_inputs():
 
     for r in recs:
         assert validate_record(r) == []
+    # the same-size copy was one more member of each pass's rounds: its reference moves the case's bytes, in the
+    # same rounds (as many as the backends'), and both backends of a pass share it
+    for p in ("fwd", "fwd+bwd"):
+        eager, native = by[("eager", p)]["metrics"], by[("native", p)]["metrics"]
+        ref = eager["copy_same_size"]
+        assert "member of the head-to-head set" in ref["method"]
+        assert ref["bytes_moved"] == eager["bytes_moved"] and ref["reps"] == eager["reps"]
+        assert native["copy_same_size"] == ref and native["copy_same_size_gbps"] == eager["copy_same_size_gbps"]
+        assert eager["pct_of_same_size_copy"] == pytest.approx(100 * eager["gbps"] / eager["copy_same_size_gbps"])
 
 
 def test_sweep_measures_a_set_whole_or_not_at_all(tmp_path):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import mmap
 import statistics
+import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -22,7 +23,7 @@ from normbench.measure.planning import DTYPES, Case, backends_for
 from normbench.measure.shapes import Shape, input_shape
 from normbench.measure.stats import summarize
 from normbench.measure.timers import TimerSettings, cpu_time, cuda_time
-from normbench.records.schema import FAR_ABOVE_CEILING, make_record
+from normbench.records.schema import FAR_ABOVE_CEILING, above_reference, make_record
 
 
 class Unsupported(Exception):
@@ -244,6 +245,8 @@ class Context:
     ceiling_spread: float | None = None
     #: Names this run: same-size copy references are shared within it (``normbench.measure.reference``).
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: ``time.monotonic()`` when the ceiling was measured (``refresh_context`` measures it again when old).
+    ceiling_at: float = field(default_factory=time.monotonic)
 
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
@@ -254,6 +257,20 @@ def make_context(device: str, settings: TimerSettings | None = None, command=Non
     ceil = ceiling.measure(device)
     return Context(ceil.gbps, ceil.method, prov, settings or TimerSettings(),
                    ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")), ceiling_spread=ceil.spread)
+
+
+def refresh_context(ctx: Context, device: str, every_s: float | None = None, now=time.monotonic) -> Context:
+    """``ctx`` with the ceiling measured again when the last measurement is more than ``every_s`` seconds old
+    (default ``ceiling.RECHECK_S``), else ``ctx`` itself. Everything else is kept (provenance, run id, hashes), so a
+    long sweep's records are judged by a ceiling measured shortly before them (``normbench.measure.ceiling``)."""
+    from normbench.measure import ceiling
+
+    every_s = ceiling.RECHECK_S if every_s is None else every_s
+    if now() - ctx.ceiling_at <= every_s:
+        return ctx
+    ceil = ceiling.measure(device, fresh=True)
+    return replace(ctx, ceiling_gbps=ceil.gbps, ceiling_method=ceil.method, ceiling_spread=ceil.spread,
+                   ceiling_at=now())
 
 
 def time_pass(prep: Prepared, case: Case, settings: TimerSettings,
@@ -330,12 +347,19 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     gbps = nbytes / st["median"] / 1e9
     pct = 100.0 * gbps / ctx.ceiling_gbps if model["memory_bound"] else None
     flags: dict[str, str] = {}
-    if pct is not None and gbps > ctx.ceiling_gbps:
-        if gbps > FAR_ABOVE_CEILING * ctx.ceiling_gbps:
-            raise FarAboveCeiling(f"{gbps:.3g} GB/s is more than {FAR_ABOVE_CEILING:g}x the measured ceiling "
-                                  f"{ctx.ceiling_gbps:.3g} GB/s: a broken timing, not recorded")
+    if pct is not None and gbps > FAR_ABOVE_CEILING * ctx.ceiling_gbps:
+        raise FarAboveCeiling(f"{gbps:.3g} GB/s is more than {FAR_ABOVE_CEILING:g}x the measured ceiling "
+                              f"{ctx.ceiling_gbps:.3g} GB/s: a broken timing, not recorded")
+    cache = cache_metrics(case, nbytes, model["memory_bound"], ctx, copy_ref)
+    above = above_reference(gbps, ctx.ceiling_gbps, cache["copy_same_size_gbps"], cache["cache_resident"]) \
+        if pct is not None else None
+    if above and above[0] == "copy ceiling":
         flags["suspect"] = (f"{gbps:.3g} GB/s is above the measured copy ceiling {ctx.ceiling_gbps:.3g} GB/s: the "
                             "data was likely cache-resident" + (" (hot timing)" if case.timing == "hot" else ""))
+    elif above:
+        flags["suspect"] = (f"{gbps:.3g} GB/s is above a copy of the same bytes timed in the same place "
+                            f"({above[1]:.3g} GB/s, {cache['cache_resident']}-resident): more than a copy's speed "
+                            "means a broken timing or skipped work")
     rec_err = {"y": err.get("y"), "dx": err.get("dx") if case.pass_ != "fwd" else None,
                "dw": err.get("dw") if case.pass_ != "fwd" else None}
     bad = nonfinite_parts(rec_err)
@@ -350,7 +374,6 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     why = noise.reasons(noise_info)
     if why:
         flags["noisy"] = "; ".join(why)
-    cache = cache_metrics(case, nbytes, model["memory_bound"], ctx, copy_ref)
     metrics = {
         "time_median_s": st["median"],
         "time_iqr_s": st["iqr"],

@@ -7,7 +7,8 @@ runs each backend once in a freshly shuffled order, so round ``i`` of one backen
 and drift on a shared machine cancels in their ratio. Each record keeps its own samples' summary (as a group's) and,
 in ``metrics.paired``, one entry per partner: the partner's record id and backend, the median per-round ratio
 (this / partner), its 95 % interval, n and the verdict (``normbench.stats.paired_ratio``). None of it is in the
-config, so a record's id is the same whether it was measured alone or head to head.
+config, so a record's id is the same whether it was measured alone or head to head. The same-size copy of each pass
+(``normbench.measure.reference``) is one more member of the rounds, so ``pct_of_same_size_copy`` is paired too.
 """
 
 from __future__ import annotations
@@ -66,6 +67,41 @@ def _share_inputs(preps: dict) -> None:
         p.targets = p.inputs + p.params
 
 
+#: The key of the same-size copy among a set's interleaved callables (no backend is named so).
+COPY = "<same-size copy>"
+
+
+def _copy_member(prep: Prepared, case: Case, pass_: str):
+    """``(callable, source tensor)`` of the same-size copy that joins a set's interleaved rounds as one more member
+    (docs/measurement.md, "Cache-resident cases"), or None where the pass moves no bytes or is not memory-bound."""
+    from normbench.measure import bytes_model as bm
+    from normbench.measure import reference
+    from normbench.measure.planning import DTYPES
+
+    model = prep.bytes_model()
+    nbytes = bm.bytes_moved(model["formula"], pass_, model["params"])
+    if not model["memory_bound"] or nbytes < 2:
+        return None
+    src, dst = reference.copy_tensors(nbytes, DTYPES.get(case.dtype, torch.float32), case.device)
+    return (lambda: dst.copy_(src)), src
+
+
+def _copy_reference(samples: list[float], src: torch.Tensor, case: Case) -> dict:
+    """The set's same-size copy reference, as a record stores it, from its interleaved rounds."""
+    from normbench.measure import reference
+    from normbench.measure.stats import summarize
+
+    st = summarize(samples)
+    moved = reference.copy_bytes(src)
+    clock = "CUDA events, no flush" if str(case.device).startswith("cuda") else \
+        f"perf_counter, nothing flushed, {case.threads} threads"
+    method = (f"copy_ of {moved // 2} bytes ({str(src.dtype).replace('torch.', '')}) into a preallocated buffer, "
+              f"one more member of the head-to-head set: timed in the same shuffled rounds as the backends "
+              f"({clock}), median of {st['reps']}; GB/s = 2·size/time")
+    return {"bytes_moved": moved, "gbps": moved / st["median"] / 1e9, "time_median_s": st["median"],
+            "time_iqr_s": st["iqr"], "reps": st["reps"], "method": method}
+
+
 def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, seed: int = 0) -> list[dict]:
     """Measure a set (see the module docstring); returns its records, each with ``metrics.paired`` against the
     others of its pass. A backend that cannot run here is refused (``refused`` gets its cases and the reason) and
@@ -112,16 +148,21 @@ def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, se
         for b in fns:
             if preps[b].watch is not None:
                 preps[b].watch.mark()
+        copy = _copy_member(preps[next(iter(fns))], first, pass_)
+        if copy is not None:
+            fns[COPY] = copy[0]
         order: list = []
         samples = interleaved_time(fns, here[next(iter(fns))].settings(settings), pres, first.device, seed, order,
                                    slow_rounds=SLOW_ROUNDS)
+        copy_ref = _copy_reference(samples.pop(COPY), copy[1], first) if copy is not None else None
+        fns.pop(COPY, None)
         reports = {b: preps[b].watch.report() if preps[b].watch is not None else None for b in fns}
         load = noise.machine_load(noise.own_load(first.device, first.threads))
         built = {}
         for b in fns:
             try:
                 built[b] = build_record(preps[b], here[b], ctx, samples[b], False, errs[b],
-                                        peak_memory(preps[b], pass_), saved[b], load, reports[b])
+                                        peak_memory(preps[b], pass_), saved[b], load, reports[b], copy_ref=copy_ref)
             except FarAboveCeiling as exc:
                 refused.append((here[b], str(exc)))
         for b, rec in built.items():

@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import torch
 
 from normbench.executor import Executor, InProcessExecutor, Outcome, Task
-from normbench.measure.group import Context, Unsupported, make_context, measure_group
+from normbench.measure.group import Context, Unsupported, make_context, measure_group, refresh_context
 from normbench.measure.planning import Case, case_id
 from normbench.measure.timers import TimerSettings
 
@@ -116,6 +116,8 @@ def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: 
 
         busy = noise.busy_warning(device, cases[0].threads)  # once per worker process, as once per sweep
         ctx = _NODE_CONTEXTS[key] = make_context(device, settings, command)
+    else:
+        ctx = _NODE_CONTEXTS[key] = refresh_context(ctx, device)
     hw_id = hardware_id(hardware(device))
     todo = [c for c in cases if case_id(c, hw_id, ctx.impl_hashes) not in done]
     if interleave and todo:
@@ -185,6 +187,7 @@ class InTurn:
         self.interleave = interleave
         self.ctx: Context | None = None
         self.hardware_id = ""
+        self.log: Callable | None = None
 
     def start(self, cases: list[Case], out, force: bool, settings, command, log, summary) -> list[list[Case]]:
         from normbench.measure import noise
@@ -211,6 +214,7 @@ class InTurn:
         busy = noise.busy_warning(device, cases[0].threads)
         if busy:
             log(busy)
+        self.log = log
         self.ctx = make_context(device, settings, command)
         self.ctx.impl_hashes = hashes
         spread = f", spread {100 * self.ctx.ceiling_spread:.1f}%" if self.ctx.ceiling_spread is not None else ""
@@ -231,6 +235,7 @@ class InTurn:
             if first.norm in broken:
                 yield group, None
                 continue
+            self._recheck(first.device)
             task = Task(_set_task if self.interleave else _group_task, (group, self.ctx),
                         label=_where(first, group if self.interleave else None), timeout=self.time_limit)
             yield group, self.executor.submit(task).result()
@@ -238,6 +243,15 @@ class InTurn:
             if self.group_log is not None:
                 self.group_log.append({"group": _where(first), "backend": first.backend, "cases": len(group),
                                        "wall_s": round(time.monotonic() - t_group, 3)})
+
+    def _recheck(self, device: str) -> None:
+        """Measure the ceiling again between groups when it is old (``group.refresh_context``), and say so."""
+        ctx = refresh_context(self.ctx, device)
+        if ctx is not self.ctx:
+            self.ctx = ctx
+            if self.log is not None:
+                self.log(f"ceiling re-measured: {ctx.ceiling_gbps:.1f} GB/s, spread {100 * ctx.ceiling_spread:.1f}%"
+                         if ctx.ceiling_spread is not None else f"ceiling re-measured: {ctx.ceiling_gbps:.1f} GB/s")
 
     def accept(self, value: dict, say, summary) -> str:
         """The hardware id of a group's records (this machine's)."""

@@ -1,0 +1,92 @@
+"""The copy ceiling on a noisy host: more repetitions, retried when unsteady, re-measured during a long sweep, while
+a busy machine is still flagged (docs/measurement.md, "Noise")."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from normbench import results
+from normbench.measure import ceiling, group, noise, planning, sweep
+from normbench.measure.shapes import Shape
+from normbench.measure.timers import TimerSettings
+
+FAST = TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0)
+TINY = Shape("tiny-tokens", "tokens", (16, 64), "quick")
+
+
+def _ceil(spread, gbps=20.0):
+    return ceiling.Ceiling(gbps, f"fake copy, spread {spread}", "cpu", spread)
+
+
+def test_an_unsteady_measurement_is_taken_again_and_the_steady_one_kept():
+    seq, slept = iter([_ceil(0.30), _ceil(0.02, 25.0)]), []
+    got = ceiling.steady(lambda: next(seq), sleep=slept.append)
+    assert (got.gbps, got.spread, got.attempt) == (25.0, 0.02, 2)
+    assert "attempt 2 of 3" in got.method and len(slept) == 1
+    # a steady first measurement is kept as it is
+    first = ceiling.steady(lambda: _ceil(0.01), sleep=slept.append)
+    assert first.attempt == 1 and "attempt" not in first.method and len(slept) == 1
+
+
+def test_a_machine_unsteady_in_every_attempt_stays_unsteady():
+    calls = []
+
+    def once():
+        calls.append(1)
+        return _ceil(0.25 + 0.01 * len(calls))
+
+    got = ceiling.steady(once, sleep=lambda s: None)
+    assert len(calls) == ceiling.ATTEMPTS and got.attempt == ceiling.ATTEMPTS
+    assert got.spread == pytest.approx(0.25 + 0.01 * ceiling.ATTEMPTS)
+    assert noise.reasons({"ceiling_spread": got.spread})  # still flags the run's records
+
+
+def test_the_cpu_ceiling_times_many_copies():
+    got = ceiling.measure_cpu(nbytes=2**20)
+    assert f"median of {ceiling.CPU_REPS}" in got.method and ceiling.CPU_REPS >= 15
+    assert got.gbps > 0 and got.spread is not None
+
+
+def _ctx(spread):
+    return group.Context(20.0, "first ceiling", results.provenance(command="pytest", device="cpu"), FAST, None,
+                         ceiling_spread=spread, ceiling_at=100.0)
+
+
+def test_the_context_is_refreshed_only_when_its_ceiling_is_old(monkeypatch):
+    monkeypatch.setattr(ceiling, "measure", lambda device, fresh=False: _ceil(0.03, 22.0) if fresh else None)
+    ctx = _ctx(0.4)
+    assert group.refresh_context(ctx, "cpu", every_s=60, now=lambda: 150.0) is ctx
+    new = group.refresh_context(ctx, "cpu", every_s=60, now=lambda: 161.0)
+    assert (new.ceiling_gbps, new.ceiling_spread, new.ceiling_at) == (22.0, 0.03, 161.0)
+    assert new.run_id == ctx.run_id and new.provenance is ctx.provenance and new.settings is ctx.settings
+
+
+def test_a_disturbance_at_the_start_flags_only_the_groups_measured_before_the_recheck(monkeypatch, tmp_path):
+    """The ceiling was unsteady when the run started and when its first group began, steady from the second on:
+    only the first group's records are noisy (before, one unsteady ceiling flagged the whole run)."""
+    monkeypatch.setattr(noise, "machine_load", lambda own=0.0: {"load1": 0.0, "cores": 2,
+                                                               "background_load_per_core": 0.0})
+    monkeypatch.setattr(noise, "REL_IQR_LIMIT", float("inf"))
+    monkeypatch.setattr(ceiling, "RECHECK_S", 0.0)
+    seq = iter([_ceil(0.30), _ceil(0.30), _ceil(0.02), _ceil(0.02)])
+    monkeypatch.setattr(ceiling, "measure", lambda device="cpu", fresh=False: next(seq))
+    cases = [planning.Case(norm, "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())
+             for norm in ("dyt", "rmsnorm")]
+    logged = []
+    sweep.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=logged.append)
+    recs = {r["norm"]["name"]: r for _, r in results.iter_records(tmp_path)}
+    first, second = (recs[g[0].norm] for g in sweep._groups(cases))
+    assert "noisy" in first["flags"] and "copy ceiling" in first["flag_reasons"]["noisy"]
+    assert "noisy" not in second["flags"]
+    assert second["metrics"]["noise"]["ceiling_spread"] == 0.02
+    assert sum("ceiling re-measured" in m for m in logged) == 2
+
+
+def test_a_busy_machine_is_still_flagged_with_a_steady_ceiling(monkeypatch, tmp_path):
+    monkeypatch.setattr(noise, "load_average", lambda: 64.0)
+    monkeypatch.setattr(ceiling, "measure", lambda device="cpu", fresh=False: _ceil(0.01))
+    cases = [planning.Case("dyt", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())]
+    sweep.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)
+    [rec] = [r for _, r in results.iter_records(tmp_path)]
+    assert "noisy" in rec["flags"] and "background load" in rec["flag_reasons"]["noisy"]
