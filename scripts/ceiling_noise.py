@@ -46,10 +46,11 @@ def probe(n: int, disturb: bool, markdown: bool) -> None:
 
     from normbench.measure import ceiling, noise
 
-    stop = mp.Event()
+    spawn = mp.get_context("spawn")
+    stop = spawn.Event()
     proc = None
     if disturb:
-        proc = mp.get_context("spawn").Process(target=_neighbour, args=(stop,), daemon=True)
+        proc = spawn.Process(target=_neighbour, args=(stop,), daemon=True)
         proc.start()
         time.sleep(1.0)
     ways = {"5 copies (until 2026-11-26)": lambda: ceiling.measure_cpu(reps=5),

@@ -209,3 +209,43 @@ def test_the_site_leads_with_a_dram_case_and_ranks_the_cache_resident_one_apart(
     assert html.find("layernorm", dram, copy) == -1   # and never the cache-resident one
     assert html.find("layernorm", copy) > copy and "% same-size copy" in html[copy:]
     assert math.isclose(small["metrics"]["pct_of_same_size_copy"], 50.0, rel_tol=1e-3)
+
+
+def test_suspect_is_judged_against_the_same_size_copy_for_cache_resident_cases():
+    """The rule the measuring code and the validator share (schema.above_reference): a cache-resident case is
+    suspect when faster than its same-size copy, not for beating the DRAM ceiling (20 GB/s in these records)."""
+    import copy as copy_mod
+
+    from normbench.records.schema import above_reference
+
+    assert above_reference(40.0, 20.0, 60.0, "LLC") is None
+    assert above_reference(10.0, 20.0, 5.0, "L2") == ("same-size copy", 5.0)
+    assert above_reference(40.0, 20.0, 60.0, "none") == ("copy ceiling", 20.0)
+    assert above_reference(40.0, 20.0, None, "LLC") == ("copy ceiling", 20.0)  # no copy: the DRAM ceiling
+    nbytes = 2 * 512 * 1024 * 4 + 8192
+    # twice the DRAM ceiling, within its same-size copy, in cache: valid without the flag
+    in_cache = _kernel("layernorm", [512, 1024], nbytes / 40e9, cache="LLC", copy_gbps=60.0)
+    assert "suspect" not in in_cache["flags"]
+    # the same speed out of cache must be flagged
+    out = copy_mod.deepcopy(in_cache)
+    out["metrics"]["cache_resident"] = "none"
+    assert any("above the ceiling" in p and "not flagged suspect" in p for p in validate_record(out))
+    # faster than its copy and than the DRAM ceiling: must be flagged
+    beats_copy = _kernel("layernorm", [512, 1024], nbytes / 40e9, cache="LLC", copy_gbps=60.0)
+    m = beats_copy["metrics"]
+    m.update(copy_same_size_gbps=30.0, pct_of_same_size_copy=100 * m["gbps"] / 30.0)
+    assert any("same-size copy" in p and "not flagged suspect" in p for p in validate_record(beats_copy))
+    # faster than its copy but under the DRAM ceiling (a record made before the rule): still valid
+    _kernel("layernorm", [512, 1024], nbytes / 10e9, cache="L2", copy_gbps=5.0)
+
+
+def test_a_case_faster_than_its_same_size_copy_is_flagged_when_measured(monkeypatch):
+    reference.clear()
+    monkeypatch.setattr(reference, "cache_sizes", lambda device="cpu": dict(CACHES))
+    slow_copy = {"bytes_moved": 0, "gbps": 1e-6, "time_median_s": 1.0, "time_iqr_s": 0.0, "reps": 3,
+                 "method": "a disturbed copy"}
+    monkeypatch.setattr(reference, "same_size_copy", lambda run, nbytes, *a: {**slow_copy, "bytes_moved": nbytes})
+    [rec] = group.measure_group([_case()], _ctx())
+    assert rec["metrics"]["cache_resident"] == "L2"
+    assert "suspect" in rec["flags"] and "same bytes" in rec["flag_reasons"]["suspect"]
+    assert validate_record(rec) == []

@@ -330,8 +330,8 @@ def json_schema() -> dict:
                        "finite and integers written without a fraction, and then the rules JSON Schema cannot "
                        "express: metrics.gbps = bytes_moved / time_median_s / 1e9, pct_of_ceiling = 100 * gbps / "
                        "ceiling_gbps (and null while ceiling_gbps is), pct_of_same_size_copy = 100 * gbps / "
-                       "copy_same_size_gbps, a result above the ceiling (for a cache-resident case, L2 or "
-                       "LLC, with a same-size copy: above that copy) must carry the "
+                       "copy_same_size_gbps, a result above the ceiling (unless cache-resident, L2 or LLC, "
+                       "and within its same-size copy) must carry the "
                        "'suspect' flag and one more than 10x above the ceiling is rejected, flags are sorted with a "
                        "reason for each flag set and none for a flag not set, the timestamp has a timezone, and "
                        "diverged_step is null unless diverged.",
@@ -551,7 +551,10 @@ def _kernel_problems(met: dict, suspect: bool, v1: bool) -> list[str]:
     if gbps > FAR_ABOVE_CEILING * ceiling:
         problems.append(f"metrics.gbps {gbps:.6g} is far above the measured ceiling {ceiling:.6g} GB/s "
                         f"(more than {FAR_ABOVE_CEILING:g}x): a broken measurement, not a result")
-    elif not suspect:
+    elif not suspect and gbps > ceiling:
+        # Required above the DRAM ceiling unless the case is cache-resident and within its same-size copy. Below the
+        # DRAM ceiling the flag is never required: records made before the same-size rule (2026-11-26) stay valid;
+        # the measuring code also flags a cache-resident case above its copy there (above_reference).
         above = above_reference(gbps, ceiling, copy_gbps, met.get("cache_resident"))
         if above:
             how = "set metrics.suspect and metrics.suspect_reason" if v1 else "add the flag 'suspect' with its reason"
