@@ -7,10 +7,12 @@ the same inputs, repeated RUNS times:
 * planted: the eager RMSNorm against itself plus the same norm over 30 % more rows (extra work, not a sleep): the
   slower one's verdict should be "slower".
 
-    python scripts/calibrate_paired.py [--runs 40] [--shape 32x1x4096] [--out tests/fixtures/paired_noise.json]
+    python scripts/calibrate_paired.py [--runs 40] [--shape 32x1x4096] [--out tests/fixtures/paired_noise.json
+                                       --arm decode [--keep 10]]
 
-Prints the rates (they go in docs/measurement.md, "Head to head") and stores every run's per-round times, which
-tests/test_headtohead.py replays with a fixed seed.
+Prints the rates (they go in docs/measurement.md, "Head to head"). With ``--out`` it stores the run under ``--arm``
+in that file (other arms kept): every run's verdict (``live_verdicts``) and the per-round times of the first
+``--keep`` runs (all by default; the decode runs take 30 KB each), which tests/test_headtohead.py replays.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--shape", default="32x1x4096")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--arm", default=None, help="the key to store this calibration under in --out")
+    ap.add_argument("--keep", type=int, default=None, help="per-round times of only the first KEEP runs")
     args = ap.parse_args()
     shape = parse_shape(args.shape)
     spec = REGISTRY.get("rmsnorm")
@@ -87,7 +91,13 @@ def main() -> int:
     print(f"shape {shape.dims}, load average {out['load_before']:.2f} before, {out['load_after']:.2f} after, "
           f"{out['wall_s']} s")
     if args.out:
-        Path(args.out).write_text(json.dumps(out) + "\n")
+        path = Path(args.out)
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        arm = {"shape": out["shape"], "threads": out["threads"], "load_before": out["load_before"],
+               "load_after": out["load_after"], "wall_s": out["wall_s"], "live_verdicts": verdicts,
+               "identical": out["identical"][:args.keep], "planted": out["planted"][:args.keep]}
+        stored[args.arm or "runs"] = arm
+        path.write_text(json.dumps(stored) + "\n")
     return 0
 
 

@@ -71,6 +71,17 @@ def test_recorded_decode_runs_give_the_calibrated_verdicts():
         assert got.count(want) >= 0.95 * len(got), (name, got)
 
 
+def test_recorded_quiet_prefill_runs_give_the_calibrated_verdicts():
+    """Prefill-sized runs (2048 x 4096, float32, 30 rounds) on the quiet machine (2026-11-26, load average 1.9-2.2:
+    the calibration's own 2 threads): tie and slower in at least 95 % of the runs, replayed."""
+    arm = _noise()["prefill"]
+    assert arm["shape"] == [1, 2048, 4096] and len(arm["identical"]) == len(arm["planted"]) >= 20
+    for name, want in (("identical", "tie"), ("planted", "slower")):
+        got = [paired_ratio(a, b).verdict for a, b in arm[name]]
+        assert got.count(want) >= 0.95 * len(got), (name, got)
+        assert got == arm["live_verdicts"][name]  # the replay decides as the live run did
+
+
 def test_recorded_busy_prefill_runs_never_give_a_wrong_winner():
     """Prefill-sized runs (2048 x 4096) on the machine with load 4 to 7 (other jobs): identical backends tie or come
     out undecided, never faster or slower; the planted slowdown is found in at least 95 % of the runs."""

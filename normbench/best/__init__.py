@@ -111,7 +111,7 @@ def answer(records: list[dict], targets: list[dict], *, hardware: str | None = N
     """One row per target x dtype x pass x hardware. ``targets``: dicts with site, regime, norm, layout, dims.
 
     Without ``hardware`` every hardware id with records of the targets' norms answers; without ``dtypes`` /
-    ``passes`` those the records hold (float32 and fwd where there are none)."""
+    ``passes`` those the records at the targets' shapes hold (float32 and fwd where there are none)."""
     kernel = [r for r in records if r.get("kind") == "kernel"]
     norms = {t["norm"] for t in targets}
     pool = [r for r in kernel if r["norm"]["name"] in norms]
@@ -120,10 +120,11 @@ def answer(records: list[dict], targets: list[dict], *, hardware: str | None = N
     for hw in hws:
         here = [r for r in pool if r["provenance"]["hardware_id"] == hw]
         device = "cuda" if any(r["config"].get("device", "").startswith("cuda") for r in here) else "cpu"
-        ds = list(dtypes) if dtypes else sorted({r["config"]["dtype"] for r in here}) or ["float32"]
-        ps = list(passes) if passes else sorted({r["config"]["pass"] for r in here}) or ["fwd"]
-        for t in targets:
-            found = _matching(here, t["norm"], t["layout"], tuple(t["dims"]))
+        founds = [_matching(here, t["norm"], t["layout"], tuple(t["dims"])) for t in targets]
+        at_targets = [r for found in founds for r in found]
+        ds = list(dtypes) if dtypes else sorted({r["config"]["dtype"] for r in at_targets}) or ["float32"]
+        ps = list(passes) if passes else sorted({r["config"]["pass"] for r in at_targets}) or ["fwd"]
+        for t, found in zip(targets, founds):
             for d in ds:
                 for p in ps:
                     recs = [r for r in found if r["config"]["dtype"] == d and r["config"]["pass"] == p]

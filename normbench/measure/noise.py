@@ -71,12 +71,14 @@ def reasons(noise: dict) -> list[str]:
 
 
 def ceiling_warning(spread: float | None) -> str | None:
-    """A warning to print once the run's copy ceiling is measured, when its spread alone flags every record noisy."""
+    """A warning to print once the run's copy ceiling is measured (after its retries), when its spread alone flags
+    the records judged by it noisy."""
     if spread is None or spread <= CEILING_SPREAD_LIMIT:
         return None
     return (f"warning: the copy ceiling's repeated measurements spread by {100 * spread:.0f}% (above "
-            f"{100 * CEILING_SPREAD_LIMIT:.0f}%): every record of this run will be flagged 'noisy' and none ranked. "
-            "The memory system is unsteady now; stop (Ctrl-C keeps what is written) and re-run when it is quieter.")
+            f"{100 * CEILING_SPREAD_LIMIT:.0f}%) in every attempt: every record measured until the ceiling is "
+            "measured steady again (every minute) will be flagged 'noisy' and none ranked. The memory system is "
+            "unsteady now; if this repeats, stop (Ctrl-C keeps what is written) and re-run when it is quieter.")
 
 
 def busy_warning(device: str, threads: int) -> str | None:
