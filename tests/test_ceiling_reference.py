@@ -249,3 +249,25 @@ def test_a_case_faster_than_its_same_size_copy_is_flagged_when_measured(monkeypa
     assert rec["metrics"]["cache_resident"] == "L2"
     assert "suspect" in rec["flags"] and "same bytes" in rec["flag_reasons"]["suspect"]
     assert validate_record(rec) == []
+
+
+def test_the_committed_overview_ranks_no_cache_resident_case_against_the_dram_ceiling(committed_results):
+    """Issue #28's 'done when' on the records as committed: per device, the overview's 'closest to the DRAM ceiling'
+    rows are all out of cache (the quick shapes, which fit a CPU's caches, led it before), and every cache-resident
+    ranked row is ranked in the same-size-copy table instead."""
+    from normbench.site.records import load_results
+
+    loaded = load_results(committed_results)
+    rows = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
+    agg.add_cache_residency(rows)
+    by_hw: dict = {}
+    for r in rows:
+        by_hw.setdefault(r["hardware"], []).append(r)
+    led = 0
+    for hw, hr in by_hw.items():
+        top = agg.best_by_bandwidth(hr, 5)
+        assert all(r["cache"] in ("none", "unknown", None) and r["dram"] for r in top), hw
+        assert all(r["shape_class"] != "quick" for r in top), hw
+        assert all(r["cache"] in ("L2", "LLC") for r in agg.best_by_same_size_copy(hr, 5)), hw
+        led += bool(top)
+    assert led >= 1  # at least one device has a DRAM-sized ranked case on top
