@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
 
 from normbench.discovery import report_plugin_problems
@@ -108,12 +109,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _term_as_interrupt(signum, frame):
+    """SIGTERM (``kill``, a CI runner's timeout) takes the Ctrl-C path: what is written is kept, and the executor
+    stops its worker processes instead of leaving them timing as orphans."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    try:
+        previous = signal.signal(signal.SIGTERM, _term_as_interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
+        return _run(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args) -> int:
     try:
         if getattr(args, "json", False):
             from normbench._stdout import machine_readable

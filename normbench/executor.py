@@ -222,6 +222,10 @@ class InProcessExecutor(Executor):
 
 # --- the worker process ---------------------------------------------------------------------------------------------
 
+#: A worker's exit status when it finds its parent gone (its heartbeat pipe broken) in the middle of a task.
+ORPHANED_EXIT = 75
+
+
 def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
     """The worker's loop: receive a task, run it (:func:`run_task`), send its outcome; heartbeats go up the same
     pipe."""
@@ -239,8 +243,14 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
         now = time.monotonic()
         if now - last[0] >= 0.5:  # at most two messages a second, however fast the steps
             last[0] = now
-            with contextlib.suppress(OSError, ValueError):
+            try:
                 conn.send(("beat", None))
+            except (BrokenPipeError, ConnectionResetError):
+                # The sweep that asked is gone (killed without its Ctrl-C path): stop now rather than keep timing
+                # on a machine whose next run would measure this orphan's load (a halved copy ceiling, seen).
+                os._exit(ORPHANED_EXIT)
+            except (OSError, ValueError):
+                pass
 
     try:
         import torch  # noqa: F401  (the import this worker exists to pay once)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -66,3 +67,87 @@ def test_in_process_executor_turns_exceptions_into_outcomes():
     assert not bad.ok and bad.exc_type == "ValueError"
     with pytest.raises(ValueError, match="unknown executor"):
         make_executor("nonesuch")
+
+
+def beating_in(pid_file: str, seconds: float) -> str:
+    """``beating`` that first writes the pid of the process running it to ``pid_file``."""
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(pid_file + ".tmp", pid_file)
+    return beating(seconds, 0.05)
+
+
+_ORPHAN_PARENT = """
+import sys
+sys.path.insert(0, {tests!r})
+from normbench.executor import Task, WorkerExecutor
+WorkerExecutor().submit(Task("test_executor:beating_in", ({pid_file!r}, 120.0), label="long")).result()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc to see whether the worker still runs")
+def test_a_worker_whose_sweep_was_killed_stops_instead_of_timing_on(tmp_path):
+    """SIGKILL of the process that owns a worker (no Ctrl-C path can run) while a task runs: the worker notices at
+    its next heartbeat that nobody listens and exits, rather than keep loading the machine (an orphan once halved
+    the next run's copy ceiling)."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pid_file = tmp_path / "worker.pid"
+    code = _ORPHAN_PARENT.format(tests=str(Path(__file__).parent), pid_file=str(pid_file))
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker = int(pid_file.read_text())
+        assert _alive(worker) and worker != parent.pid  # the task runs in the worker, mid-task now
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 20
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(worker), "the orphaned worker kept running"
+    finally:
+        parent.kill()
+
+
+def test_sigterm_takes_the_interrupt_path_and_the_handler_is_restored(monkeypatch, capsys):
+    import signal
+
+    from normbench import cli
+
+    before = signal.getsignal(signal.SIGTERM)
+    seen = []
+
+    def long_command(args):
+        seen.append(signal.getsignal(signal.SIGTERM))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # interrupted long before this ends
+        return 0
+
+    parser = cli.build_parser()
+    real_parse = parser.parse_args
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv=None: _with_func(real_parse(["list"]), long_command))
+    t0 = time.monotonic()
+    assert cli.main(["list"]) == 130
+    assert time.monotonic() - t0 < 4
+    assert seen == [cli._term_as_interrupt]
+    assert "results already written are kept" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def _with_func(args, func):
+    args.func = func
+    return args
