@@ -237,7 +237,7 @@ def _paired(a: dict, b: dict, ratio: float, lo: float, hi: float) -> None:
                                                   "verdict": verdict_of(1 / hi, 1 / lo)})
 
 
-def model_records() -> list[dict]:
+def model_records(compile_8: float = 10e-6) -> list[dict]:
     """Llama 3.1 8B (hidden 4096) on one CPU, float32 fwd, rmsnorm and add_rmsnorm at decode shapes (B, 1, 4096):
     decode-8 a paired winner (compile 2x over eager; add_rmsnorm missing), decode-1 a tie (and add_rmsnorm eager
     alone), decode-32 only flagged records, decode-128 eager eligible and compile flagged, decode-256 undecided; no
@@ -247,10 +247,11 @@ def model_records() -> list[dict]:
     rms, add = norm_meta("rmsnorm", title="RMSNorm"), norm_meta("add_rmsnorm", title="Add + RMSNorm")
 
     def k(meta, backend, b, t, dtype="float32"):
-        return kernel(meta, backend, [b, 1, 4096], t, dtype=dtype, shape_class="custom", timing="hot")
+        return kernel(meta, backend, [b, 1, 4096], t, dtype=dtype, shape_class="custom", timing="hot",
+                      ceiling=1000.0)
 
     recs = []
-    e8, c8 = k(rms, "eager", 8, 20e-6), k(rms, "compile", 8, 10e-6)
+    e8, c8 = k(rms, "eager", 8, 20e-6), k(rms, "compile", 8, compile_8)
     _paired(c8, e8, 0.5, 0.45, 0.55)
     e1, c1 = k(rms, "eager", 1, 5.0e-6), k(rms, "compile", 1, 5.1e-6)
     _paired(e1, c1, 0.98, 0.95, 1.03)
