@@ -147,7 +147,7 @@ def cell(row: dict, recs: list, up: str) -> dict:
     elif st == "flagged":
         choice, head = "", "flagged: " + ", ".join(sorted({f for r in recs for f in r.rec.get("flags") or ()}) or
                                                    ["error above tolerance"])
-        note = "; ".join(row["reasons"])
+        note = "; ".join(r for r in row["reasons"] if not r.startswith("flagged "))  # the errors above tolerance
     else:
         choice, head, note = "", "missing", ""
     links = []
