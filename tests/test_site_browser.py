@@ -23,8 +23,8 @@ CHROMIUM = os.environ.get("NORMBENCH_CHROMIUM", "/usr/bin/chromium")
 # The machine's network is closed; these keep Chromium from trying to reach it and from touching a real profile.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PAGES = ("index.html", "kernels.html", "devices.html", "accuracy.html", "claims.html", "norms.html", "softmax.html",
-         "methodology.html", "methodology/measurement.html", "downloads.html", "rejected.html")
+PAGES = ("index.html", "kernels.html", "models.html", "devices.html", "accuracy.html", "claims.html", "norms.html",
+         "softmax.html", "methodology.html", "methodology/measurement.html", "downloads.html", "rejected.html")
 
 pytestmark = pytest.mark.slow
 
@@ -361,7 +361,7 @@ def test_committed_results_render(browser, tmp_path):
     records = sorted((site / "records").glob("*.html"), key=lambda p: (-p.stat().st_size, p.name))
     pages = list(PAGES) + [p.relative_to(site).as_posix() for p in spread + [n for n in norms if "--" in n.name][:1]
                            + sorted((site / "devices").glob("*.html")) + sorted((site / "accuracy").glob("*.html"))
-                           + records[:1]]
+                           + records[:1] + sorted((site / "models").glob("*.html"))[:2]]
     _screens(site, browser, tmp_path, pages, shoot=set())
     assert report.records > 0
 
