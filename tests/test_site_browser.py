@@ -23,8 +23,8 @@ CHROMIUM = os.environ.get("NORMBENCH_CHROMIUM", "/usr/bin/chromium")
 # The machine's network is closed; these keep Chromium from trying to reach it and from touching a real profile.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PAGES = ("index.html", "kernels.html", "devices.html", "accuracy.html", "claims.html", "norms.html", "softmax.html",
-         "methodology.html", "methodology/measurement.html", "downloads.html", "rejected.html")
+PAGES = ("index.html", "kernels.html", "models.html", "devices.html", "accuracy.html", "claims.html", "norms.html",
+         "softmax.html", "methodology.html", "methodology/measurement.html", "downloads.html", "rejected.html")
 
 pytestmark = pytest.mark.slow
 
@@ -361,6 +361,37 @@ def test_committed_results_render(browser, tmp_path):
     records = sorted((site / "records").glob("*.html"), key=lambda p: (-p.stat().st_size, p.name))
     pages = list(PAGES) + [p.relative_to(site).as_posix() for p in spread + [n for n in norms if "--" in n.name][:1]
                            + sorted((site / "devices").glob("*.html")) + sorted((site / "accuracy").glob("*.html"))
-                           + records[:1]]
+                           + records[:1] + sorted((site / "models").glob("*.html"))[:2]]
     _screens(site, browser, tmp_path, pages, shoot=set())
     assert report.records > 0
+
+
+def test_by_model_pages_render_and_link_their_records(browser, tmp_path):
+    """The "By model" index and a model's page (planted Llama 3.1 8B records) load without console errors; each grid
+    cell shows best's status, and a record link lands on the record's section."""
+    from normbench.results import write_records
+    from normbench.site.bymodel import model_file
+
+    write_records(sup.model_records(), tmp_path / "results")
+    build_site(tmp_path / "results", tmp_path / "site", charts=False)
+    site = tmp_path / "site"
+    page = model_file(sup.MODEL, sup.MODEL_HW)
+    v = Visit(browser)
+    try:
+        v.open(site / "models.html")
+        assert v.page.locator("#models tbody tr").count() >= 2   # float32 and bfloat16 sections, several models
+        v.page.click(f"a[href^='{page}']")
+        v.page.wait_for_load_state("load")
+        assert v.page.locator("table.bm-grid").count() == 2
+        cells = v.page.locator("table.bm-grid[data-dtype='float32'] td.bm")
+        assert cells.count() == 4 * 7
+        statuses = set(v.page.eval_on_selector_all("table.bm-grid td.bm", "tds => tds.map(t => t.dataset.status)"))
+        assert {"winner", "tie", "undecided", "flagged", "missing", "only"} <= statuses
+        assert v.page.locator("table.bm-est tr[data-total]").count() > 0
+        href = v.page.get_attribute("td.bm-winner a.rec", "href")
+        v.page.goto((site / page).parent.joinpath(href.split("#")[0]).resolve().as_uri() + "#" + href.split("#")[1])
+        v.page.wait_for_function("document.documentElement.classList.contains('js')", timeout=5000)
+        assert v.page.locator(f"section[id='{href.split('#')[1]}'] pre.command").count() == 1
+        assert not v.errors, v.errors
+    finally:
+        v.close()

@@ -217,3 +217,51 @@ def write_hostile(root) -> None:
     (bad / "invalid.json").write_text(json.dumps(invalid_records()), encoding="utf-8")
     (bad / "broken.json").write_text('{"schema": "normbench.record", ' + CLOSE, encoding="utf-8")
     (bad / (ATTR.replace("/", "") + ".json")).write_text(json.dumps([{"kind": XSS}]), encoding="utf-8")
+
+
+# --- a planted model record set: Llama 3.1 8B's shapes on one CPU (the "By model" pages) ------------------------------
+
+MODEL = "llama-3.1-8b"
+MODEL_HW = "cpu-test-cpu-9000-8c"
+
+
+def _paired(a: dict, b: dict, ratio: float, lo: float, hi: float) -> None:
+    """``a`` timed head to head with ``b``: a's paired entry for b (ratio a/b, its interval) and b's mirror."""
+    from normbench.stats import verdict_of
+
+    a["metrics"].setdefault("paired", []).append({"partner": b["id"], "backend": b["config"]["backend"],
+                                                  "ratio": ratio, "ci": [lo, hi], "n": 50,
+                                                  "verdict": verdict_of(lo, hi)})
+    b["metrics"].setdefault("paired", []).append({"partner": a["id"], "backend": a["config"]["backend"],
+                                                  "ratio": 1 / ratio, "ci": [1 / hi, 1 / lo], "n": 50,
+                                                  "verdict": verdict_of(1 / hi, 1 / lo)})
+
+
+def model_records(compile_8: float = 10e-6) -> list[dict]:
+    """Llama 3.1 8B (hidden 4096) on one CPU, float32 fwd, rmsnorm and add_rmsnorm at decode shapes (B, 1, 4096):
+    decode-8 a paired winner (compile 2x over eager; add_rmsnorm missing), decode-1 a tie (and add_rmsnorm eager
+    alone), decode-32 only flagged records, decode-128 eager eligible and compile flagged, decode-256 undecided; no
+    prefill record (missing); and one bfloat16 record (a second dtype section)."""
+    from normbench.records.schema import add_flag
+
+    rms, add = norm_meta("rmsnorm", title="RMSNorm"), norm_meta("add_rmsnorm", title="Add + RMSNorm")
+
+    def k(meta, backend, b, t, dtype="float32"):
+        return kernel(meta, backend, [b, 1, 4096], t, dtype=dtype, shape_class="custom", timing="hot",
+                      ceiling=1000.0)
+
+    recs = []
+    e8, c8 = k(rms, "eager", 8, 20e-6), k(rms, "compile", 8, compile_8)
+    _paired(c8, e8, 0.5, 0.45, 0.55)
+    e1, c1 = k(rms, "eager", 1, 5.0e-6), k(rms, "compile", 1, 5.1e-6)
+    _paired(e1, c1, 0.98, 0.95, 1.03)
+    a1 = k(add, "eager", 1, 7e-6)
+    e32, c32 = k(rms, "eager", 32, 30e-6), k(rms, "compile", 32, 25e-6)
+    e128, c128 = k(rms, "eager", 128, 40e-6), k(rms, "compile", 128, 30e-6)
+    for r in (e32, c32, c128):
+        add_flag(r, "noisy", "load 3.1 on 2 cores while it ran")
+    e256, c256 = k(rms, "eager", 256, 100e-6), k(rms, "compile", 256, 95e-6)
+    _paired(c256, e256, 0.95, 0.85, 1.2)
+    bf = k(rms, "eager", 8, 15e-6, dtype="bfloat16")
+    recs += [e8, c8, e1, c1, a1, e32, c32, e128, c128, e256, c256, bf]
+    return recs

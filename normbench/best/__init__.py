@@ -91,6 +91,36 @@ def decide(records: list[dict]) -> dict:
     return {**out, "status": "undecided", "winner": None, "ties": [out["fastest"], out["runner_up"]]}
 
 
+def margin_text(m) -> str:
+    """A margin as ``best`` prints it: runner-up time / winner time, with its paired interval where there is one."""
+    if not m:
+        return ""
+    if m.get("paired"):
+        lo, hi = m["ci"]
+        return f"{1 / m['ratio']:.2f}x faster [{1 / hi:.2f}, {1 / lo:.2f}] (paired, n={m['n']})"
+    return f"{1 / m['ratio']:.2f}x faster (medians, measured apart: no interval)"
+
+
+def describe(r: dict) -> str:
+    """One answer row (:func:`answer`) as a line of text: what ``normbench best`` prints and the site shows."""
+    st = r["status"]
+    if st == "winner":
+        return f"{r['winner']} over {r['runner_up']}: {margin_text(r['margin'])}"
+    if st == "only":
+        return f"{r['winner']} (the only eligible backend)"
+    if st == "tie":
+        m = r["margin"]
+        ci = f" [{m['ci'][0]:.2f}, {m['ci'][1]:.2f}]" if m and m.get("ci") else ""
+        return f"tie: {', '.join(r['ties'])} (ratio {m['ratio']:.2f}{ci} inside [1/1.1, 1.1])"
+    if st == "undecided":
+        m = r["margin"]
+        return (f"undecided: {' vs '.join(r['ties'])} (ratio {m['ratio']:.2f} [{m['ci'][0]:.2f}, {m['ci'][1]:.2f}]"
+                " holds 1 and leaves the tie band: re-measure on a quieter machine)")
+    if st == "flagged":
+        return f"no ranked record ({'; '.join(r['reasons'])}): {r['command']}"
+    return f"missing: {r['command']}"
+
+
 def _matching(records, norm: str, layout: str, dims: tuple) -> list[dict]:
     return [r for r in records if r.get("kind") == "kernel" and r["norm"]["name"] == norm
             and r["config"].get("layout") == layout and _dims(r) == dims]

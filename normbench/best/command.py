@@ -32,34 +32,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=_cmd_best)
 
 
-def _fmt_margin(m) -> str:
-    if not m:
-        return ""
-    if m.get("paired"):
-        lo, hi = m["ci"]
-        return f"{1 / m['ratio']:.2f}x faster [{1 / hi:.2f}, {1 / lo:.2f}] (paired, n={m['n']})"
-    return f"{1 / m['ratio']:.2f}x faster (medians, measured apart: no interval)"
-
-
-def _line(r) -> str:
-    st = r["status"]
-    if st == "winner":
-        return f"{r['winner']} over {r['runner_up']}: {_fmt_margin(r['margin'])}"
-    if st == "only":
-        return f"{r['winner']} (the only eligible backend)"
-    if st == "tie":
-        m = r["margin"]
-        ci = f" [{m['ci'][0]:.2f}, {m['ci'][1]:.2f}]" if m and m.get("ci") else ""
-        return f"tie: {', '.join(r['ties'])} (ratio {m['ratio']:.2f}{ci} inside [1/1.1, 1.1])"
-    if st == "undecided":
-        m = r["margin"]
-        return (f"undecided: {' vs '.join(r['ties'])} (ratio {m['ratio']:.2f} [{m['ci'][0]:.2f}, {m['ci'][1]:.2f}]"
-                " holds 1 and leaves the tie band: re-measure on a quieter machine)")
-    if st == "flagged":
-        return f"no ranked record ({'; '.join(r['reasons'])}): {r['command']}"
-    return f"missing: {r['command']}"
-
-
 def _cmd_best(args) -> int:
     from normbench import best, catalog
     from normbench._stdout import document_stream
@@ -95,7 +67,7 @@ def _cmd_best(args) -> int:
             print(f"\n{about['model'] or about['shape']} on {r['hardware_id']}, {r['dtype']}, {r['pass']}:")
         where = f"{r['site']} / {r['regime']}" if r["site"] else r["norm"]
         shape = "x".join(map(str, r["shape"]))
-        print(f"  {where:<44} {r['norm']:<12} {shape:<16} {_line(r)}")
+        print(f"  {where:<44} {r['norm']:<12} {shape:<16} {best.describe(r)}")
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

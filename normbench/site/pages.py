@@ -53,6 +53,7 @@ PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
 NAV = (
     ("index.html", "Overview"),
     ("kernels.html", "Kernels"),
+    ("models.html", "By model"),
     ("devices.html", "Devices"),
     ("norms.html", "Norms"),
     ("softmax.html", "Softmax"),
@@ -646,6 +647,48 @@ class Site:
                                              with_hw=self.norm_shared(name), file=self.norm_shared(name)))
         return p
 
+    # --- by model (``bymodel``: normbench best's answer per model, device, site and regime) -------------------------
+
+    def bymodel(self):
+        if not hasattr(self, "_bymodel"):
+            from normbench.site.bymodel import ByModel
+
+            self._bymodel = ByModel(self.loaded.entries)
+        return self._bymodel
+
+    def models_index(self) -> Page:
+        from normbench.site import bymodel as bm
+
+        b = self.bymodel()
+        t = Table("models", [Col("model"), Col("device"), Col("family"), Col("dtype"), Col("pass"),
+                             Col("answered", True, "cells with a winner, a tie, or the only eligible backend"),
+                             Col("undecided", True, "the paired interval holds 1 and leaves the tie band"),
+                             Col("flagged", True, "only flagged records (or errors above tolerance)"),
+                             Col("missing", True, "no record"), Col("cells", True, "sites x regimes")],
+                  filters=[("model", "model"), ("hardware", "device"), ("dtype", "dtype"), ("pass", "pass")])
+        for r in bm.index_rows(b):
+            t.add([cell(r["name"], r["name"], href=r["href"]), cell(r["hw"], r["hw"], href=device_file(r["hw"])),
+                   cell(r["family"], r["family"]), cell(r["dtype"], r["dtype"]), cell(r["pass"], r["pass"]),
+                   cell(r["answered"], r["answered"]), cell(r["undecided"], r["undecided"]),
+                   cell(r["flagged"], r["flagged"]), cell(r["missing"], r["missing"]), cell(r["cells"], r["cells"])],
+                  {"model": r["key"], "hardware": r["hw"], "dtype": r["dtype"], "pass": r["pass"]})
+        measured = {k for k, _ in b.pairs()}
+        return Page("models.html", "models.html", "By model", active="models.html", ctx=dict(
+            table=t if t.rows else None,
+            pages=[(m.name, hw, bm.model_file(k, hw)) for k, hw in b.pairs() for m in [b.model(k)]],
+            unmeasured=[(m.key, m.name, m.family) for m in b.models if m.key not in measured]),
+            lead="For the norms in a model, at the model's own shapes, which implementation to use on a device: "
+                 "normbench best's answer per norm site and regime, and what each choice costs in norm time.")
+
+    def model_page(self, key: str, hw: str) -> Page:
+        from normbench.site import bymodel as bm
+
+        b = self.bymodel()
+        p = Page(bm.model_file(key, hw), "model.html", f"{b.model(key).name} on {hw}", active="models.html",
+                 lead=self.hw_name(hw), crumbs=[("models.html", "By model")])
+        p.ctx = {**bm.page_context(b, key, hw, p.up), "device_href": p.up + device_file(hw)}
+        return p
+
     # --- accuracy ------------------------------------------------------------------------------------------------
 
     def _acc_tables(self) -> list[tuple[tuple, list]]:
@@ -1034,7 +1077,9 @@ class Site:
     def jobs(self) -> list[tuple]:
         """The build's units of work, in page order: each job renders one or more pages (``run``) from this site's
         data alone, so jobs may run in any order and in other processes (``build._render_all``) with the same bytes."""
-        jobs: list[tuple] = [("overview",), ("kernels_page",), ("devices_page",)]
+        jobs: list[tuple] = [("overview",), ("kernels_page",), ("models_index",)]
+        jobs += [("model_page", key, hw) for key, hw in self.bymodel().pairs()]
+        jobs.append(("devices_page",))
         jobs += [("compare_page", name) for name in self.compared_norms()]
         jobs += [("device_page", hw) for hw in sorted(self.hw_entries)]
         jobs.append(("norms_index",))
