@@ -245,7 +245,13 @@ def test_far_above_ceiling_is_refused():
         group.measure_group(_cases("dyt", passes=("fwd",)), _ctx(ceiling=1e-9))
 
 
-def test_above_ceiling_is_flagged_suspect():
+def test_above_ceiling_is_flagged_suspect(monkeypatch):
+    from normbench.measure import reference
+
+    # caches smaller than the case: it is not cache-resident, so it is judged against the DRAM ceiling (a resident
+    # case is judged against its same-size copy: tests/test_ceiling_reference.py)
+    monkeypatch.setattr(reference, "cache_sizes", lambda device="cpu": {"l2_bytes": 64, "llc_bytes": 128,
+                                                                        "source": "test"})
     cases = _cases("dyt", passes=("fwd",))
     rec = group.measure_group(cases, _ctx(ceiling=1e9))[0]
     gbps = rec["metrics"]["gbps"]
@@ -254,6 +260,7 @@ def test_above_ceiling_is_flagged_suspect():
     t = rec["metrics"]["time_median_s"]
     quiet = {"load1": 0.0, "cores": 2, "background_load_per_core": 0.0}  # this test is about the ceiling alone
     again = group.build_record(prep, cases[0], ctx, [t, t, t], False, {"y": None}, None, None, quiet)
+    assert again["metrics"]["cache_resident"] == "none"
     assert again["flags"] == ["suspect"] and "above the measured copy ceiling" in again["flag_reasons"]["suspect"]
     assert results.validate_record(again) == []
 
