@@ -90,3 +90,30 @@ def test_a_busy_machine_is_still_flagged_with_a_steady_ceiling(monkeypatch, tmp_
     sweep.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)
     [rec] = [r for _, r in results.iter_records(tmp_path)]
     assert "noisy" in rec["flags"] and "background load" in rec["flag_reasons"]["noisy"]
+
+
+def test_a_ceiling_far_below_the_runs_best_flags_the_records_judged_by_it(monkeypatch):
+    """A process on the other core halved the CPU copy ceiling (25 -> 12 GB/s) while the load average lagged: the
+    re-measured ceiling's drop below the run's best measurement flags the records judged by it."""
+    seq = iter([_ceil(0.02, 12.0), _ceil(0.02, 23.0)])
+    monkeypatch.setattr(ceiling, "measure", lambda device, fresh=False: next(seq))
+    ctx = group.refresh_context(_ctx(0.02), "cpu", every_s=0, now=lambda: 200.0)
+    assert (ctx.ceiling_gbps, ctx.ceiling_best_gbps) == (12.0, 20.0)
+    drop = 1 - 12.0 / 20.0
+    assert any("below the run's best" in r for r in noise.reasons({"ceiling_drop": drop}))
+    ctx = group.refresh_context(ctx, "cpu", every_s=0, now=lambda: 300.0)
+    assert (ctx.ceiling_gbps, ctx.ceiling_best_gbps) == (23.0, 23.0)  # the best is the highest so far
+    assert noise.reasons({"ceiling_drop": 0.0}) == []
+    assert noise.reasons({"ceiling_drop": noise.CEILING_DROP_LIMIT - 0.01}) == []
+
+
+def test_records_carry_the_ceiling_drop(monkeypatch):
+    monkeypatch.setattr(noise, "machine_load", lambda own=0.0: {"load1": 0.0, "cores": 2,
+                                                               "background_load_per_core": 0.0})
+    monkeypatch.setattr(noise, "REL_IQR_LIMIT", float("inf"))
+    case = planning.Case("dyt", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())
+    ctx = _ctx(0.02)
+    ctx.ceiling_gbps, ctx.ceiling_best_gbps = 1e9, 2e9  # half the run's best: dropped by 50 %
+    [rec] = group.measure_group([case], ctx)
+    assert rec["metrics"]["noise"]["ceiling_drop"] == 0.5
+    assert "noisy" in rec["flags"] and "below the run's best" in rec["flag_reasons"]["noisy"]

@@ -247,6 +247,9 @@ class Context:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: ``time.monotonic()`` when the ceiling was measured (``refresh_context`` measures it again when old).
     ceiling_at: float = field(default_factory=time.monotonic)
+    #: The highest ceiling measured in this run so far (None: only ``ceiling_gbps``): a later measurement far below
+    #: it means the memory system is shared now (``noise.CEILING_DROP_LIMIT``).
+    ceiling_best_gbps: float | None = None
 
 
 def make_context(device: str, settings: TimerSettings | None = None, command=None) -> Context:
@@ -269,8 +272,9 @@ def refresh_context(ctx: Context, device: str, every_s: float | None = None, now
     if now() - ctx.ceiling_at <= every_s:
         return ctx
     ceil = ceiling.measure(device, fresh=True)
+    best = max(ceil.gbps, ctx.ceiling_best_gbps or ctx.ceiling_gbps)
     return replace(ctx, ceiling_gbps=ceil.gbps, ceiling_method=ceil.method, ceiling_spread=ceil.spread,
-                   ceiling_at=now())
+                   ceiling_at=now(), ceiling_best_gbps=best)
 
 
 def time_pass(prep: Prepared, case: Case, settings: TimerSettings,
@@ -369,7 +373,9 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
                                "a broken computation, not a result")
     if load is None:
         load = noise.machine_load(noise.own_load(case.device, case.threads))
+    best = ctx.ceiling_best_gbps
     noise_info = {**load, "ceiling_spread": ctx.ceiling_spread,
+                  "ceiling_drop": (1.0 - ctx.ceiling_gbps / best) if best and best > 0 else None,
                   "rel_iqr": st["iqr"] / st["median"] if st["median"] > 0 else None}
     why = noise.reasons(noise_info)
     if why:

@@ -10,11 +10,14 @@ therefore carries ``metrics.noise``:
   (its CPU threads for a CPU run, one busy host thread for a GPU run);
 * ``ceiling_spread``: the relative IQR ``(q75 - q25) / median`` of the repeated copy-ceiling measurements of the run
   (a busy memory system shows here even when the load average does not);
+* ``ceiling_drop``: how far that ceiling measurement is below the run's best one (``1 - ceiling / best``; the
+  ceiling is re-measured every minute of a sweep: ``normbench.measure.ceiling``), or None;
 * ``rel_iqr``: the record's own ``time_iqr_s / time_median_s``.
 
 The record is flagged ``noisy`` when the background load per core exceeds :data:`LOAD_PER_CORE_LIMIT`, the ceiling
-spread exceeds :data:`CEILING_SPREAD_LIMIT`, or its own relative IQR exceeds :data:`REL_IQR_LIMIT` (the load average
-lags by a minute; a record's own spread does not). docs/measurement.md gives the measurements behind the numbers.
+spread exceeds :data:`CEILING_SPREAD_LIMIT`, the ceiling dropped by more than :data:`CEILING_DROP_LIMIT`, or its own
+relative IQR exceeds :data:`REL_IQR_LIMIT` (the load average lags by a minute; a record's own spread does not).
+docs/measurement.md gives the measurements behind the numbers.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ import os
 LOAD_PER_CORE_LIMIT = 0.5
 #: Relative IQR of the repeated copy-ceiling measurements above which the memory system is judged too busy.
 CEILING_SPREAD_LIMIT = 0.10
+#: How far (a fraction) the ceiling measured before a record may fall below the run's best measurement: more means
+#: the memory system is shared now. On this project's 2-core VMs quiet measurements varied by up to 16 % (31 copies,
+#: docs/measurement.md "Noise") and a process on the other core halved it (25 -> 11-12 GB/s).
+CEILING_DROP_LIMIT = 0.3
 #: A record's own IQR / median above which its median is not trusted: 50 %. In the committed CPU records (bench --quick
 #: on a calm machine) the median was 11 % and the 95th percentile 34 %; under a load of 10-13 on 2 cores per-call IQRs
 #: reached 30-800 % (docs/measurement.md, "Dispersion").
@@ -63,6 +70,10 @@ def reasons(noise: dict) -> list[str]:
     if rel is not None and rel > REL_IQR_LIMIT:
         out.append(f"the repetitions spread by {100 * rel:.0f}% of the median (IQR / median), above "
                    f"{100 * REL_IQR_LIMIT:.0f}%")
+    drop = noise.get("ceiling_drop")
+    if drop is not None and drop > CEILING_DROP_LIMIT:
+        out.append(f"the copy ceiling measured before it is {100 * drop:.0f}% below the run's best measurement "
+                   f"(above {100 * CEILING_DROP_LIMIT:.0f}%): the memory system is shared now")
     spread = noise.get("ceiling_spread")
     if spread is not None and spread > CEILING_SPREAD_LIMIT:
         out.append(f"the copy ceiling's repeated measurements spread by {100 * spread:.0f}% (relative IQR), above "
