@@ -107,11 +107,8 @@ def is_legacy(rec: dict) -> bool:
     return rec.get("kind") == "kernel" and rec.get("check") is None
 
 
-def _judged_file(path: Path, kind: str | None, judge: bool, cache, stale_cache: dict) -> tuple[str, list]:
-    """(digest, items) of one record file: items are (index, record, problems, label, stale reason, legacy) in file
-    order, from ``cache`` when it holds this file's bytes judged by this code (``readcache``)."""
-    from normbench.results.staleness import stale_flag_reason
-
+def _read(path: Path) -> tuple[bytes | None, bytes | None]:
+    """A record file's bytes and its compact twin's (None: unreadable, or no twin)."""
     try:
         raw = path.read_bytes()
     except OSError:
@@ -123,15 +120,13 @@ def _judged_file(path: Path, kind: str | None, judge: bool, cache, stale_cache: 
             twin_raw = twin.read_bytes()
         except OSError:
             twin_raw = None
-    if raw is None:  # unreadable: judged by scan_file, never cached
-        return "", [(s.index, s.record, s.problems, s.label, None, False) for s in scan_file(path, kind)]
-    from normbench.results.readcache import file_digest
+    return raw, twin_raw
 
-    digest = file_digest(raw, twin_raw)
-    if cache is not None and judge:
-        items = cache.get(digest, kind)
-        if items is not None:
-            return digest, items
+
+def _judge(path: Path, kind: str | None, judge: bool, raw: bytes, twin_raw: bytes | None, stale_cache: dict) -> list:
+    """The items of one readable record file: (index, record, problems, label, stale reason, legacy) in file order."""
+    from normbench.results.staleness import stale_flag_reason
+
     items = []
     for s in scan_file(path, kind, raw=raw, twin_raw=twin_raw):
         if s.problems:
@@ -141,18 +136,74 @@ def _judged_file(path: Path, kind: str | None, judge: bool, cache, stale_cache: 
         why = stale_flag_reason(rec, stale_cache) if judge else None
         legacy = judge and is_legacy(rec)
         items.append((s.index, rec, [], None, why, legacy))
+    return items
+
+
+def _cached(path: Path, kind: str | None, judge: bool, cache) -> tuple:
+    """(digest, items or None, bytes, twin's bytes) of one record file: its items where it is unreadable (judged by
+    ``scan_file``, never cached) or in ``cache``; else None, to be judged."""
+    raw, twin_raw = _read(path)
+    if raw is None:  # unreadable: judged by scan_file, never cached
+        return "", [(s.index, s.record, s.problems, s.label, None, False) for s in scan_file(path, kind)], None, None
+    from normbench.results.readcache import file_digest
+
+    digest = file_digest(raw, twin_raw)
     if cache is not None and judge:
-        cache.put(digest, kind, items)
-    return digest, items
+        items = cache.get(digest, kind)
+        if items is not None:
+            return digest, items, None, None
+    return digest, None, raw, twin_raw
+
+
+# A forked judging process finds its files here (set just before the fork) and keeps its own stale cache.
+_TODO: list | None = None
+_STALE: dict = {}
+
+
+def _judge_at(i: int) -> list:
+    path, kind, judge, raw, twin_raw = _TODO[i]
+    return _judge(path, kind, judge, raw, twin_raw, _STALE)
+
+
+def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs: int) -> list[tuple[str, list]]:
+    """(digest, items) of every path, in order: items are (index, record, problems, label, stale reason, legacy) in
+    file order, from ``cache`` where it holds the file's bytes judged by this code (``readcache``); the others are
+    judged, in ``jobs`` forked processes where there are several
+    (parsing, validation and the stale judgement cost about a millisecond a record)."""
+    global _TODO
+    import multiprocessing
+    import sys
+
+    stale_cache: dict = {}
+    done = [_cached(path, kind, judge, cache) for path in paths]
+    todo = [i for i, d in enumerate(done) if d[1] is None]
+    fork = ("fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
+            and jobs > 1 and len(todo) > 1)
+    if fork:
+        _TODO = [(paths[i], kind, judge, done[i][2], done[i][3]) for i in todo]
+        try:
+            with multiprocessing.get_context("fork").Pool(min(jobs, len(todo))) as pool:
+                judged = pool.map(_judge_at, range(len(todo)), chunksize=1)
+        finally:
+            _TODO = None
+    else:
+        judged = [_judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache) for i in todo]
+    out = [(d[0], d[1]) for d in done]
+    for i, items in zip(todo, judged):
+        out[i] = (out[i][0], items)
+        if cache is not None and judge:
+            cache.put(out[i][0], kind, items)
+    return out
 
 
 def records_that_count(root: str | os.PathLike = "results", kind: str | None = None, judge: bool = True,
-                       cache=None) -> Counted:
+                       cache=None, jobs: int = 1) -> Counted:
     """Read every record file at ``root`` (a directory or one file): the records that count (one per id, stale and
     legacy ones flagged), the rejected ones and the superseded copies. ``judge=False`` skips the stale and legacy
     judgement (it imports the norm and model code to hash it). ``cache`` (a ``readcache.ReadCache``) keeps each
     file's validated and judged records under its bytes' hash and the judging code's, so an unchanged file is not
-    read again; the outcome is the same with or without it."""
+    read again; the outcome is the same with or without it. ``jobs`` > 1: the files to judge are judged in that many
+    forked processes (the same outcome)."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(
@@ -161,10 +212,9 @@ def records_that_count(root: str | os.PathLike = "results", kind: str | None = N
     entries: list[Entry] = []
     rejected: list[Rejected] = []
     marks: dict[int, tuple[str | None, bool]] = {}
-    stale_cache: dict = {}
     paths: set[Path] = set()
-    for path in record_files(root):
-        digest, items = _judged_file(path, kind, judge, cache, stale_cache)
+    files = record_files(root)
+    for path, (digest, items) in zip(files, _judged_files(files, kind, judge, cache, jobs)):
         if items:
             paths.add(path)
         for index, rec, problems, label, why, legacy in items:

@@ -341,7 +341,8 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     if cache:
         cache_dir = default_cache(out) if cache is True else Path(cache)
         store = incremental.SiteCache(cache_dir)
-    loaded = load_results(results, cache=store.reads if store is not None else None)
+    n_jobs = _jobs(jobs)
+    loaded = load_results(results, cache=store.reads if store is not None else None, jobs=n_jobs)
     docs_dir = Path(docs) if docs is not None else (results.resolve().parent / "docs")
     if docs is not None and not docs_dir.is_dir():
         raise FileNotFoundError(f"--docs {docs}: no such directory")
@@ -369,7 +370,7 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
-        n_pages, rendered, reused, manifest, used_figs = _render_all(site, env, common, tmp, _jobs(jobs), store,
+        n_pages, rendered, reused, manifest, used_figs = _render_all(site, env, common, tmp, n_jobs, store,
                                                                       glob)
         _copy_tree(resources.files("normbench.site") / "assets", tmp / "assets")
         write_downloads(loaded.entries, tmp / "downloads", frames)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -944,7 +945,7 @@ class Site:
 
     def record_section(self, e: Entry, prov_ids: dict) -> dict:
         rec = e.rec
-        flags = (agg.kernel_row(e)["flags"] if e.kind == "kernel"
+        flags = (agg.record_flags(rec) if e.kind == "kernel"
                  else {f: _s((rec.get("flag_reasons") or {}).get(f)) for f in rec.get("flags") or []})
         chk = rec.get("check")
         prov = {k: v for k, v in rec["provenance"].items() if k != "hardware"}
@@ -984,7 +985,9 @@ class Site:
         # page's records repeat their run's provenance and config keys, so they compress ~10x.
         text = "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
         self.extra_files[entries[0].json_file] = gzip.compress((text + "\n]\n").encode("utf-8"), mtime=0)
-        p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw,
+        # The file most of the page's records come from is named once, at the top.
+        file = Counter(e.path for e in entries).most_common(1)[0][0]
+        p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw, file=file,
                      json_href=entries[0].json_file.rsplit("/", 1)[-1], data_href=data.rsplit("/", 1)[-1],
 
                      hw_href=f"../{device_file(hw)}", norm_href=f"../{norm_file(name)}")
@@ -1095,6 +1098,19 @@ def _flat(obj, prefix: str = "", depth: int = 0, out: list | None = None) -> lis
 
 
 def _text(v) -> str:
+    """A value as the record pages show it: text as is, anything else as JSON (``json.dumps``, whose output for a
+    finite float, an int, a bool and null is written directly here: the same text, without its machinery)."""
+    t = type(v)
+    if t is str:
+        return v
+    if t is float and math.isfinite(v):
+        return float.__repr__(v)
+    if t is int:
+        return int.__repr__(v)
+    if v is None:
+        return "null"
+    if t is bool:
+        return "true" if v else "false"
     if isinstance(v, str):
         return v
     try:
