@@ -280,3 +280,19 @@ def test_no_data_is_an_explicit_figure():
     for chart in charts:
         fig = C.render(chart, "e", alt_text="nothing")
         assert ">no data</text>" in fig.svg
+
+
+def test_a_browser_drawn_figure_can_read_its_data_from_another_on_the_page():
+    """Issue #30: a device's GB/s and %-of-ceiling figures draw the same records; drawn in the browser, the second
+    names the first's data set (same name: Altair names a data set by the hash of its rows) instead of a copy."""
+    df = kernel_df()
+    a = C.render(C.kernel_width_chart(df, metric="gbps"), "fa", alt_text="a", static=False)
+    b = C.render(C.kernel_width_chart(df, metric="pct_ceiling"), "fb", alt_text="b", static=False, data_from="fa")
+    alone = C.render(C.kernel_width_chart(df, metric="pct_ceiling"), "fb", alt_text="b", static=False)
+    sa, sb, sc = (json.loads(f.spec) for f in (a, b, alone))
+    assert set(sb["datasets"]) == set(sa["datasets"]) == set(sc["datasets"])
+    assert all(v == "#fa" for v in sb["datasets"].values())
+    assert {k: sa["datasets"][k] for k in sb["datasets"]} == sc["datasets"]   # the same rows it would carry
+    assert len(b.html) < len(alone.html) / 2
+    with pytest.raises(ValueError):
+        C.render(C.kernel_width_chart(df), "fc", alt_text="c", static=True, data_from="fa")

@@ -98,7 +98,8 @@ def newest_per_id(entries: list[Entry]) -> tuple[list[Entry], list[tuple[Entry, 
 
 def one_per_id(records) -> list[dict]:
     """``newest_per_id`` over plain records (in the order given, as if read in that order)."""
-    kept, _ = newest_per_id([Entry(r, Path(), i) for i, r in enumerate(records)])
+    here = Path()
+    kept, _ = newest_per_id([Entry(r, here, i) for i, r in enumerate(records)])
     return [e.rec for e in kept]
 
 

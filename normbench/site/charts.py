@@ -525,10 +525,16 @@ LIVE_ONLY = ("This figure is drawn by your browser from its Vega-Lite specificat
              "it, the table of records on this page holds every point.")
 
 
-def render(chart: alt.TopLevelMixin, chart_id: str, *, alt_text: str, static: bool = True) -> Figure:
+def render(chart: alt.TopLevelMixin, chart_id: str, *, alt_text: str, static: bool = True,
+           data_from: str | None = None) -> Figure:
     """Compile ``chart`` and draw it: the static SVG (vl-convert, pinned Vega-Lite) and the spec for the browser.
     ``static=False`` leaves the SVG out (the browser draws the spec; a note stands in until it does): for figures on
-    deep pages, where drawing every SVG at build time would cost most of a large site's build."""
+    deep pages, where drawing every SVG at build time would cost most of a large site's build. ``data_from`` (with
+    ``static=False``): the id of a figure on the same page drawing the same rows; each data set of this spec is then
+    written as ``"#<that id>"`` and ``assets/charts.js`` takes it from that figure's spec (Altair names a data set by
+    the hash of its rows, so a name the other spec lacks is an error there, never other data)."""
+    if data_from is not None and static:
+        raise ValueError("data_from is for figures drawn in the browser (static=False)")
     # The builders above only make valid Vega-Lite (the tests compile each); Altair's own check of the spec against
     # the Vega-Lite schema cost a third of each chart's time.
     spec = chart.to_dict(validate=False)
@@ -542,6 +548,8 @@ def render(chart: alt.TopLevelMixin, chart_id: str, *, alt_text: str, static: bo
         _audit_svg(svg)
     else:
         svg = ""
+    if data_from is not None and isinstance(spec.get("datasets"), dict):
+        spec["datasets"] = {name: f"#{data_from}" for name in spec["datasets"]}
     sj = spec_json(spec)
     fid = html.escape(str(chart_id), quote=True)
     cap = html.escape(str(alt_text), quote=True)

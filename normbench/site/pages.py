@@ -125,9 +125,11 @@ class LazyFigure:
     """A figure drawn when its page is rendered (``__html__``), so a build can tell from its inputs (``fingerprint``)
     whether a page changed before drawing anything; drawn figures are kept by that fingerprint (``Site.fig_store``)."""
 
-    def __init__(self, site, builder: str, df, chart_id: str, alt: str, static: bool, kw: dict):
+    def __init__(self, site, builder: str, df, chart_id: str, alt: str, static: bool, kw: dict,
+                 data_from: str | None = None):
         self.site, self.builder, self.df, self.chart_id, self.alt, self.static, self.kw = (
             site, builder, df, chart_id, alt, static, kw)
+        self.data_from = data_from
         self._print: str | None = None
         self._html: str | None = None
 
@@ -137,7 +139,8 @@ class LazyFigure:
 
             df = self.df
             h = hashlib.sha256(repr((self.builder, self.chart_id, self.alt, self.static, sorted(self.kw.items()),
-                                     list(map(str, df.columns)), list(map(str, df.dtypes)), len(df))).encode())
+                                     self.data_from, list(map(str, df.columns)), list(map(str, df.dtypes)),
+                                     len(df))).encode())
             h.update(pd.util.hash_pandas_object(df, index=True).values.tobytes())
             for col in df.columns:   # object columns: their text exactly (the hash above is of their values' hashes)
                 if df[col].dtype == object:
@@ -154,7 +157,8 @@ class LazyFigure:
             if html is None:
                 chart = getattr(self.site.charts, self.builder)(self.df, **self.kw)
                 # The charts module escapes every text it puts in the SVG and the spec (its tests check hostile text).
-                html = self.site.charts.render(chart, self.chart_id, alt_text=self.alt, static=self.static).html
+                html = self.site.charts.render(chart, self.chart_id, alt_text=self.alt, static=self.static,
+                                               data_from=self.data_from).html
                 if store is not None:
                     store.put(key, html)
             self._html = html
@@ -178,6 +182,7 @@ class Site:
         self.kernels = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
         agg.add_speedups(self.kernels)
         agg.add_cache_residency(self.kernels)
+        agg.keep_bandwidth_keys(self.kernels)
         self.acc_rows = [agg.accuracy_row(e) for e in loaded.entries if e.kind == "accuracy"]
         self.cells = agg.accuracy_cells(self.acc_rows)
         self.norm_meta: dict[str, dict] = {}
@@ -309,11 +314,10 @@ class Site:
 
     # --- figures -------------------------------------------------------------------------------------------------
 
-    def width_frame(self, rows: list[dict], up: str):
-        """One point per backend, dtype, pass (and timing) and hidden size for ``charts.kernel_width_chart``: the
-        largest shape of that width (closest to steady-state bandwidth); invalid records are left out."""
-        import pandas as pd
-
+    @staticmethod
+    def _width_best(rows: list[dict]) -> list[tuple[tuple, dict]]:
+        """The points of ``width_frame``: ((backend, dtype, pass, layout, width), row) in order, the largest shape of
+        each width."""
         timings = {r["timing"] for r in rows}
         best: dict[tuple, dict] = {}
         for r in rows:
@@ -322,27 +326,41 @@ class Site:
             pss = r["pass"] + (f" · {r['timing']}" if len(timings) > 1 else "")
             key = (r["backend"], r["dtype"], pss, r["layout"], int(r["num_features"]))
             cur = best.get(key)
-            if cur is None or (r["elements"] or 0) > (cur[1]["elements"] or 0):
-                best[key] = (pss, r)
-        recs = []
-        for (backend, dtype, pss, layout, width), (_, r) in sorted(best.items()):
-            flags = ", ".join(FLAG_LABELS.get(f, f) for f in sorted(r["flags"]))
-            recs.append({
-                "width": width, "rows": int((r["elements"] or 0) // max(width, 1)), "gbps": r["gbps"],
-                "pct_ceiling": r["pct"], "ceiling_gbps": r["ceiling"], "backend": backend, "dtype": dtype,
-                "pass_": pss, "device": r["hardware"], "median_s": r["time"], "flags": flags,
-                "url": self.rec_href(r["entry"], up), "layout": layout,
-                "label": (f"{r['norm']} {backend} {fmt_shape(r['shape'])} {dtype} {pss}: {fmt_gbps(r['gbps'])}, "
-                          f"{fmt_pct(r['pct'])} of ceiling, {fmt_time(r['time'])}" + (f" [{flags}]" if flags else "")),
-            })
-        return pd.DataFrame.from_records(recs)
+            if cur is None or (r["elements"] or 0) > (cur["elements"] or 0):
+                best[key] = r
+        return sorted(best.items(), key=lambda kv: kv[0])
 
-    def figure(self, builder: str, df, chart_id: str, alt: str, *, static: bool = True, **kw):
+    def width_frame(self, rows: list[dict], up: str):
+        """One point per backend, dtype, pass (and timing) and hidden size for ``charts.kernel_width_chart``: the
+        largest shape of that width (closest to steady-state bandwidth); invalid records are left out."""
+        import pandas as pd
+
+        best = self._width_best(rows)
+        if not best:
+            return pd.DataFrame()
+        cols: dict[str, list] = {k: [] for k in ("width", "rows", "gbps", "pct_ceiling", "ceiling_gbps", "backend",
+                                                 "dtype", "pass_", "device", "median_s", "flags", "url", "layout",
+                                                 "label")}
+        for (backend, dtype, pss, layout, width), r in best:
+            flags = ", ".join(FLAG_LABELS.get(f, f) for f in sorted(r["flags"]))
+            for k, v in (("width", width), ("rows", int((r["elements"] or 0) // max(width, 1))), ("gbps", r["gbps"]),
+                         ("pct_ceiling", r["pct"]), ("ceiling_gbps", r["ceiling"]), ("backend", backend),
+                         ("dtype", dtype), ("pass_", pss), ("device", r["hardware"]), ("median_s", r["time"]),
+                         ("flags", flags), ("url", self.rec_href(r["entry"], up)), ("layout", layout),
+                         ("label", f"{r['norm']} {backend} {fmt_shape(r['shape'])} {dtype} {pss}: "
+                                   f"{fmt_gbps(r['gbps'])}, {fmt_pct(r['pct'])} of ceiling, {fmt_time(r['time'])}"
+                                   + (f" [{flags}]" if flags else ""))):
+                cols[k].append(v)
+        return pd.DataFrame(cols)
+
+    def figure(self, builder: str, df, chart_id: str, alt: str, *, static: bool = True, data_from: str | None = None,
+               **kw):
         """A rendered chart (``charts.<builder>(df, **kw)``), or None without the charts module or data; ``static``
-        False: the spec only, drawn in the browser (``charts.render``)."""
+        False: the spec only, drawn in the browser (``charts.render``), its data read from the figure ``data_from``
+        of the same page where given (the same records: ``charts.render``)."""
         if self.charts is None or df is None or len(df) == 0 or not hasattr(self.charts, builder):
             return None
-        return LazyFigure(self, builder, df, chart_id, alt, static, kw)
+        return LazyFigure(self, builder, df, chart_id, alt, static, kw, data_from)
 
     def width_figures(self, norm: str, hw: str, rows: list[dict], up: str) -> list:
         """GB/s and % of ceiling against hidden size on one device, one figure pair per layout with two widths."""
@@ -366,7 +384,18 @@ class Site:
         return plan
 
     def _width_points(self, norm: str, hw: str, rows: list[dict], up: str) -> int:
-        return sum(len(df) for *_, df in self._width_plan(norm, hw, rows, up)) if self.charts is not None else 0
+        """The points of a norm's width figures on a device (``_width_plan``'s, counted without making them)."""
+        if self.charts is None:
+            return 0
+        if (norm, hw, up) in self._wplan:
+            return sum(len(df) for *_, df in self._wplan[(norm, hw, up)])
+        n = 0
+        for layout in sorted({r["layout"] for r in rows}):
+            best = self._width_best([r for r in rows if r["layout"] == layout])
+            if len({key[4] for key, _ in best}) < 2:
+                continue
+            n += len(best) * (2 if any(num(r["pct"]) is not None for _, r in best) else 1)
+        return n
 
     def _width_figures(self, norm: str, hw: str, rows: list[dict], up: str, *, draw: bool = True,
                        static: bool = True) -> tuple[list, int]:
@@ -375,14 +404,24 @@ class Site:
         if key in self._wfig:  # the norm's page and its device page show the same figures: drawn once
             return self._wfig[key]
         figs, points = [], 0
+        gbps_fig: dict[str, str] = {}   # layout -> its GB/s figure's id
         for layout, metric, what, df in self._width_plan(norm, hw, rows, up):
             if not draw:
                 fig = Markup("") if self.charts is not None else None
             else:
                 alt = (f"{norm} on {hw} ({layout}): {what} against hidden size, one line per backend "
                        f"({', '.join(sorted(df['backend'].unique()))}) per dtype and pass")
-                fig = self.figure("kernel_width_chart", df, slug("w", norm, hw, layout, metric), alt, metric=metric,
-                                  title=f"{norm} · {layout} · {what}", static=static)
+                chart_id = slug("w", norm, hw, layout, metric)
+                kw = {}
+                # Drawn in the browser, the % figure reads the GB/s figure's data (one copy in the page) where the
+                # two draw the same records (each leaves out the rows without its metric).
+                if not static and metric == "pct_ceiling" and layout in gbps_fig and (
+                        df["pct_ceiling"].notna().equals(df["gbps"].notna())):
+                    kw["data_from"] = gbps_fig[layout]
+                if metric == "gbps":
+                    gbps_fig[layout] = chart_id
+                fig = self.figure("kernel_width_chart", df, chart_id, alt, metric=metric,
+                                  title=f"{norm} · {layout} · {what}", static=static, **kw)
             if fig is not None:
                 figs.append(fig)
                 points += len(df)

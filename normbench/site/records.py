@@ -146,8 +146,13 @@ def load_results(root: str | os.PathLike, cache=None, jobs: int = 1) -> Loaded:
     root = Path(root)
     counted = records_that_count(root, cache=cache, jobs=jobs)
 
+    shown: dict = {}   # a file's path as shown, once per file (its records share it)
+
     def entry(e) -> Entry:
-        return Entry(e.rec, _display_path(e.path, root), e.index, digest=e.digest)
+        path = shown.get(e.path)
+        if path is None:
+            path = shown[e.path] = _display_path(e.path, root)
+        return Entry(e.rec, path, e.index, digest=e.digest)
 
     kept = [entry(e) for e in counted.entries]
     by_id = {k.rid: k for k in kept}

@@ -86,6 +86,47 @@ class Table:
     def inline(self) -> list[dict]:
         return self.rows if self.src is None else self.rows[:PREVIEW]
 
+    def body_html(self):
+        """The rows in the page (``inline``) as HTML, each cell escaped as the templates escape a value: what the
+        ``datatable`` macro once wrote cell by cell through a Jinja macro, the same bytes, about ten times faster
+        (a 100k-record site's pages hold a few hundred thousand cells)."""
+        from markupsafe import Markup, escape
+
+        nums = [c.num for c in self.cols]
+        out = []
+        for r in self.inline:
+            tr = ["\n<tr"]
+            if r.get("k"):
+                tr.append(f' class="{escape(r["k"])}"')
+            for k, v in r.get("f", {}).items():
+                tr.append(f' data-f-{escape(k)}="{escape(v)}"')
+            tr.append(">")
+            for c, num in zip(r["c"], nums):
+                k = c.get("k")
+                tr.append("<td")
+                if num or k:
+                    tr.append(f' class="{escape(("num " if num else "") + (k or ""))}"')
+                if "v" in c:
+                    tr.append(f' data-v="{escape(c["v"])}"')
+                tr.append(">")
+                t, h, ti = escape(c.get("t", "")), c.get("h"), c.get("ti")
+                if h:
+                    tr.append(f'<a href="{escape(h)}"' + (' rel="noopener noreferrer nofollow"' if c.get("x") else "")
+                              + (f' title="{escape(ti)}"' if ti else "") + f">{t}</a>")
+                elif ti:
+                    tr.append(f'<span title="{escape(ti)}">{t}</span>')
+                else:
+                    tr.append(str(t))
+                if c.get("n"):
+                    tr.append(f' <span class="muted">{escape(c["n"])}</span>')
+                for label, f, why in c.get("b") or ():
+                    tr.append(f' <span class="flag flag-{escape(f)}" title="{escape(f)}: {escape(why)}">'
+                              f"{escape(label)}</span>")
+                tr.append("</td>")
+            tr.append("</tr>")
+            out.append("".join(tr))
+        return Markup("".join(out))
+
     @property
     def data_path(self) -> str:
         return f"data/{self.id}.js"
