@@ -361,7 +361,7 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     # What every page shows beyond its own data: a change here renders every page again.
     glob = incremental._h(info.version, info.n_rejected, charts is not None, CSP, NAV, SCHEMA_FILE,
                           common["chart_scripts"], common["chart_styles"], tables.INLINE_MAX, tables.PREVIEW,
-                          tables.PAGE_ROWS, pages.INLINE_POINTS, pages.COMPARE_POINTS,
+                          tables.DEEP_PREVIEW, tables.PAGE_ROWS, pages.INLINE_POINTS, pages.COMPARE_POINTS,
                           records.PAGE_RECORDS)
     frames = None
     if store is not None:

@@ -155,7 +155,10 @@ class LazyFigure:
             key = self.fingerprint()
             html = store.get(key) if store is not None else None
             if html is None:
-                chart = getattr(self.site.charts, self.builder)(self.df, **self.kw)
+                # A builder's ``*_spec`` twin (where there is one) makes the same spec with less of Altair's work.
+                build = (getattr(self.site.charts, self.builder + "_spec", None)
+                         or getattr(self.site.charts, self.builder))
+                chart = build(self.df, **self.kw)
                 # The charts module escapes every text it puts in the SVG and the spec (its tests check hostile text).
                 html = self.site.charts.render(chart, self.chart_id, alt_text=self.alt, static=self.static,
                                                data_from=self.data_from).html
@@ -223,7 +226,8 @@ class Site:
     # --- kernel table --------------------------------------------------------------------------------------------
 
     def kernel_table(self, tid: str, rows: list[dict], up: str, *, with_hw: bool = True,
-                     with_norm: bool = True, srcs: list[str] | None = None, file: bool = False) -> Table:
+                     with_norm: bool = True, srcs: list[str] | None = None, file: bool = False,
+                     preview: int | None = None) -> Table:
         """The kernel records ``rows`` ranked by bandwidth. ``srcs``: the rows are in those data files (site-relative,
         each another table's: a norm's every-record table loads its per-device tables' files), so only the first
         rows are built for the page; ``file``: write this table's data file whatever its size (others load it)."""
@@ -246,7 +250,8 @@ class Site:
         ]
         t = Table(tid, cols, filters=[("hardware", "device"), ("norm", "norm"), ("dtype", "dtype"), ("pass", "pass"),
                                       ("shape_class", "shape class"), ("backend", "backend"), ("timing", "timing"),
-                                      ("layout", "layout"), ("harness", "harness"), ("ranked", "ranked")])
+                                      ("layout", "layout"), ("harness", "harness"), ("ranked", "ranked")],
+                  preview=preview)
         ranked = agg.rank_by_bandwidth(rows)
         if srcs is not None:
             t.n_total = len(ranked)
@@ -683,7 +688,8 @@ class Site:
         p.ctx = dict(name=name, hw=hw, figs=figs, device_href=p.up + device_file(hw), n=len(hr),
                      widths=len({r["num_features"] for r in hr}),
                      table=self.kernel_table(slug("knd", name, hw), hr, p.up, with_norm=False,
-                                             with_hw=self.norm_shared(name), file=self.norm_shared(name)))
+                                             with_hw=self.norm_shared(name), file=self.norm_shared(name),
+                                             preview=_tables.DEEP_PREVIEW))
         return p
 
     # --- accuracy ------------------------------------------------------------------------------------------------
@@ -998,17 +1004,22 @@ class Site:
     @staticmethod
     def record_data(entries: list[Entry]) -> str:
         """A record page's data file: each record's config and metrics (two levels flattened, as text), the strings
-        once in a table (keys and values repeat across a page's records); ``assets/site.js`` (``nbRecords``) shows
-        them as each section's tables. JSON with ASCII escapes cannot leave its string literals."""
+        once in a table ``s`` (keys and values repeat across a page's records) and each list of keys once in ``k``
+        (a page's records share a few); a record is ``[config keys, config values, metrics keys, metrics values]``
+        as indices. ``assets/site.js`` (``nbRecords``) shows them as each section's tables. JSON with ASCII escapes
+        cannot leave its string literals."""
         strings: dict[str, int] = {}
+        keysets: dict[tuple, int] = {}
 
-        def pairs(obj):
-            return [[strings.setdefault(k, len(strings)), strings.setdefault(v, len(strings))] for k, v in _flat(obj)]
+        def part(obj) -> list:
+            flat = _flat(obj)
+            keys = tuple(strings.setdefault(k, len(strings)) for k, _ in flat)
+            return [keysets.setdefault(keys, len(keysets)), [strings.setdefault(v, len(strings)) for _, v in flat]]
 
-        recs = [[pairs(e.rec.get("config")), pairs({k: v for k, v in e.rec["metrics"].items() if k != "curve"})]
+        recs = [part(e.rec.get("config")) + part({k: v for k, v in e.rec["metrics"].items() if k != "curve"})
                 for e in entries]
-        return "window.nbRecords(" + json.dumps({"s": list(strings), "r": recs}, ensure_ascii=True,
-                                                separators=(",", ":")) + ");\n"
+        return "window.nbRecords(" + json.dumps({"s": list(strings), "k": [list(k) for k in keysets], "r": recs},
+                                                ensure_ascii=True, separators=(",", ":")) + ");\n"
 
     def record_page(self, path: str, entries: list[Entry]) -> Page:
         """The records of one norm on one device (or one bucket of them): a section per record, anchored by its

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 #: and all rows in ``data/<id>.js``.
 INLINE_MAX = 400
 PREVIEW = 100
+#: The first rows a deep page's big table keeps (a norm's page per device: its figures and its records' table, whose
+#: rows its data file holds; ~250 of these pages at 100k records).
+DEEP_PREVIEW = 25
 #: Rows the script shows before its "show all" button.
 PAGE_ROWS = 250
 
@@ -58,6 +61,7 @@ class Table:
     src: str | None = None    # the data file(s) with every row, relative to the page, space-separated (``shard``)
     n_total: int | None = None          # rows in all, where only the first are built (``rows`` is the preview)
     all_filters: list | None = None     # every row's filter values, where only the first rows are built
+    preview: int | None = None          # rows kept in the page when a data file holds them all (default PREVIEW)
 
     @property
     def count(self) -> int:
@@ -84,7 +88,7 @@ class Table:
 
     @property
     def inline(self) -> list[dict]:
-        return self.rows if self.src is None else self.rows[:PREVIEW]
+        return self.rows if self.src is None else self.rows[:min(self.preview or PREVIEW, PREVIEW)]
 
     def body_html(self):
         """The rows in the page (``inline``) as HTML, each cell escaped as the templates escape a value: what the
