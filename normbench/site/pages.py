@@ -126,14 +126,24 @@ class LazyFigure:
     whether a page changed before drawing anything; drawn figures are kept by that fingerprint (``Site.fig_store``)."""
 
     def __init__(self, site, builder: str, df, chart_id: str, alt: str, static: bool, kw: dict,
-                 data_from: str | None = None):
-        self.site, self.builder, self.df, self.chart_id, self.alt, self.static, self.kw = (
+                 data_from: str | None = None, inputs: str | None = None):
+        self.site, self.builder, self._df, self.chart_id, self.alt, self.static, self.kw = (
             site, builder, df, chart_id, alt, static, kw)
-        self.data_from = data_from
+        self.data_from, self.inputs = data_from, inputs
         self._print: str | None = None
         self._html: str | None = None
 
+    @property
+    def df(self):
+        if callable(self._df):   # made when drawn (``inputs`` stands for it in the fingerprint)
+            self._df = self._df()
+        return self._df
+
     def fingerprint(self) -> str:
+        if self._print is None and self.inputs is not None:
+            self._print = hashlib.sha256(repr((self.builder, self.chart_id, self.alt, self.static,
+                                               sorted(self.kw.items()), self.data_from, "inputs",
+                                               self.inputs)).encode("utf-8", "surrogatepass")).hexdigest()
         if self._print is None:
             import pandas as pd
 
@@ -338,9 +348,12 @@ class Site:
     def width_frame(self, rows: list[dict], up: str):
         """One point per backend, dtype, pass (and timing) and hidden size for ``charts.kernel_width_chart``: the
         largest shape of that width (closest to steady-state bandwidth); invalid records are left out."""
+        return self._frame(self._width_best(rows), up)
+
+    def _frame(self, best: list[tuple[tuple, dict]], up: str):
+        """``width_frame`` of the points ``_width_best`` chose."""
         import pandas as pd
 
-        best = self._width_best(rows)
         if not best:
             return pd.DataFrame()
         cols: dict[str, list] = {k: [] for k in ("width", "rows", "gbps", "pct_ceiling", "ceiling_gbps", "backend",
@@ -358,14 +371,23 @@ class Site:
                 cols[k].append(v)
         return pd.DataFrame(cols)
 
+    @staticmethod
+    def _best_print(best: list[tuple[tuple, dict]], up: str) -> list:
+        """What ``_frame`` makes of ``best``, before formatting (its labels are a function of these values)."""
+        return [(key, r["elements"], r["gbps"], r["pct"], r["ceiling"], r["hardware"], r["time"], sorted(r["flags"]),
+                 Site.rec_href(r["entry"], up), r["norm"], r["shape"]) for key, r in best]
+
     def figure(self, builder: str, df, chart_id: str, alt: str, *, static: bool = True, data_from: str | None = None,
-               **kw):
+               inputs: str | None = None, **kw):
         """A rendered chart (``charts.<builder>(df, **kw)``), or None without the charts module or data; ``static``
         False: the spec only, drawn in the browser (``charts.render``), its data read from the figure ``data_from``
-        of the same page where given (the same records: ``charts.render``)."""
-        if self.charts is None or df is None or len(df) == 0 or not hasattr(self.charts, builder):
+        of the same page where given (the same records: ``charts.render``). ``df`` may be a function making the
+        frame when the figure is drawn, with ``inputs`` the text it is a function of (the figure's print)."""
+        if self.charts is None or df is None or not hasattr(self.charts, builder):
             return None
-        return LazyFigure(self, builder, df, chart_id, alt, static, kw, data_from)
+        if not callable(df) and len(df) == 0:
+            return None
+        return LazyFigure(self, builder, df, chart_id, alt, static, kw, data_from, inputs)
 
     def width_figures(self, norm: str, hw: str, rows: list[dict], up: str) -> list:
         """GB/s and % of ceiling against hidden size on one device, one figure pair per layout with two widths."""
@@ -390,23 +412,29 @@ class Site:
 
     def _width_points(self, norm: str, hw: str, rows: list[dict], up: str) -> int:
         """The points of a norm's width figures on a device (``_width_plan``'s, counted without making them)."""
-        if self.charts is None:
-            return 0
-        if (norm, hw, up) in self._wplan:
-            return sum(len(df) for *_, df in self._wplan[(norm, hw, up)])
-        n = 0
+        return self._width_counts(rows)[1] if self.charts is not None else 0
+
+    def _width_counts(self, rows: list[dict]) -> tuple[int, int]:
+        """(figures, points) of ``_width_plan`` for ``rows``, counted without making its frames."""
+        figs = n = 0
         for layout in sorted({r["layout"] for r in rows}):
             best = self._width_best([r for r in rows if r["layout"] == layout])
             if len({key[4] for key, _ in best}) < 2:
                 continue
-            n += len(best) * (2 if any(num(r["pct"]) is not None for _, r in best) else 1)
-        return n
+            k = 2 if any(num(r["pct"]) is not None for _, r in best) else 1
+            figs += k
+            n += len(best) * k
+        return figs, n
 
     def _width_figures(self, norm: str, hw: str, rows: list[dict], up: str, *, draw: bool = True,
                        static: bool = True) -> tuple[list, int]:
         """The figures and their number of points; ``draw=False`` counts them without drawing (placeholders)."""
         key = (norm, hw, up, draw, static)
         if key in self._wfig:  # the norm's page and its device page show the same figures: drawn once
+            return self._wfig[key]
+        if not draw:   # placeholders: counted without making the figures' frames
+            n_figs, points = self._width_counts(rows) if self.charts is not None else (0, 0)
+            self._wfig[key] = ([Markup("")] * n_figs, points)
             return self._wfig[key]
         figs, points = [], 0
         gbps_fig: dict[str, str] = {}   # layout -> its GB/s figure's id
@@ -591,24 +619,29 @@ class Site:
         figs, points, left = [], 0, []
         for combo, _ in sorted(combos.items(), key=lambda kv: (-kv[1], kv[0])):
             cr = [r for r in rows if (r["layout"], r["dtype"], r["pass"], r["timing"]) == combo]
-            frames = [f for hw in sorted({r["hardware"] for r in cr})
-                      if len(f := self.width_frame([r for r in cr if r["hardware"] == hw], p.up))]
-            if len(frames) < 2:
+            # Each device's points (``width_frame``'s), chosen without making frames: the page is digested by them
+            # on every build and its figures' frames are made only when it is drawn.
+            bests = [b for hw in sorted({r["hardware"] for r in cr})
+                     if (b := self._width_best([r for r in cr if r["hardware"] == hw]))]
+            if len(bests) < 2 or len({key[4] for b in bests for key, _ in b}) < 2:
                 continue
-            df = pd.concat(frames, ignore_index=True)
-            if df["width"].nunique() < 2:
-                continue
+            n = sum(map(len, bests))
             label = " · ".join(combo)
-            if figs and points + len(df) > COMPARE_POINTS:
+            if figs and points + n > COMPARE_POINTS:
                 left.append(label)
                 continue
-            fig = self.figure("device_compare_chart", df, slug("dc", name, *combo),
+
+            def frame(bests=bests, up=p.up):
+                return pd.concat([self._frame(b, up) for b in bests], ignore_index=True)
+
+            fig = self.figure("device_compare_chart", frame, slug("dc", name, *combo),
                               f"{name} ({label}): % of each device's copy ceiling against hidden size, one colour "
                               "per device, one panel per backend", title=f"{name} · {label}",
+                              inputs=repr([self._best_print(b, p.up) for b in bests]),
                               static=False)   # a deep page: the browser draws it (each device's page has the records)
             if fig:
                 figs.append(fig)
-                points += len(df)
+                points += n
         p.charts = bool(figs)
         p.ctx = dict(name=name, figs=figs, left=left, norm_href=p.up + norm_file(name),
                      devices=[(hw, p.up + norm_device_file(name, hw)) for hw in sorted({r["hardware"] for r in rows})])
