@@ -278,11 +278,12 @@ def _can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
 
 
-def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str = "") -> tuple:
+def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str = "", during=None) -> tuple:
     """Every page, in ``n_jobs`` processes (forked, so they share the loaded records); the pages and data files are
     the same bytes whatever the number (each job depends on the site's data alone; tests compare). With ``cache``,
     a job whose digest is there is linked from it instead (``incremental``). (pages, rendered paths, reused pages,
-    the manifest of this build's jobs)."""
+    the manifest of this build's jobs). ``during``: work for this process while the pool renders (called once,
+    in every case)."""
     global _WORK
     jobs = site.jobs()
     manifest: dict[str, list] = {}
@@ -309,7 +310,10 @@ def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str
         _WORK = (site, env, common, tmp, jobs, cache, glob)
         try:
             with multiprocessing.get_context("fork").Pool(min(n_jobs, len(jobs))) as pool:
-                for res in pool.imap_unordered(_work, order, chunksize=4):
+                results = pool.imap_unordered(_work, order, chunksize=4)
+                if during is not None:   # the workers are forked: this process is free meanwhile
+                    during()
+                for res in results:
                     take(res)
         finally:
             _WORK = None
@@ -317,6 +321,8 @@ def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str
         for job in jobs:
             take((*_write_pages(site, env, common, tmp, job, cache, glob),
                   sorted(site.fig_store.used) if site.fig_store is not None else []))
+        if during is not None:
+            during()
     return n_pages, sorted(rendered), n_reused, manifest, used_figs
 
 
@@ -370,10 +376,11 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
-        n_pages, rendered, reused, manifest, used_figs = _render_all(site, env, common, tmp, n_jobs, store,
-                                                                      glob)
+        # The downloads (every record as CSV and Parquet) are written by this process while the pool renders.
+        n_pages, rendered, reused, manifest, used_figs = _render_all(
+            site, env, common, tmp, n_jobs, store, glob,
+            during=lambda: write_downloads(loaded.entries, tmp / "downloads", frames))
         _copy_tree(resources.files("normbench.site") / "assets", tmp / "assets")
-        write_downloads(loaded.entries, tmp / "downloads", frames)
         from normbench.records.schema import json_schema
 
         (tmp / SCHEMA_FILE).write_text(json.dumps(json_schema(), indent=1) + "\n", encoding="utf-8")
