@@ -121,3 +121,29 @@ def test_a_newer_copy_in_another_file_replaces_the_record_everywhere_it_is_shown
     assert "extra.json" in _text("rejected.html", after["rejected.html"])
     build_site(results, demo / "cold", docs=docs, jobs=1, cache=False)
     assert _files(demo / "cold") == after
+
+
+def test_reading_through_the_cache_and_processes_reads_the_same_records(demo):
+    """The read cache (``results.readcache``) judged in forked processes and read back (one entry damaged: judged
+    again) gives what a plain read gives: the same records, rejections and superseded copies, in the same order."""
+    from normbench.results.counted import records_that_count
+    from normbench.results.readcache import ReadCache
+
+    results = demo / "results"
+    sup.write_hostile(results / "hostile")
+    (results / "kernel" / "broken.json").write_text("{not json")
+
+    def seen(c):
+        return ([(e.path, e.index, json.dumps(e.rec, sort_keys=True)) for e in c.entries],
+                [(r.path, r.index, r.label, r.problems) for r in c.rejected],
+                [(a.path, a.index, b.path, b.index) for a, b in c.superseded], c.files)
+
+    want = seen(records_that_count(results))
+    cache = ReadCache(demo / "rc")
+    assert seen(records_that_count(results, cache=cache, jobs=2)) == want   # judged (in processes), then cached
+    assert cache.misses > 0 and cache.hits == 0
+    entries = sorted((demo / "rc").iterdir())
+    entries[0].write_bytes(b"not a pickle")   # a damaged entry is judged again, never trusted
+    again = ReadCache(demo / "rc")
+    assert seen(records_that_count(results, cache=again, jobs=2)) == want
+    assert again.hits == len(entries) - 1

@@ -140,9 +140,10 @@ def _judge(path: Path, kind: str | None, judge: bool, raw: bytes, twin_raw: byte
     return items
 
 
-def _cached(path: Path, kind: str | None, judge: bool, cache) -> tuple:
+def _cached(path: Path, kind: str | None, judge: bool, cache, load: bool = True) -> tuple:
     """(digest, items or None, bytes, twin's bytes) of one record file: its items where it is unreadable (judged by
-    ``scan_file``, never cached) or in ``cache``; else None, to be judged."""
+    ``scan_file``, never cached) or in ``cache``; else None, to be judged. ``load=False``: the items are not read
+    from the cache yet (``...`` stands for them where the cache has an entry for the file)."""
     raw, twin_raw = _read(path)
     if raw is None:  # unreadable: judged by scan_file, never cached
         return "", [(s.index, s.record, s.problems, s.label, None, False) for s in scan_file(path, kind)], None, None
@@ -150,7 +151,9 @@ def _cached(path: Path, kind: str | None, judge: bool, cache) -> tuple:
 
     digest = file_digest(raw, twin_raw)
     if cache is not None and judge:
-        items = cache.get(digest, kind)
+        if not load and cache.has(digest, kind):
+            return digest, ..., raw, twin_raw
+        items = cache.get(digest, kind) if load else None
         if items is not None:
             return digest, items, None, None
     return digest, None, raw, twin_raw
@@ -169,31 +172,49 @@ def _judge_at(i: int) -> list:
 def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs: int) -> list[tuple[str, list]]:
     """(digest, items) of every path, in order: items are (index, record, problems, label, stale reason, legacy) in
     file order, from ``cache`` where it holds the file's bytes judged by this code (``readcache``); the others are
-    judged, in ``jobs`` forked processes where there are several
-    (parsing, validation and the stale judgement cost about a millisecond a record)."""
+    judged, in ``jobs`` forked processes where there are several (parsing, validation and the stale judgement cost
+    about a millisecond a record), while this process reads the cached ones."""
     global _TODO
     import multiprocessing
     import sys
 
     stale_cache: dict = {}
-    done = [_cached(path, kind, judge, cache) for path in paths]
+    done = [_cached(path, kind, judge, cache, load=False) for path in paths]
     todo = [i for i, d in enumerate(done) if d[1] is None]
     fork = ("fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
             and jobs > 1 and len(todo) > 1)
+    out: list = [None] * len(done)
+
+    def load_cached() -> None:
+        for i, d in enumerate(done):
+            if d[1] is ...:
+                items = cache.get(d[0], kind)
+                out[i] = (d[0], items) if items is not None else None   # unreadable entry: judged below
+            elif d[1] is not None:
+                out[i] = (d[0], d[1])
+
     if fork:
         _TODO = [(paths[i], kind, judge, done[i][2], done[i][3]) for i in todo]
         try:
             with multiprocessing.get_context("fork").Pool(min(jobs, len(todo))) as pool:
-                judged = pool.map(_judge_at, range(len(todo)), chunksize=1)
+                pending = pool.map_async(_judge_at, range(len(todo)), chunksize=1)
+                load_cached()   # the workers are forked: this process is free meanwhile
+                judged = dict(zip(todo, pending.get()))
         finally:
             _TODO = None
     else:
-        judged = [_judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache) for i in todo]
-    out = [(d[0], d[1]) for d in done]
-    for i, items in zip(todo, judged):
-        out[i] = (out[i][0], items)
+        load_cached()
+        judged = {i: _judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache) for i in todo}
+    for i in range(len(done)):
+        if i in judged:
+            items = judged[i]
+        elif out[i] is None:   # in the cache's directory but not readable there
+            items = _judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache)
+        else:
+            continue
+        out[i] = (done[i][0], items)
         if cache is not None and judge:
-            cache.put(out[i][0], kind, items)
+            cache.put(done[i][0], kind, items)
     return out
 
 

@@ -128,6 +128,10 @@ class PickleDir:
             return None
         return value if stored == (self.namespace, key) else None
 
+    def has(self, key) -> bool:
+        """Whether an entry for ``key`` is on disk (``get`` may still find it unreadable or another key's)."""
+        return self.dir is not None and (self.dir / self._name(key)).is_file()
+
     def put(self, key, value) -> None:
         if self.dir is None:
             return
@@ -176,6 +180,12 @@ class ReadCache(PickleDir):
         else:
             self.hits += 1
         return value
+
+    def has(self, digest: str, kind: str | None) -> bool:
+        found = super().has((digest, kind))
+        if not found:
+            self.misses += 1
+        return found
 
     def put(self, digest: str, kind: str | None, items) -> None:
         super().put((digest, kind), items)

@@ -212,6 +212,7 @@ class Site:
             self.by_norm_hw.setdefault((r["norm"], r["hardware"]), []).append(r)
         self.kernel_hws = sorted(self.by_hw)
         self._wfig: dict[tuple, tuple[list, int]] = {}
+        self._inline: dict[str, bool] = {}
         self._wplan: dict[tuple, list] = {}
 
     # --- rows ----------------------------------------------------------------------------------------------------
@@ -464,10 +465,11 @@ class Site:
     def norm_inline(self, name: str) -> bool:
         """Whether a norm's page draws its figures itself (few points in all); else each device's figure page holds
         them, drawn in the browser from their spec (a deep page: its records table is the no-JavaScript view)."""
-        rows = self.by_norm.get(name, [])
-        up = "../"
-        return sum(self._width_points(name, hw, [r for r in rows if r["hardware"] == hw], up)
-                   for hw in sorted({r["hardware"] for r in rows})) <= INLINE_POINTS
+        if name not in self._inline:   # asked by each of the norm's jobs: counted once per process
+            rows = self.by_norm.get(name, [])
+            self._inline[name] = sum(self._width_points(name, hw, [r for r in rows if r["hardware"] == hw], "../")
+                                     for hw in sorted({r["hardware"] for r in rows})) <= INLINE_POINTS
+        return self._inline[name]
 
     # --- pages ---------------------------------------------------------------------------------------------------
 
