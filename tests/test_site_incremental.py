@@ -13,6 +13,7 @@ import test_site_support as sup
 
 from normbench.records.store import atomic_write_bytes, dump_compact, read_record_file
 from normbench.site import build_site, tables
+from normbench.site.pages import download_stem
 
 TIME = re.compile(rb" on \d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
@@ -76,15 +77,18 @@ def test_a_rebuild_renders_exactly_the_pages_that_show_the_changed_record(demo):
     key = rec["id"].replace(":", "_")
     shows = {rel for rel, data in after.items() if key in _text(rel, data) or rec["id"] in _text(rel, data)}
     # Every changed file shows the record (a record page's data file holds its records' config and metrics by
-    # position; the Parquet download, binary, holds every record)...
+    # position; its device's Parquet download, binary, holds it)...
     shows |= {rel[:-5] + ".js" for rel in shows if rel.startswith("records/") and rel.endswith(".html")}
-    assert changed - {"index.html", "downloads/records.parquet"} <= shows, sorted(changed - shows)
+    hw = rec["provenance"]["hardware_id"]
+    part = download_stem(hw)
+    assert changed - {"index.html", part + ".parquet"} <= shows, sorted(changed - shows)
     # ... the files showing it in full changed: its record page's data and JSON, its norm's per-device table (the
     # norm's every-record table loads the same file), the downloads.
     page = next(rel for rel in shows if rel.startswith("records/") and rel.endswith(".html"))
-    hw = rec["provenance"]["hardware_id"]
-    for must in (page[:-5] + ".js", page[:-5] + ".json.gz", "downloads/records.csv.gz", "downloads/records.parquet"):
+    for must in (page[:-5] + ".js", page[:-5] + ".json.gz", part + ".csv.gz", part + ".parquet"):
         assert must in changed, must
+    # ... and the other devices' downloads did not (one file pair per device).
+    assert not {rel for rel in changed if rel.startswith("downloads/") and not rel.startswith(part)}
     assert [rel for rel in changed if rel.startswith("data/knd-rmsnorm-cpu-test")], hw
     # ... and exactly the pages that changed were rendered (a record page with its data file and JSON, which hold its
     # records' numbers; its HTML holds anchors, flags and commands); every other page came from the cache.

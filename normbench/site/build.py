@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import gzip
 import json
 import os
 import shutil
@@ -87,86 +86,6 @@ def _copy_tree(src, dest: Path) -> None:
             _copy_tree(item, dest / item.name)
         else:
             (dest / item.name).write_bytes(item.read_bytes())
-
-
-def record_frame(entries):
-    """One row per record, config and metrics flattened (``config.*``, ``metrics.*``), for the downloads."""
-    import pandas as pd
-
-    rows = []
-    for e in entries:
-        rec = e.rec
-        row = {"id": rec["id"], "kind": rec["kind"], "norm": rec["norm"]["name"],
-               "hardware_id": rec["provenance"]["hardware_id"], "timestamp": rec["provenance"].get("timestamp"),
-               "schema_version": rec.get("schema_version"), "impl_hash": rec.get("impl_hash"),
-               "flags": ",".join(map(str, rec.get("flags") or [])),
-               "check": (rec.get("check") or {}).get("status") if isinstance(rec.get("check"), dict) else None,
-               "file": e.path}
-        for part in ("config", "metrics"):
-            for k, v in rec[part].items():
-                if k == "curve":
-                    continue
-                # Scalars stay typed; anything nested is kept as its JSON text so every column has one type.
-                row[f"{part}.{k}"] = v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(
-                    v, sort_keys=True, default=str)
-        rows.append(row)
-    return _fix_mixed(pd.DataFrame.from_records(rows))
-
-
-def _fix_mixed(df):
-    for col in df.columns:
-        if df[col].dtype != object:
-            continue
-        # A column mixing numbers and text (a hostile or plugin record) is text in Parquet.
-        kinds = {type(v) for v in df[col] if v is not None and v == v}
-        if len(kinds) > 1 and not kinds <= {int, float}:
-            df[col] = df[col].map(lambda v: None if v is None or v != v else str(v))
-    return df
-
-
-def write_downloads(entries, dest: Path, store=None) -> None:
-    """All records as gzip-compressed CSV and Parquet (each record's full JSON is in
-    records/<norm>--<device>.json.gz). Built per record page (``store``: each page's part kept by its records'
-    print, so an incremental build redoes only the changed pages' parts): the CSV is one gzip member per page
-    after the header (a multi-member gzip file, which gzip, pandas and every reader read as one), the Parquet the
-    pages' rows together."""
-    import pandas as pd
-
-    from normbench.site.incremental import _h, entry_print
-    from normbench.site.records import pages_of
-
-    dest.mkdir(parents=True, exist_ok=True)
-    parts = []
-    for _page, es in pages_of(entries).items():
-        key = "frame:" + _h(*(entry_print(e) for e in es))
-        df = store.get(key) if store is not None else None
-        if df is None:
-            df = record_frame(es)
-            if store is not None:
-                store.put(key, df)
-        parts.append((key, df))
-    if not parts:
-        df = record_frame([])
-        df.to_csv(dest / "records.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
-        df.to_parquet(dest / "records.parquet", index=False)
-        return
-    cols = list(dict.fromkeys(c for _, df in parts for c in df.columns))
-    ckey = _h(*cols)
-    # gzip-compressed (pandas, R, DuckDB and Polars read it as is): the plain CSV of 100k records is ~100 MB, a
-    # size GitHub refuses in a push.
-    chunks = [gzip.compress(pd.DataFrame(columns=cols).to_csv(index=False).encode("utf-8"), mtime=0)]
-    for key, df in parts:
-        k = f"csv:{key}:{ckey}"
-        chunk = store.get(k) if store is not None else None
-        if chunk is None:
-            chunk = gzip.compress(df.reindex(columns=cols).to_csv(index=False, header=False).encode("utf-8"),
-                                  mtime=0)
-            if store is not None:
-                store.put(k, chunk)
-        chunks.append(chunk)
-    (dest / "records.csv.gz").write_bytes(b"".join(chunks))
-    whole = pd.concat([df.reindex(columns=cols) for _, df in parts], ignore_index=True)
-    _fix_mixed(whole).to_parquet(dest / "records.parquet", index=False)
 
 
 def _version() -> str:
@@ -278,12 +197,11 @@ def _can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
 
 
-def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str = "", during=None) -> tuple:
+def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str = "") -> tuple:
     """Every page, in ``n_jobs`` processes (forked, so they share the loaded records); the pages and data files are
     the same bytes whatever the number (each job depends on the site's data alone; tests compare). With ``cache``,
     a job whose digest is there is linked from it instead (``incremental``). (pages, rendered paths, reused pages,
-    the manifest of this build's jobs). ``during``: work for this process while the pool renders (called once,
-    in every case)."""
+    the manifest of this build's jobs)."""
     global _WORK
     jobs = site.jobs()
     manifest: dict[str, list] = {}
@@ -310,10 +228,7 @@ def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str
         _WORK = (site, env, common, tmp, jobs, cache, glob)
         try:
             with multiprocessing.get_context("fork").Pool(min(n_jobs, len(jobs))) as pool:
-                results = pool.imap_unordered(_work, order, chunksize=4)
-                if during is not None:   # the workers are forked: this process is free meanwhile
-                    during()
-                for res in results:
+                for res in pool.imap_unordered(_work, order, chunksize=4):
                     take(res)
         finally:
             _WORK = None
@@ -321,8 +236,6 @@ def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str
         for job in jobs:
             take((*_write_pages(site, env, common, tmp, job, cache, glob),
                   sorted(site.fig_store.used) if site.fig_store is not None else []))
-        if during is not None:
-            during()
     return n_pages, sorted(rendered), n_reused, manifest, used_figs
 
 
@@ -369,17 +282,12 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
                           common["chart_scripts"], common["chart_styles"], tables.INLINE_MAX, tables.PREVIEW,
                           tables.DEEP_PREVIEW, tables.PAGE_ROWS, pages.INLINE_POINTS, pages.COMPARE_POINTS,
                           records.PAGE_RECORDS)
-    frames = None
     if store is not None:
         site.fig_store = PickleDir(store.figures, store.key)
-        frames = PickleDir(store.frames, store.key)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
-        # The downloads (every record as CSV and Parquet) are written by this process while the pool renders.
-        n_pages, rendered, reused, manifest, used_figs = _render_all(
-            site, env, common, tmp, n_jobs, store, glob,
-            during=lambda: write_downloads(loaded.entries, tmp / "downloads", frames))
+        n_pages, rendered, reused, manifest, used_figs = _render_all(site, env, common, tmp, n_jobs, store, glob)
         _copy_tree(resources.files("normbench.site") / "assets", tmp / "assets")
         from normbench.records.schema import json_schema
 
@@ -401,7 +309,6 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     if store is not None:
         store.finish(manifest)
         site.fig_store.prune(used_figs)
-        frames.prune(frames.used)
     kinds = [e.kind for e in loaded.entries]
     return BuildReport(out, n_pages, len(loaded.entries), kinds.count("kernel"), kinds.count("accuracy"),
                        loaded.files, loaded.rejected, len(loaded.superseded), rendered, reused)

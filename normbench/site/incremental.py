@@ -23,8 +23,8 @@ cross-file facts (id deduplication picks the records; anchors and page buckets a
 
 Layout of the cache directory (default ``.<out>.cache`` beside the output; ``--cache DIR``; ``--no-cache``):
 ``records/`` (judged record files, ``results.readcache``), ``blobs/`` (each file once, by SHA-256, hard-linked into
-the site and read-only), ``figures/`` (drawn figures by the hash of their inputs), ``frames/`` (the downloads'
-per-page parts) and ``manifest.json`` (digest -> files, for the last build). Deleting it is always safe.
+the site and read-only), ``figures/`` (drawn figures by the hash of their inputs) and ``manifest.json`` (digest ->
+files, for the last build). Deleting it is always safe.
 """
 
 from __future__ import annotations
@@ -165,6 +165,8 @@ def input_digest(site, job: tuple) -> str | None:
     if what == "record_page":
         entries = site._record_groups()[job[1]]
         return _h("record_page", job[1], *(entry_print(e) for e in entries))
+    if what == "download_part":
+        return _h("download_part", job[1], *(entry_print(e) for e in site.hw_records(job[1])))
     if what == "norm_device":
         name, hw = job[1], job[2]
         rows = site.by_norm_hw.get((name, hw), [])
@@ -210,7 +212,8 @@ class SiteCache:
         except (OSError, ValueError, AttributeError):
             self.manifest = {}
         self.figures = self.dir / "figures"
-        self.frames = self.dir / "frames"
+        # Before the downloads were one pair of files per device (a job like the pages), their parts were kept here.
+        shutil.rmtree(self.dir / "frames", ignore_errors=True)
 
     def digest(self, globals_: str, job: tuple, data: str) -> str:
         return _h(self.key, globals_, repr(job), data)

@@ -82,6 +82,11 @@ def norm_compare_file(name: str) -> str:
     return norm_file(name)[:-len(".html")] + "--devices.html"
 
 
+def download_stem(hw: str) -> str:
+    """A device's download files, without their suffix (``.csv.gz``, ``.parquet``), relative to the site root."""
+    return f"downloads/{slug(hw)}"
+
+
 def norm_device_file(name: str, hw: str) -> str:
     """The figures of a norm on one device, beside the norm's page (same depth, so figures are shared)."""
     return norm_file(name)[:-len(".html")] + f"--{slug(hw)}.html"
@@ -1110,9 +1115,29 @@ class Site:
                     crumbs=[("methodology.html", "Methodology")],
                     ctx=dict(html=markdown.render(text, heading_offset=1) if text is not None else None, key=key))
 
+    def hw_records(self, hw: str) -> list[Entry]:
+        """A device's records in record-page order (its download files' rows)."""
+        if not hasattr(self, "_hw_records"):
+            self._hw_records: dict[str, list[Entry]] = {}
+            for es in self._record_groups().values():
+                for e in es:
+                    self._hw_records.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
+        return self._hw_records.get(hw, [])
+
+    def download_part(self, hw: str):
+        """A device's records as gzip-compressed CSV and Parquet (``downloads.part_files``); no page."""
+        from normbench.site.downloads import part_files
+
+        csv, parquet = part_files(self.hw_records(hw))
+        stem = download_stem(hw)
+        self.extra_files[f"{stem}.csv.gz"] = csv
+        self.extra_files[f"{stem}.parquet"] = parquet
+        return iter(())
+
     def downloads_page(self) -> Page:
+        parts = [(hw, self.hw_name(hw), download_stem(hw), len(self.hw_records(hw))) for hw in sorted(self.hw_entries)]
         return Page("downloads.html", "downloads.html", "Downloads", ctx=dict(
-            n=len(self.loaded.entries), n_kernel=len(self.kernels), n_acc=len(self.acc_rows)))
+            n=len(self.loaded.entries), n_kernel=len(self.kernels), n_acc=len(self.acc_rows), parts=parts))
 
     def rejected_page(self) -> Page:
         return Page("rejected.html", "rejected.html", "Rejected records", active="rejected.html", ctx=dict(
@@ -1134,6 +1159,7 @@ class Site:
         jobs += [("claims_page",), ("methodology_page",)]
         jobs += [("doc_page", *d) for d in DOCS]
         jobs += [("downloads_page",), ("rejected_page",)]
+        jobs += [("download_part", hw) for hw in sorted(self.hw_entries)]
         jobs += [("record_page", path) for path in self._record_groups()]
         return jobs
 
@@ -1152,6 +1178,8 @@ class Site:
             yield self.cell_page(args[0], dict(self._acc_tables())[args[0]])
         elif what == "record_page":
             yield self.record_page(args[0], self._record_groups()[args[0]])
+        elif what == "download_part":
+            yield from self.download_part(args[0])
         else:
             yield getattr(self, what)(*args)
 
