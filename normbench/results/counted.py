@@ -164,9 +164,9 @@ _TODO: list | None = None
 _STALE: dict = {}
 
 
-def _judge_at(i: int) -> list:
+def _judge_at(i: int) -> tuple[list, dict]:
     path, kind, judge, raw, twin_raw = _TODO[i]
-    return _judge(path, kind, judge, raw, twin_raw, _STALE)
+    return _judge(path, kind, judge, raw, twin_raw, _STALE), _STALE
 
 
 def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs: int) -> list[tuple[str, list]]:
@@ -174,11 +174,13 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
     file order, from ``cache`` where it holds the file's bytes judged by this code (``readcache``); the others are
     judged, in ``jobs`` forked processes where there are several (parsing, validation and the stale judgement cost
     about a millisecond a record), while this process reads the cached ones."""
-    global _TODO
+    global _TODO, _STALE
     import multiprocessing
     import sys
 
-    stale_cache: dict = {}
+    keep = cache is not None and judge and hasattr(cache, "hashes")
+    stale_cache: dict = cache.hashes() if keep else {}
+    known = len(stale_cache)
     done = [_cached(path, kind, judge, cache, load=False) for path in paths]
     todo = [i for i, d in enumerate(done) if d[1] is None]
     fork = ("fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
@@ -194,14 +196,17 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
                 out[i] = (d[0], d[1])
 
     if fork:
-        _TODO = [(paths[i], kind, judge, done[i][2], done[i][3]) for i in todo]
+        _TODO, _STALE = [(paths[i], kind, judge, done[i][2], done[i][3]) for i in todo], stale_cache
         try:
             with multiprocessing.get_context("fork").Pool(min(jobs, len(todo))) as pool:
                 pending = pool.map_async(_judge_at, range(len(todo)), chunksize=1)
                 load_cached()   # the workers are forked: this process is free meanwhile
-                judged = dict(zip(todo, pending.get()))
+                judged = {}
+                for i, (items, hashes) in zip(todo, pending.get()):
+                    judged[i] = items
+                    stale_cache.update(hashes)
         finally:
-            _TODO = None
+            _TODO, _STALE = None, {}
     else:
         load_cached()
         judged = {i: _judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache) for i in todo}
@@ -215,6 +220,8 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
         out[i] = (done[i][0], items)
         if cache is not None and judge:
             cache.put(done[i][0], kind, items)
+    if keep and len(stale_cache) != known:
+        cache.keep_hashes(stale_cache)
     return out
 
 

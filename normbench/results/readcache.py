@@ -181,6 +181,16 @@ class ReadCache(PickleDir):
             self.hits += 1
         return value
 
+    def hashes(self) -> dict:
+        """The stale judgement's hashes of today's code (``staleness.stale_reason``'s cache: implementation and model
+        hashes by norm, backend and library versions), as the last build left them: a function of the judging code
+        alone, which this cache's namespace is. A rebuild then judges changed files without importing the norms."""
+        value = PickleDir.get(self, ("stale judgement hashes",))
+        return dict(value) if isinstance(value, dict) else {}
+
+    def keep_hashes(self, hashes: dict) -> None:
+        PickleDir.put(self, ("stale judgement hashes",), dict(hashes))
+
     def has(self, digest: str, kind: str | None) -> bool:
         found = super().has((digest, kind))
         if not found:
