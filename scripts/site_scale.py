@@ -1,6 +1,8 @@
 """Measure the site build at scale: synthetic v2 kernel records (copies of committed ones, varied) in a temp dir.
 
     python scripts/site_scale.py 10000 100000        # builds each, prints build time and the largest files
+    python scripts/site_scale.py 10000 --dir /tmp/nbs --only cold --jobs 1 --profile /tmp/nbs/prof
+    python scripts/site_scale.py 10000 --dir /tmp/nbs --only rebuild --jobs 1 --profile /tmp/nbs/prof
 
 Each synthetic record copies a committed kernel record of the same norm and varies device, backend, dtype, pass and
 hidden size; time, GB/s and percent of ceiling are recomputed so every record is valid (a measurement of the build,
@@ -94,38 +96,74 @@ def change_device(results: Path, hwid: str) -> int:
     return n
 
 
-def measure(n: int, keep: bool = False) -> dict:
+def _sizes(site: Path) -> dict:
+    html = sorted((p.stat().st_size, p) for p in site.rglob("*.html"))
+    data = sorted((p.stat().st_size, p) for p in site.rglob("*.js") if "data" in p.parts)
+    files = sorted((p.stat().st_size, p) for p in site.rglob("*") if p.is_file())
+    return {"largest_page": (html[-1][1].relative_to(site).as_posix(), html[-1][0]),
+            "largest_data": (data[-1][1].relative_to(site).as_posix(), data[-1][0]) if data else None,
+            "largest_file": (files[-1][1].relative_to(site).as_posix(), files[-1][0]),
+            "records_bytes": sum(size for size, p in files if "records" in p.relative_to(site).parts),
+            "total_bytes": sum(size for size, _ in files)}
+
+
+def _build(results: Path, site: Path, jobs: int | None, profile: Path | None):
+    """``build_site`` once (under cProfile into ``profile`` when given: the parent process only, so profile with
+    ``--jobs 1`` to see the pages' work); (report, wall seconds)."""
     from normbench.site import build_site
 
-    tmp = Path(tempfile.mkdtemp(prefix=f"nb-scale-{n}-"))
+    prof = None
+    if profile is not None:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t0 = time.perf_counter()
+    report = build_site(results, site, docs=REPO / "docs", jobs=jobs)
+    wall = time.perf_counter() - t0
+    if prof is not None:
+        prof.disable()
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        prof.dump_stats(profile)
+        import pstats
+
+        print(f"--- profile {profile} (top 30 by cumulative time)", flush=True)
+        pstats.Stats(str(profile)).sort_stats("cumulative").print_stats(30)
+    return report, wall
+
+
+def measure(n: int, keep: bool = False, work: Path | None = None, only: str = "all", jobs: int | None = None,
+            profile: str | None = None) -> dict:
+    """Build ``n`` synthetic records cold (cache emptied first), then change one device's records and rebuild.
+    ``work``: a directory kept between invocations (records written once into ``work/<n>/results``; the site and
+    its cache in ``work/<n>``), so ``only="rebuild"`` can time (and profile) a rebuild alone."""
+    tmp = Path(work) / str(n) if work is not None else Path(tempfile.mkdtemp(prefix=f"nb-scale-{n}-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    results, site = tmp / "results", tmp / "site"
+    cache = site.parent / f".{site.name}.cache"
+    res: dict = {"write_s": None, "build_s": None, "incr_s": None}
     try:
-        recs = synthetic(n)
-        recs += [r for _, r in iter_records(REPO / "results") if r["kind"] == "accuracy"]
-        t0 = time.perf_counter()
-        write_records(recs, tmp / "results")
-        t_write = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        report = build_site(tmp / "results", tmp / "site", docs=REPO / "docs")
-        t_build = time.perf_counter() - t0
-        # One device re-measured: every record of the first synthetic device gets another peak memory.
-        n_changed = change_device(tmp / "results", "gpu-synthetic-0")
-        t0 = time.perf_counter()
-        again = build_site(tmp / "results", tmp / "site", docs=REPO / "docs")
-        t_incr = time.perf_counter() - t0
-        html = sorted((p.stat().st_size, p) for p in (tmp / "site").rglob("*.html"))
-        data = sorted((p.stat().st_size, p) for p in (tmp / "site").rglob("*.js") if "data" in p.parts)
-        files = sorted((p.stat().st_size, p) for p in (tmp / "site").rglob("*") if p.is_file())
-        total = sum(size for size, _ in files)
-        res = {"records": report.records, "pages": report.pages, "build_s": t_build, "write_s": t_write,
-               "incr_s": t_incr, "incr_rendered": len(again.rendered or ()), "incr_changed": n_changed,
-               "largest_page": (html[-1][1].relative_to(tmp / "site").as_posix(), html[-1][0]),
-               "largest_data": (data[-1][1].relative_to(tmp / "site").as_posix(), data[-1][0]) if data else None,
-               "largest_file": (files[-1][1].relative_to(tmp / "site").as_posix(), files[-1][0]),
-               "records_bytes": sum(size for size, p in files if "records" in p.relative_to(tmp / "site").parts),
-               "total_bytes": total}
+        if not results.is_dir():
+            recs = synthetic(n)
+            recs += [r for _, r in iter_records(REPO / "results") if r["kind"] == "accuracy"]
+            t0 = time.perf_counter()
+            write_records(recs, results)
+            res["write_s"] = time.perf_counter() - t0
+        report = None
+        if only in ("all", "cold"):
+            shutil.rmtree(cache, ignore_errors=True)   # cold: nothing to reuse
+            report, res["build_s"] = _build(results, site, jobs,
+                                            Path(f"{profile}-{n}-cold.pstats") if profile else None)
+        if only in ("all", "rebuild"):
+            # One device re-measured: every record of the first synthetic device gets another peak memory.
+            res["incr_changed"] = change_device(results, "gpu-synthetic-0")
+            report, res["incr_s"] = _build(results, site, jobs,
+                                           Path(f"{profile}-{n}-rebuild.pstats") if profile else None)
+            res["incr_rendered"] = len(report.rendered or ())
+        res.update(records=report.records, pages=report.pages, **_sizes(site))
         return res
     finally:
-        if keep:
+        if keep or work is not None:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -135,18 +173,34 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000])
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (to look at the sites)")
+    ap.add_argument("--dir", type=Path, default=None,
+                    help="work in DIR/<size> and keep it: the records are written once, so later invocations time "
+                         "(and profile) the builds alone")
+    ap.add_argument("--only", choices=("all", "cold", "rebuild"), default="all",
+                    help="cold: a build with an empty cache; rebuild: change one device's records and rebuild "
+                         "(needs an earlier build in --dir); all: both (default)")
+    ap.add_argument("--jobs", type=int, default=None, help="processes to render pages in (default: the CPUs)")
+    ap.add_argument("--profile", default=None, metavar="PREFIX",
+                    help="cProfile each build into PREFIX-<size>-<cold|rebuild>.pstats (the parent process only: "
+                         "use --jobs 1 to profile the pages too)")
     args = ap.parse_args()
     for n in args.sizes:
-        r = measure(n, args.keep)
+        r = measure(n, args.keep, args.dir, args.only, args.jobs, args.profile)
         lp, ld = r["largest_page"], r["largest_data"]
-        print(f"{n} synthetic kernel records (+ committed accuracy): {r['records']} records, {r['pages']} pages, "
-              f"build {r['build_s']:.1f} s (writing the records {r['write_s']:.1f} s); rebuild after one device's "
-              f"{r['incr_changed']} records changed {r['incr_s']:.1f} s ({r['incr_rendered']} pages rendered); "
-              f"largest page {lp[0]} "
-              f"{lp[1] / 1e6:.2f} MB" + (f"; largest data file {ld[0]} {ld[1] / 1e6:.2f} MB" if ld else "")
-              + f"; largest file {r['largest_file'][0]} {r['largest_file'][1] / 1e6:.2f} MB"
-              + f"; site {r['total_bytes'] / 1e6:.0f} MB (record pages and JSON {r['records_bytes'] / 1e6:.0f} MB)",
-              flush=True)
+        parts = [f"{n} synthetic kernel records (+ committed accuracy): {r['records']} records, {r['pages']} pages"]
+        if r["write_s"] is not None:
+            parts.append(f"writing the records {r['write_s']:.1f} s")
+        if r["build_s"] is not None:
+            parts.append(f"cold build {r['build_s']:.1f} s")
+        if r["incr_s"] is not None:
+            parts.append(f"rebuild after one device's {r['incr_changed']} records changed {r['incr_s']:.1f} s "
+                         f"({r['incr_rendered']} pages rendered)")
+        parts.append(f"largest page {lp[0]} {lp[1] / 1e6:.2f} MB"
+                     + (f"; largest data file {ld[0]} {ld[1] / 1e6:.2f} MB" if ld else "")
+                     + f"; largest file {r['largest_file'][0]} {r['largest_file'][1] / 1e6:.2f} MB"
+                     + f"; site {r['total_bytes'] / 1e6:.0f} MB (record pages and JSON "
+                     + f"{r['records_bytes'] / 1e6:.0f} MB)")
+        print("; ".join(parts), flush=True)
     return 0
 
 

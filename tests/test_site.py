@@ -220,8 +220,12 @@ def test_build_writes_every_page_and_each_row_links_to_its_record(demo_site):
     for name in ("index.html", "kernels.html", "devices.html", "accuracy.html", "claims.html", "norms.html",
                  "softmax.html", "methodology.html", "methodology/measurement.html", "downloads.html",
                  "rejected.html", "norms/layernorm.html", "norms/groupnorm.html", "assets/site.js", "assets/site.css",
-                 "normbench-record.schema.json", "downloads/records.csv.gz", "downloads/records.parquet"):
+                 "normbench-record.schema.json"):
         assert (site / name).is_file(), name
+    # The downloads: a CSV and a Parquet file per device.
+    hws = {r["provenance"]["hardware_id"] for r in sup.demo_records()}
+    assert len(list((site / "downloads").glob("*.csv.gz"))) == len(list((site / "downloads").glob("*.parquet"))) \
+        == len(hws) > 1
     # Every kernel record has a row, with a link to its page, in its norm's table.
     norms = "".join(_with_data(p) for p in (site / "norms").glob("*.html"))
     hrefs = set(re.findall(r'(?:href=)?"\.\./(records/[^"#]+\.html)#(k-[^"]+)"', norms))
@@ -316,9 +320,12 @@ def test_downloads_and_the_published_schema_hold_every_record(demo_site):
 
     root, report = demo_site
     site = root / "site"
-    csv = pd.read_csv(site / "downloads" / "records.csv.gz")
-    pq = pd.read_parquet(site / "downloads" / "records.parquet")
-    assert len(csv) == len(pq) == report.records
+    # One CSV and one Parquet file per device: together, every record once; each file one device's.
+    csvs = [pd.read_csv(p) for p in sorted((site / "downloads").glob("*.csv.gz"))]
+    pqs = [pd.read_parquet(p) for p in sorted((site / "downloads").glob("*.parquet"))]
+    assert all(df["hardware_id"].nunique() == 1 for df in csvs + pqs)
+    csv, pq = pd.concat(csvs, ignore_index=True), pd.concat(pqs, ignore_index=True)
+    assert len(csv) == len(pq) == report.records and csv["id"].is_unique
     published = [r for _, r in sup.published(site)]
     assert len(published) == report.records and set(pq["id"]) == {r["id"] for r in published}
     k = pq[pq["kind"] == "kernel"].set_index("id")

@@ -280,3 +280,44 @@ def test_no_data_is_an_explicit_figure():
     for chart in charts:
         fig = C.render(chart, "e", alt_text="nothing")
         assert ">no data</text>" in fig.svg
+
+
+def test_a_browser_drawn_figure_can_read_its_data_from_another_on_the_page():
+    """Issue #30: a device's GB/s and %-of-ceiling figures draw the same records; drawn in the browser, the second
+    names the first's data set (same name: Altair names a data set by the hash of its rows) instead of a copy."""
+    df = kernel_df()
+    a = C.render(C.kernel_width_chart(df, metric="gbps"), "fa", alt_text="a", static=False)
+    b = C.render(C.kernel_width_chart(df, metric="pct_ceiling"), "fb", alt_text="b", static=False, data_from="fa")
+    alone = C.render(C.kernel_width_chart(df, metric="pct_ceiling"), "fb", alt_text="b", static=False)
+    sa, sb, sc = (json.loads(f.spec) for f in (a, b, alone))
+    assert set(sb["datasets"]) == set(sa["datasets"]) == set(sc["datasets"])
+    assert all(v == "#fa" for v in sb["datasets"].values())
+    assert {k: sa["datasets"][k] for k in sb["datasets"]} == sc["datasets"]   # the same rows it would carry
+    assert len(b.html) < len(alone.html) / 2
+    with pytest.raises(ValueError):
+        C.render(C.kernel_width_chart(df), "fc", alt_text="c", static=True, data_from="fa")
+
+
+def test_the_width_spec_made_from_a_known_structure_is_altairs_own():
+    """``kernel_width_chart_spec`` builds a structure's spec with Altair once and gives later frames of the same
+    structure their own data set: the result must be exactly Altair's spec for those rows (key order included)."""
+    C._WIDTH_SPECS.clear()
+    base = kernel_df()
+    other = base.copy()
+    other["gbps"] = other["gbps"] * 1.7 + 3
+    other["pct_ceiling"] = other["pct_ceiling"] / 3
+    other["label"] = other["label"] + " (another device)"
+    other["url"] = [f"records/other{i}.html#x" for i in range(len(other))]
+    other["device"] = "gpu-2"
+    for metric in ("gbps", "pct_ceiling"):
+        for df in (base, other, other.iloc[::-1]):
+            want = C.kernel_width_chart(df, metric=metric, title="t · x").to_dict(validate=False)
+            got = C.kernel_width_chart_spec(df, metric=metric, title="t · x")
+            assert json.dumps(got) == json.dumps(want)
+    assert len(C._WIDTH_SPECS) == 2   # one per metric: the other frames reused it
+    # Another structure (fewer widths: other ticks) is built by Altair, not taken from the known one.
+    fewer = other[other["width"] != 256]
+    assert json.dumps(C.kernel_width_chart_spec(fewer, title="t · x")) == json.dumps(
+        C.kernel_width_chart(fewer, title="t · x").to_dict(validate=False))
+    assert json.dumps(C.kernel_width_chart_spec(base.iloc[0:0])) == json.dumps(
+        C.kernel_width_chart(base.iloc[0:0]).to_dict(validate=False))

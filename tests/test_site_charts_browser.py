@@ -68,7 +68,11 @@ def chart_page(tmp_path_factory):
     head = (f'<meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{site_csp()}">'
             + "".join(f'<link rel="stylesheet" href="{s}">' for s in C.STYLES)
             + "".join(f'<script defer src="{s}"></script>' for s in C.SCRIPTS))
-    body = "".join(f.html for f in figures.values())
+    # Two figures drawn only in the browser, the second reading the first's data (one copy in the page).
+    live = [C.render(C.kernel_width_chart(kernel, metric="gbps"), "kwa", alt_text="live a", static=False),
+            C.render(C.kernel_width_chart(kernel, metric="pct_ceiling"), "kwb", alt_text="live b", static=False,
+                     data_from="kwa")]
+    body = "".join(f.html for f in figures.values()) + "".join(f.html for f in live)
     page = out / "charts.html"
     page.write_text(f"<!doctype html><html lang=en><head>{head}<title>charts</title></head>"
                     f"<body><h1>charts</h1>{body}</body></html>", encoding="utf-8")
@@ -96,7 +100,7 @@ def test_charts_go_live_under_the_csp_with_points_tooltips_and_links(browser, ch
     try:
         page.add_init_script(CSP_LISTENER)
         page.goto(page_path.as_uri())
-        for fid in figures:
+        for fid in [*figures, "kwa", "kwb"]:
             try:
                 page.wait_for_selector(f"figure#{fid}.nb-interactive", timeout=15000, state="attached")
             except Exception as e:  # the console says why the view did not come up
@@ -108,6 +112,9 @@ def test_charts_go_live_under_the_csp_with_points_tooltips_and_links(browser, ch
         flagged = kernel["flags"] != ""
         assert page.locator("#kw .nb-live g.points_marks path").count() == int((~flagged).sum())
         assert page.locator("#kw .nb-live g.flagged_marks path").count() == int(flagged.sum())
+        # The % figure drew every point from the GB/s figure's data set.
+        assert page.locator("#kwb .nb-live g.points_marks path").count() == int((~flagged).sum())
+        assert page.locator("#kwb .nb-live g.flagged_marks path").count() == int(flagged.sum())
         acc = acc_df()
         assert page.locator("#acc .nb-live g.seeds_marks path").count() == int((~acc["diverged"]).sum())
         assert page.locator("#acc .nb-live g.diverged_marks path").count() == int(acc["diverged"].sum())

@@ -13,6 +13,7 @@ import test_site_support as sup
 
 from normbench.records.store import atomic_write_bytes, dump_compact, read_record_file
 from normbench.site import build_site, tables
+from normbench.site.pages import download_stem
 
 TIME = re.compile(rb" on \d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
@@ -76,15 +77,18 @@ def test_a_rebuild_renders_exactly_the_pages_that_show_the_changed_record(demo):
     key = rec["id"].replace(":", "_")
     shows = {rel for rel, data in after.items() if key in _text(rel, data) or rec["id"] in _text(rel, data)}
     # Every changed file shows the record (a record page's data file holds its records' config and metrics by
-    # position; the Parquet download, binary, holds every record)...
+    # position; its device's Parquet download, binary, holds it)...
     shows |= {rel[:-5] + ".js" for rel in shows if rel.startswith("records/") and rel.endswith(".html")}
-    assert changed - {"index.html", "downloads/records.parquet"} <= shows, sorted(changed - shows)
+    hw = rec["provenance"]["hardware_id"]
+    part = download_stem(hw)
+    assert changed - {"index.html", part + ".parquet"} <= shows, sorted(changed - shows)
     # ... the files showing it in full changed: its record page's data and JSON, its norm's per-device table (the
     # norm's every-record table loads the same file), the downloads.
     page = next(rel for rel in shows if rel.startswith("records/") and rel.endswith(".html"))
-    hw = rec["provenance"]["hardware_id"]
-    for must in (page[:-5] + ".js", page[:-5] + ".json.gz", "downloads/records.csv.gz", "downloads/records.parquet"):
+    for must in (page[:-5] + ".js", page[:-5] + ".json.gz", part + ".csv.gz", part + ".parquet"):
         assert must in changed, must
+    # ... and the other devices' downloads did not (one file pair per device).
+    assert not {rel for rel in changed if rel.startswith("downloads/") and not rel.startswith(part)}
     assert [rel for rel in changed if rel.startswith("data/knd-rmsnorm-cpu-test")], hw
     # ... and exactly the pages that changed were rendered (a record page with its data file and JSON, which hold its
     # records' numbers; its HTML holds anchors, flags and commands); every other page came from the cache.
@@ -121,3 +125,34 @@ def test_a_newer_copy_in_another_file_replaces_the_record_everywhere_it_is_shown
     assert "extra.json" in _text("rejected.html", after["rejected.html"])
     build_site(results, demo / "cold", docs=docs, jobs=1, cache=False)
     assert _files(demo / "cold") == after
+
+
+def test_reading_through_the_cache_and_processes_reads_the_same_records(demo):
+    """The read cache (``results.readcache``) judged in forked processes and read back (one entry damaged: judged
+    again) gives what a plain read gives: the same records, rejections and superseded copies, in the same order."""
+    from normbench.results.counted import records_that_count
+    from normbench.results.readcache import ReadCache
+
+    results = demo / "results"
+    sup.write_hostile(results / "hostile")
+    (results / "kernel" / "broken.json").write_text("{not json")
+
+    def seen(c):
+        return ([(e.path, e.index, json.dumps(e.rec, sort_keys=True)) for e in c.entries],
+                [(r.path, r.index, r.label, r.problems) for r in c.rejected],
+                [(a.path, a.index, b.path, b.index) for a, b in c.superseded], c.files)
+
+    want = seen(records_that_count(results))
+    cache = ReadCache(demo / "rc")
+    assert seen(records_that_count(results, cache=cache, jobs=2)) == want   # judged (in processes), then cached
+    assert cache.misses > 0 and cache.hits == 0
+    # Beside the judged files, the stale judgement's hashes of today's code (so a rebuild need not import the norms).
+    hashes = demo / "rc" / cache._name(("stale judgement hashes",))
+    assert hashes.is_file() and cache.hashes()
+    entries = sorted(p for p in (demo / "rc").iterdir() if p != hashes)
+    entries[0].write_bytes(b"not a pickle")   # a damaged entry is judged again, never trusted
+    again = ReadCache(demo / "rc")
+    assert seen(records_that_count(results, cache=again, jobs=2)) == want
+    assert again.hits == len(entries) - 1
+    hashes.write_bytes(b"not a pickle")   # damaged hashes are computed again
+    assert seen(records_that_count(results, cache=ReadCache(demo / "rc"), jobs=2)) == want

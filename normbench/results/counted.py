@@ -98,7 +98,8 @@ def newest_per_id(entries: list[Entry]) -> tuple[list[Entry], list[tuple[Entry, 
 
 def one_per_id(records) -> list[dict]:
     """``newest_per_id`` over plain records (in the order given, as if read in that order)."""
-    kept, _ = newest_per_id([Entry(r, Path(), i) for i, r in enumerate(records)])
+    here = Path()
+    kept, _ = newest_per_id([Entry(r, here, i) for i, r in enumerate(records)])
     return [e.rec for e in kept]
 
 
@@ -107,11 +108,8 @@ def is_legacy(rec: dict) -> bool:
     return rec.get("kind") == "kernel" and rec.get("check") is None
 
 
-def _judged_file(path: Path, kind: str | None, judge: bool, cache, stale_cache: dict) -> tuple[str, list]:
-    """(digest, items) of one record file: items are (index, record, problems, label, stale reason, legacy) in file
-    order, from ``cache`` when it holds this file's bytes judged by this code (``readcache``)."""
-    from normbench.results.staleness import stale_flag_reason
-
+def _read(path: Path) -> tuple[bytes | None, bytes | None]:
+    """A record file's bytes and its compact twin's (None: unreadable, or no twin)."""
     try:
         raw = path.read_bytes()
     except OSError:
@@ -123,15 +121,13 @@ def _judged_file(path: Path, kind: str | None, judge: bool, cache, stale_cache: 
             twin_raw = twin.read_bytes()
         except OSError:
             twin_raw = None
-    if raw is None:  # unreadable: judged by scan_file, never cached
-        return "", [(s.index, s.record, s.problems, s.label, None, False) for s in scan_file(path, kind)]
-    from normbench.results.readcache import file_digest
+    return raw, twin_raw
 
-    digest = file_digest(raw, twin_raw)
-    if cache is not None and judge:
-        items = cache.get(digest, kind)
-        if items is not None:
-            return digest, items
+
+def _judge(path: Path, kind: str | None, judge: bool, raw: bytes, twin_raw: bytes | None, stale_cache: dict) -> list:
+    """The items of one readable record file: (index, record, problems, label, stale reason, legacy) in file order."""
+    from normbench.results.staleness import stale_flag_reason
+
     items = []
     for s in scan_file(path, kind, raw=raw, twin_raw=twin_raw):
         if s.problems:
@@ -141,18 +137,102 @@ def _judged_file(path: Path, kind: str | None, judge: bool, cache, stale_cache: 
         why = stale_flag_reason(rec, stale_cache) if judge else None
         legacy = judge and is_legacy(rec)
         items.append((s.index, rec, [], None, why, legacy))
+    return items
+
+
+def _cached(path: Path, kind: str | None, judge: bool, cache, load: bool = True) -> tuple:
+    """(digest, items or None, bytes, twin's bytes) of one record file: its items where it is unreadable (judged by
+    ``scan_file``, never cached) or in ``cache``; else None, to be judged. ``load=False``: the items are not read
+    from the cache yet (``...`` stands for them where the cache has an entry for the file)."""
+    raw, twin_raw = _read(path)
+    if raw is None:  # unreadable: judged by scan_file, never cached
+        return "", [(s.index, s.record, s.problems, s.label, None, False) for s in scan_file(path, kind)], None, None
+    from normbench.results.readcache import file_digest
+
+    digest = file_digest(raw, twin_raw)
     if cache is not None and judge:
-        cache.put(digest, kind, items)
-    return digest, items
+        if not load and cache.has(digest, kind):
+            return digest, ..., raw, twin_raw
+        items = cache.get(digest, kind) if load else None
+        if items is not None:
+            return digest, items, None, None
+    return digest, None, raw, twin_raw
+
+
+# A forked judging process finds its files here (set just before the fork) and keeps its own stale cache.
+_TODO: list | None = None
+_STALE: dict = {}
+
+
+def _judge_at(i: int) -> tuple[list, dict]:
+    path, kind, judge, raw, twin_raw = _TODO[i]
+    return _judge(path, kind, judge, raw, twin_raw, _STALE), _STALE
+
+
+def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs: int) -> list[tuple[str, list]]:
+    """(digest, items) of every path, in order: items are (index, record, problems, label, stale reason, legacy) in
+    file order, from ``cache`` where it holds the file's bytes judged by this code (``readcache``); the others are
+    judged, in ``jobs`` forked processes where there are several (parsing, validation and the stale judgement cost
+    about a millisecond a record), while this process reads the cached ones."""
+    global _TODO, _STALE
+    import multiprocessing
+    import sys
+
+    keep = cache is not None and judge and hasattr(cache, "hashes")
+    stale_cache: dict = cache.hashes() if keep else {}
+    known = len(stale_cache)
+    done = [_cached(path, kind, judge, cache, load=False) for path in paths]
+    todo = [i for i, d in enumerate(done) if d[1] is None]
+    fork = ("fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
+            and jobs > 1 and len(todo) > 1)
+    out: list = [None] * len(done)
+
+    def load_cached() -> None:
+        for i, d in enumerate(done):
+            if d[1] is ...:
+                items = cache.get(d[0], kind)
+                out[i] = (d[0], items) if items is not None else None   # unreadable entry: judged below
+            elif d[1] is not None:
+                out[i] = (d[0], d[1])
+
+    if fork:
+        _TODO, _STALE = [(paths[i], kind, judge, done[i][2], done[i][3]) for i in todo], stale_cache
+        try:
+            with multiprocessing.get_context("fork").Pool(min(jobs, len(todo))) as pool:
+                pending = pool.map_async(_judge_at, range(len(todo)), chunksize=1)
+                load_cached()   # the workers are forked: this process is free meanwhile
+                judged = {}
+                for i, (items, hashes) in zip(todo, pending.get()):
+                    judged[i] = items
+                    stale_cache.update(hashes)
+        finally:
+            _TODO, _STALE = None, {}
+    else:
+        load_cached()
+        judged = {i: _judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache) for i in todo}
+    for i in range(len(done)):
+        if i in judged:
+            items = judged[i]
+        elif out[i] is None:   # in the cache's directory but not readable there
+            items = _judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache)
+        else:
+            continue
+        out[i] = (done[i][0], items)
+        if cache is not None and judge:
+            cache.put(done[i][0], kind, items)
+    if keep and len(stale_cache) != known:
+        cache.keep_hashes(stale_cache)
+    return out
 
 
 def records_that_count(root: str | os.PathLike = "results", kind: str | None = None, judge: bool = True,
-                       cache=None) -> Counted:
+                       cache=None, jobs: int = 1) -> Counted:
     """Read every record file at ``root`` (a directory or one file): the records that count (one per id, stale and
     legacy ones flagged), the rejected ones and the superseded copies. ``judge=False`` skips the stale and legacy
     judgement (it imports the norm and model code to hash it). ``cache`` (a ``readcache.ReadCache``) keeps each
     file's validated and judged records under its bytes' hash and the judging code's, so an unchanged file is not
-    read again; the outcome is the same with or without it."""
+    read again; the outcome is the same with or without it. ``jobs`` > 1: the files to judge are judged in that many
+    forked processes (the same outcome)."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(
@@ -161,10 +241,9 @@ def records_that_count(root: str | os.PathLike = "results", kind: str | None = N
     entries: list[Entry] = []
     rejected: list[Rejected] = []
     marks: dict[int, tuple[str | None, bool]] = {}
-    stale_cache: dict = {}
     paths: set[Path] = set()
-    for path in record_files(root):
-        digest, items = _judged_file(path, kind, judge, cache, stale_cache)
+    files = record_files(root)
+    for path, (digest, items) in zip(files, _judged_files(files, kind, judge, cache, jobs)):
         if items:
             paths.add(path)
         for index, rec, problems, label, why, legacy in items:

@@ -128,6 +128,10 @@ class PickleDir:
             return None
         return value if stored == (self.namespace, key) else None
 
+    def has(self, key) -> bool:
+        """Whether an entry for ``key`` is on disk (``get`` may still find it unreadable or another key's)."""
+        return self.dir is not None and (self.dir / self._name(key)).is_file()
+
     def put(self, key, value) -> None:
         if self.dir is None:
             return
@@ -176,6 +180,22 @@ class ReadCache(PickleDir):
         else:
             self.hits += 1
         return value
+
+    def hashes(self) -> dict:
+        """The stale judgement's hashes of today's code (``staleness.stale_reason``'s cache: implementation and model
+        hashes by norm, backend and library versions), as the last build left them: a function of the judging code
+        alone, which this cache's namespace is. A rebuild then judges changed files without importing the norms."""
+        value = PickleDir.get(self, ("stale judgement hashes",))
+        return dict(value) if isinstance(value, dict) else {}
+
+    def keep_hashes(self, hashes: dict) -> None:
+        PickleDir.put(self, ("stale judgement hashes",), dict(hashes))
+
+    def has(self, digest: str, kind: str | None) -> bool:
+        found = super().has((digest, kind))
+        if not found:
+            self.misses += 1
+        return found
 
     def put(self, digest: str, kind: str | None, items) -> None:
         super().put((digest, kind), items)

@@ -63,9 +63,6 @@ def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str
     judged by its implementation hash alone; an accuracy record also by its model's code and its recipe. A record
     without an implementation hash (a migrated schema-v1 record) is not judged by it.
     """
-    from normbench.models import model_hash
-    from normbench.train.recipes import norm_kwargs_from_recipe
-
     cache = {} if _cache is None else _cache
     if rec.get("kind") not in ("kernel", "accuracy"):
         return None, None
@@ -82,6 +79,10 @@ def stale_reason(rec: dict, _cache: dict | None = None) -> tuple[str | None, str
             if rec["impl_hash"] != cache[key]:
                 reasons.append(f"norm code changed ({name}/{backend}: {rec['impl_hash']} -> {cache[key]})")
         if rec["kind"] == "accuracy":
+            # Imported here: they import torch, which a kernel record whose hash is in ``cache`` does not need.
+            from normbench.models import model_hash
+            from normbench.train.recipes import norm_kwargs_from_recipe
+
             model = cfg.get("model")
             # Records made before provenance named timm's version: judged with the installed one.
             key = ("model", model, prov["timm"] if "timm" in prov else "installed")

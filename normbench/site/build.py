@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import gzip
 import json
 import os
 import shutil
@@ -87,86 +86,6 @@ def _copy_tree(src, dest: Path) -> None:
             _copy_tree(item, dest / item.name)
         else:
             (dest / item.name).write_bytes(item.read_bytes())
-
-
-def record_frame(entries):
-    """One row per record, config and metrics flattened (``config.*``, ``metrics.*``), for the downloads."""
-    import pandas as pd
-
-    rows = []
-    for e in entries:
-        rec = e.rec
-        row = {"id": rec["id"], "kind": rec["kind"], "norm": rec["norm"]["name"],
-               "hardware_id": rec["provenance"]["hardware_id"], "timestamp": rec["provenance"].get("timestamp"),
-               "schema_version": rec.get("schema_version"), "impl_hash": rec.get("impl_hash"),
-               "flags": ",".join(map(str, rec.get("flags") or [])),
-               "check": (rec.get("check") or {}).get("status") if isinstance(rec.get("check"), dict) else None,
-               "file": e.path}
-        for part in ("config", "metrics"):
-            for k, v in rec[part].items():
-                if k == "curve":
-                    continue
-                # Scalars stay typed; anything nested is kept as its JSON text so every column has one type.
-                row[f"{part}.{k}"] = v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(
-                    v, sort_keys=True, default=str)
-        rows.append(row)
-    return _fix_mixed(pd.DataFrame.from_records(rows))
-
-
-def _fix_mixed(df):
-    for col in df.columns:
-        if df[col].dtype != object:
-            continue
-        # A column mixing numbers and text (a hostile or plugin record) is text in Parquet.
-        kinds = {type(v) for v in df[col] if v is not None and v == v}
-        if len(kinds) > 1 and not kinds <= {int, float}:
-            df[col] = df[col].map(lambda v: None if v is None or v != v else str(v))
-    return df
-
-
-def write_downloads(entries, dest: Path, store=None) -> None:
-    """All records as gzip-compressed CSV and Parquet (each record's full JSON is in
-    records/<norm>--<device>.json.gz). Built per record page (``store``: each page's part kept by its records'
-    print, so an incremental build redoes only the changed pages' parts): the CSV is one gzip member per page
-    after the header (a multi-member gzip file, which gzip, pandas and every reader read as one), the Parquet the
-    pages' rows together."""
-    import pandas as pd
-
-    from normbench.site.incremental import _h, entry_print
-    from normbench.site.records import pages_of
-
-    dest.mkdir(parents=True, exist_ok=True)
-    parts = []
-    for _page, es in pages_of(entries).items():
-        key = "frame:" + _h(*(entry_print(e) for e in es))
-        df = store.get(key) if store is not None else None
-        if df is None:
-            df = record_frame(es)
-            if store is not None:
-                store.put(key, df)
-        parts.append((key, df))
-    if not parts:
-        df = record_frame([])
-        df.to_csv(dest / "records.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
-        df.to_parquet(dest / "records.parquet", index=False)
-        return
-    cols = list(dict.fromkeys(c for _, df in parts for c in df.columns))
-    ckey = _h(*cols)
-    # gzip-compressed (pandas, R, DuckDB and Polars read it as is): the plain CSV of 100k records is ~100 MB, a
-    # size GitHub refuses in a push.
-    chunks = [gzip.compress(pd.DataFrame(columns=cols).to_csv(index=False).encode("utf-8"), mtime=0)]
-    for key, df in parts:
-        k = f"csv:{key}:{ckey}"
-        chunk = store.get(k) if store is not None else None
-        if chunk is None:
-            chunk = gzip.compress(df.reindex(columns=cols).to_csv(index=False, header=False).encode("utf-8"),
-                                  mtime=0)
-            if store is not None:
-                store.put(k, chunk)
-        chunks.append(chunk)
-    (dest / "records.csv.gz").write_bytes(b"".join(chunks))
-    whole = pd.concat([df.reindex(columns=cols) for _, df in parts], ignore_index=True)
-    _fix_mixed(whole).to_parquet(dest / "records.parquet", index=False)
 
 
 def _version() -> str:
@@ -341,7 +260,8 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     if cache:
         cache_dir = default_cache(out) if cache is True else Path(cache)
         store = incremental.SiteCache(cache_dir)
-    loaded = load_results(results, cache=store.reads if store is not None else None)
+    n_jobs = _jobs(jobs)
+    loaded = load_results(results, cache=store.reads if store is not None else None, jobs=n_jobs)
     docs_dir = Path(docs) if docs is not None else (results.resolve().parent / "docs")
     if docs is not None and not docs_dir.is_dir():
         raise FileNotFoundError(f"--docs {docs}: no such directory")
@@ -360,19 +280,15 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     # What every page shows beyond its own data: a change here renders every page again.
     glob = incremental._h(info.version, info.n_rejected, charts is not None, CSP, NAV, SCHEMA_FILE,
                           common["chart_scripts"], common["chart_styles"], tables.INLINE_MAX, tables.PREVIEW,
-                          tables.PAGE_ROWS, pages.INLINE_POINTS, pages.COMPARE_POINTS,
+                          tables.DEEP_PREVIEW, tables.PAGE_ROWS, pages.INLINE_POINTS, pages.COMPARE_POINTS,
                           records.PAGE_RECORDS)
-    frames = None
     if store is not None:
         site.fig_store = PickleDir(store.figures, store.key)
-        frames = PickleDir(store.frames, store.key)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     try:
-        n_pages, rendered, reused, manifest, used_figs = _render_all(site, env, common, tmp, _jobs(jobs), store,
-                                                                      glob)
+        n_pages, rendered, reused, manifest, used_figs = _render_all(site, env, common, tmp, n_jobs, store, glob)
         _copy_tree(resources.files("normbench.site") / "assets", tmp / "assets")
-        write_downloads(loaded.entries, tmp / "downloads", frames)
         from normbench.records.schema import json_schema
 
         (tmp / SCHEMA_FILE).write_text(json.dumps(json_schema(), indent=1) + "\n", encoding="utf-8")
@@ -393,7 +309,6 @@ def build_site(results: str | os.PathLike = "results", out: str | os.PathLike = 
     if store is not None:
         store.finish(manifest)
         site.fig_store.prune(used_figs)
-        frames.prune(frames.used)
     kinds = [e.kind for e in loaded.entries]
     return BuildReport(out, n_pages, len(loaded.entries), kinds.count("kernel"), kinds.count("accuracy"),
                        loaded.files, loaded.rejected, len(loaded.superseded), rendered, reused)

@@ -138,7 +138,10 @@ def _record_layers(base: alt.Chart, data: pd.DataFrame, *, x, y, color, pick: st
     layers = []
     if n_flagged < len(data):
         ranked = base.transform_filter(RANKED)
-        layers += [ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=color, opacity=fade, **line),
+        # Named, as every layer here: Altair would name the legend selection's view by a hash of the layer's data
+        # (its text), which no spec made for other rows of the same structure could share.
+        layers += [ranked.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=color, opacity=fade, **line)
+                   .properties(name="lines"),
                    ranked.mark_point(filled=True, size=40).encode(
                        x=x, y=y, color=color, opacity=fade, **_kernel_marks()).properties(name="points")]
     if n_flagged:
@@ -162,15 +165,59 @@ def kernel_width_chart(df: pd.DataFrame, *, metric: str = "gbps", title: str = "
     """One norm on one device: ``metric`` (GB/s or % of the same-run ceiling) against hidden size, one line per
     backend, one panel per dtype (rows) and pass (columns); the measured ceiling as a dashed rule for GB/s.
     Flagged records are drawn as hollow triangles joined by no line (they are never ranked)."""
+    data = _kernel_width_data(df, metric)
+    if data.empty:
+        return no_data_chart(title)
+    return _kernel_width_chart(data, metric, title)
+
+
+def _kernel_width_data(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The rows ``kernel_width_chart`` draws: the columns it uses, links vetted, the rows with ``metric``."""
     if metric not in ("gbps", "pct_ceiling"):
         raise ValueError(f"metric must be 'gbps' or 'pct_ceiling', not {metric!r}")
     data = _clean(df, KERNEL_COLUMNS)
     data = data[data[metric].notna()] if metric in data.columns else data.iloc[0:0]
     if data.empty:
-        return no_data_chart(title)
+        return data
     if "flags" not in data.columns:
         data["flags"] = ""
     data["flags"] = data["flags"].fillna("")
+    return data
+
+
+#: Specs of ``kernel_width_chart`` by everything in them but their data (``kernel_width_chart_spec``), per process.
+_WIDTH_SPECS: dict[tuple, dict] = {}
+
+
+def kernel_width_chart_spec(df: pd.DataFrame, *, metric: str = "gbps", title: str = "") -> dict:
+    """``kernel_width_chart(df, ...).to_dict(validate=False)``, with Altair's work done once per structure.
+
+    A site draws the same figure (a norm, layout and metric) on each device: the specs differ only in their data
+    set. Everything else the builder takes from the data is in the key (the columns, the ticks at the measured
+    widths, the number of flagged records, whether any is ranked, whether a ceiling is known); the spec of a known
+    key gets the new data set, as Altair writes it (its values and its name, the hash of the values, from a
+    one-mark chart of the same rows). ``tests/test_site_charts.py`` compares this with Altair's own spec."""
+    data = _kernel_width_data(df, metric)
+    if data.empty:
+        return no_data_chart(title).to_dict(validate=False)
+    n_flagged = int((data["flags"] != "").sum())
+    key = (metric, title, tuple(data.columns), tuple(sorted({int(w) for w in data["width"] if w and w > 0})),
+           n_flagged, n_flagged < len(data),
+           metric == "gbps" and "ceiling_gbps" in data.columns and bool(data["ceiling_gbps"].notna().any()))
+    known = _WIDTH_SPECS.get(key)
+    if known is None or len(known.get("datasets") or {}) != 1:
+        spec = _kernel_width_chart(data, metric, title).to_dict(validate=False)
+        if len(spec.get("datasets") or {}) == 1:
+            _WIDTH_SPECS[key] = json.loads(json.dumps(spec))
+        return spec
+    ((old, _),) = known["datasets"].items()
+    ((new, values),) = alt.Chart(data).mark_point().to_dict(validate=False)["datasets"].items()
+    text = json.dumps({k: v for k, v in known.items() if k != "datasets"}).replace(json.dumps(old), json.dumps(new))
+    rest = json.loads(text)
+    return {k: ({new: values} if k == "datasets" else rest[k]) for k in known}
+
+
+def _kernel_width_chart(data: pd.DataFrame, metric: str, title: str) -> alt.Chart:
     y_title = "GB/s" if metric == "gbps" else "% of measured ceiling"
     x, y = _x_width(data["width"]), alt.Y(f"{metric}:Q", title=y_title)
     colour = alt.Color("backend:N", title="backend", scale=alt.Scale(range=PALETTE))
@@ -525,13 +572,19 @@ LIVE_ONLY = ("This figure is drawn by your browser from its Vega-Lite specificat
              "it, the table of records on this page holds every point.")
 
 
-def render(chart: alt.TopLevelMixin, chart_id: str, *, alt_text: str, static: bool = True) -> Figure:
+def render(chart: alt.TopLevelMixin | dict, chart_id: str, *, alt_text: str, static: bool = True,
+           data_from: str | None = None) -> Figure:
     """Compile ``chart`` and draw it: the static SVG (vl-convert, pinned Vega-Lite) and the spec for the browser.
     ``static=False`` leaves the SVG out (the browser draws the spec; a note stands in until it does): for figures on
-    deep pages, where drawing every SVG at build time would cost most of a large site's build."""
+    deep pages, where drawing every SVG at build time would cost most of a large site's build. ``data_from`` (with
+    ``static=False``): the id of a figure on the same page drawing the same rows; each data set of this spec is then
+    written as ``"#<that id>"`` and ``assets/charts.js`` takes it from that figure's spec (Altair names a data set by
+    the hash of its rows, so a name the other spec lacks is an error there, never other data)."""
+    if data_from is not None and static:
+        raise ValueError("data_from is for figures drawn in the browser (static=False)")
     # The builders above only make valid Vega-Lite (the tests compile each); Altair's own check of the spec against
     # the Vega-Lite schema cost a third of each chart's time.
-    spec = chart.to_dict(validate=False)
+    spec = chart if isinstance(chart, dict) else chart.to_dict(validate=False)   # a dict: a ``*_spec`` builder's
     spec.setdefault("description", alt_text)
     for row in _rows(spec):   # JSON has no NaN/inf: a missing number is null (drawn as no mark, not as 0)
         for k, v in row.items():
@@ -542,6 +595,8 @@ def render(chart: alt.TopLevelMixin, chart_id: str, *, alt_text: str, static: bo
         _audit_svg(svg)
     else:
         svg = ""
+    if data_from is not None and isinstance(spec.get("datasets"), dict):
+        spec["datasets"] = {name: f"#{data_from}" for name in spec["datasets"]}
     sj = spec_json(spec)
     fid = html.escape(str(chart_id), quote=True)
     cap = html.escape(str(alt_text), quote=True)

@@ -31,6 +31,11 @@ def safe_url(url) -> str | None:
 
 def num(x) -> float | None:
     """``x`` as a finite float, or ``None`` (bools, strings, NaN and inf are not numbers here)."""
+    t = type(x)
+    if t is float:   # the common cases first (a kernel row reads a dozen numbers of each record)
+        return x if math.isfinite(x) else None
+    if x is None:
+        return None
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     x = float(x)

@@ -23,8 +23,8 @@ cross-file facts (id deduplication picks the records; anchors and page buckets a
 
 Layout of the cache directory (default ``.<out>.cache`` beside the output; ``--cache DIR``; ``--no-cache``):
 ``records/`` (judged record files, ``results.readcache``), ``blobs/`` (each file once, by SHA-256, hard-linked into
-the site and read-only), ``figures/`` (drawn figures by the hash of their inputs), ``frames/`` (the downloads'
-per-page parts) and ``manifest.json`` (digest -> files, for the last build). Deleting it is always safe.
+the site and read-only), ``figures/`` (drawn figures by the hash of their inputs) and ``manifest.json`` (digest ->
+files, for the last build). Deleting it is always safe.
 """
 
 from __future__ import annotations
@@ -77,18 +77,26 @@ def row_print(r: dict) -> str:
             f"\x1f{r.get('dram')!r}")
 
 
+def _json(obj) -> bytes:
+    """Plain data (dicts, lists, text, numbers) as one hashable text: JSON keeps the types a template can tell apart
+    (``1``, ``1.0``, ``true``, ``"1"``) and dicts' order; anything else by its repr."""
+    return json.dumps(obj, ensure_ascii=False, default=repr, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
 class _Hasher:
     """A stable hash of a page context: dicts, lists, strings, numbers, tables, figures (their inputs), entries."""
 
     def __init__(self):
-        self.h = hashlib.sha256()
-
-    def add(self, obj) -> None:
         from markupsafe import Markup
 
         from normbench.site.records import Entry
         from normbench.site.tables import Table
 
+        self.h = hashlib.sha256()
+        self._types = (Markup, Entry, Table)
+
+    def add(self, obj) -> None:
+        Markup, Entry, Table = self._types
         u = self.h.update
         if obj is None or isinstance(obj, (bool, int, float)):
             u(f"{type(obj).__name__}:{obj!r}\0".encode())
@@ -118,8 +126,12 @@ class _Hasher:
             u(f"E:{obj.path}\x1f{obj.index}\x1f{obj.key}\x1f{obj.page}\x1f".encode("utf-8", "surrogatepass"))
             u(json.dumps(obj.rec, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         elif isinstance(obj, Table):
-            self.add(["Table", obj.id, [(c.label, c.num, c.title, c.sorted) for c in obj.cols], obj.rows,
-                      obj.filters, obj.search, obj.page, obj.cls, obj.src, obj.n_total, obj.all_filters])
+            # A table's rows are plain data (cells of text, numbers and links): hashed as JSON in one call (the
+            # leaderboard's thousands of rows, cell by cell through ``add``, were a second of every build).
+            u(b"T:" + _json([obj.id, [(c.label, c.num, c.title, c.sorted) for c in obj.cols], obj.rows,
+                             obj.filters, obj.search, obj.page, obj.cls, obj.src, obj.n_total, obj.all_filters,
+                             obj.preview])
+              + b"\0")
         elif hasattr(obj, "fingerprint"):
             u(b"F:" + obj.fingerprint().encode() + b"\0")
         elif callable(obj):
@@ -153,6 +165,8 @@ def input_digest(site, job: tuple) -> str | None:
     if what == "record_page":
         entries = site._record_groups()[job[1]]
         return _h("record_page", job[1], *(entry_print(e) for e in entries))
+    if what == "download_part":
+        return _h("download_part", job[1], *(entry_print(e) for e in site.hw_records(job[1])))
     if what == "norm_device":
         name, hw = job[1], job[2]
         rows = site.by_norm_hw.get((name, hw), [])
@@ -198,7 +212,8 @@ class SiteCache:
         except (OSError, ValueError, AttributeError):
             self.manifest = {}
         self.figures = self.dir / "figures"
-        self.frames = self.dir / "frames"
+        # Before the downloads were one pair of files per device (a job like the pages), their parts were kept here.
+        shutil.rmtree(self.dir / "frames", ignore_errors=True)
 
     def digest(self, globals_: str, job: tuple, data: str) -> str:
         return _h(self.key, globals_, repr(job), data)

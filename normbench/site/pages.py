@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -82,6 +83,11 @@ def norm_compare_file(name: str) -> str:
     return norm_file(name)[:-len(".html")] + "--devices.html"
 
 
+def download_stem(hw: str) -> str:
+    """A device's download files, without their suffix (``.csv.gz``, ``.parquet``), relative to the site root."""
+    return f"downloads/{slug(hw)}"
+
+
 def norm_device_file(name: str, hw: str) -> str:
     """The figures of a norm on one device, beside the norm's page (same depth, so figures are shared)."""
     return norm_file(name)[:-len(".html")] + f"--{slug(hw)}.html"
@@ -125,19 +131,32 @@ class LazyFigure:
     """A figure drawn when its page is rendered (``__html__``), so a build can tell from its inputs (``fingerprint``)
     whether a page changed before drawing anything; drawn figures are kept by that fingerprint (``Site.fig_store``)."""
 
-    def __init__(self, site, builder: str, df, chart_id: str, alt: str, static: bool, kw: dict):
-        self.site, self.builder, self.df, self.chart_id, self.alt, self.static, self.kw = (
+    def __init__(self, site, builder: str, df, chart_id: str, alt: str, static: bool, kw: dict,
+                 data_from: str | None = None, inputs: str | None = None):
+        self.site, self.builder, self._df, self.chart_id, self.alt, self.static, self.kw = (
             site, builder, df, chart_id, alt, static, kw)
+        self.data_from, self.inputs = data_from, inputs
         self._print: str | None = None
         self._html: str | None = None
 
+    @property
+    def df(self):
+        if callable(self._df):   # made when drawn (``inputs`` stands for it in the fingerprint)
+            self._df = self._df()
+        return self._df
+
     def fingerprint(self) -> str:
+        if self._print is None and self.inputs is not None:
+            self._print = hashlib.sha256(repr((self.builder, self.chart_id, self.alt, self.static,
+                                               sorted(self.kw.items()), self.data_from, "inputs",
+                                               self.inputs)).encode("utf-8", "surrogatepass")).hexdigest()
         if self._print is None:
             import pandas as pd
 
             df = self.df
             h = hashlib.sha256(repr((self.builder, self.chart_id, self.alt, self.static, sorted(self.kw.items()),
-                                     list(map(str, df.columns)), list(map(str, df.dtypes)), len(df))).encode())
+                                     self.data_from, list(map(str, df.columns)), list(map(str, df.dtypes)),
+                                     len(df))).encode())
             h.update(pd.util.hash_pandas_object(df, index=True).values.tobytes())
             for col in df.columns:   # object columns: their text exactly (the hash above is of their values' hashes)
                 if df[col].dtype == object:
@@ -152,9 +171,13 @@ class LazyFigure:
             key = self.fingerprint()
             html = store.get(key) if store is not None else None
             if html is None:
-                chart = getattr(self.site.charts, self.builder)(self.df, **self.kw)
+                # A builder's ``*_spec`` twin (where there is one) makes the same spec with less of Altair's work.
+                build = (getattr(self.site.charts, self.builder + "_spec", None)
+                         or getattr(self.site.charts, self.builder))
+                chart = build(self.df, **self.kw)
                 # The charts module escapes every text it puts in the SVG and the spec (its tests check hostile text).
-                html = self.site.charts.render(chart, self.chart_id, alt_text=self.alt, static=self.static).html
+                html = self.site.charts.render(chart, self.chart_id, alt_text=self.alt, static=self.static,
+                                               data_from=self.data_from).html
                 if store is not None:
                     store.put(key, html)
             self._html = html
@@ -178,6 +201,7 @@ class Site:
         self.kernels = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
         agg.add_speedups(self.kernels)
         agg.add_cache_residency(self.kernels)
+        agg.keep_bandwidth_keys(self.kernels)
         self.acc_rows = [agg.accuracy_row(e) for e in loaded.entries if e.kind == "accuracy"]
         self.cells = agg.accuracy_cells(self.acc_rows)
         self.norm_meta: dict[str, dict] = {}
@@ -194,6 +218,7 @@ class Site:
             self.by_norm_hw.setdefault((r["norm"], r["hardware"]), []).append(r)
         self.kernel_hws = sorted(self.by_hw)
         self._wfig: dict[tuple, tuple[list, int]] = {}
+        self._inline: dict[str, bool] = {}
         self._wplan: dict[tuple, list] = {}
 
     # --- rows ----------------------------------------------------------------------------------------------------
@@ -218,7 +243,8 @@ class Site:
     # --- kernel table --------------------------------------------------------------------------------------------
 
     def kernel_table(self, tid: str, rows: list[dict], up: str, *, with_hw: bool = True,
-                     with_norm: bool = True, srcs: list[str] | None = None, file: bool = False) -> Table:
+                     with_norm: bool = True, srcs: list[str] | None = None, file: bool = False,
+                     preview: int | None = None) -> Table:
         """The kernel records ``rows`` ranked by bandwidth. ``srcs``: the rows are in those data files (site-relative,
         each another table's: a norm's every-record table loads its per-device tables' files), so only the first
         rows are built for the page; ``file``: write this table's data file whatever its size (others load it)."""
@@ -241,7 +267,8 @@ class Site:
         ]
         t = Table(tid, cols, filters=[("hardware", "device"), ("norm", "norm"), ("dtype", "dtype"), ("pass", "pass"),
                                       ("shape_class", "shape class"), ("backend", "backend"), ("timing", "timing"),
-                                      ("layout", "layout"), ("harness", "harness"), ("ranked", "ranked")])
+                                      ("layout", "layout"), ("harness", "harness"), ("ranked", "ranked")],
+                  preview=preview)
         ranked = agg.rank_by_bandwidth(rows)
         if srcs is not None:
             t.n_total = len(ranked)
@@ -309,11 +336,10 @@ class Site:
 
     # --- figures -------------------------------------------------------------------------------------------------
 
-    def width_frame(self, rows: list[dict], up: str):
-        """One point per backend, dtype, pass (and timing) and hidden size for ``charts.kernel_width_chart``: the
-        largest shape of that width (closest to steady-state bandwidth); invalid records are left out."""
-        import pandas as pd
-
+    @staticmethod
+    def _width_best(rows: list[dict]) -> list[tuple[tuple, dict]]:
+        """The points of ``width_frame``: ((backend, dtype, pass, layout, width), row) in order, the largest shape of
+        each width."""
         timings = {r["timing"] for r in rows}
         best: dict[tuple, dict] = {}
         for r in rows:
@@ -322,27 +348,53 @@ class Site:
             pss = r["pass"] + (f" · {r['timing']}" if len(timings) > 1 else "")
             key = (r["backend"], r["dtype"], pss, r["layout"], int(r["num_features"]))
             cur = best.get(key)
-            if cur is None or (r["elements"] or 0) > (cur[1]["elements"] or 0):
-                best[key] = (pss, r)
-        recs = []
-        for (backend, dtype, pss, layout, width), (_, r) in sorted(best.items()):
-            flags = ", ".join(FLAG_LABELS.get(f, f) for f in sorted(r["flags"]))
-            recs.append({
-                "width": width, "rows": int((r["elements"] or 0) // max(width, 1)), "gbps": r["gbps"],
-                "pct_ceiling": r["pct"], "ceiling_gbps": r["ceiling"], "backend": backend, "dtype": dtype,
-                "pass_": pss, "device": r["hardware"], "median_s": r["time"], "flags": flags,
-                "url": self.rec_href(r["entry"], up), "layout": layout,
-                "label": (f"{r['norm']} {backend} {fmt_shape(r['shape'])} {dtype} {pss}: {fmt_gbps(r['gbps'])}, "
-                          f"{fmt_pct(r['pct'])} of ceiling, {fmt_time(r['time'])}" + (f" [{flags}]" if flags else "")),
-            })
-        return pd.DataFrame.from_records(recs)
+            if cur is None or (r["elements"] or 0) > (cur["elements"] or 0):
+                best[key] = r
+        return sorted(best.items(), key=lambda kv: kv[0])
 
-    def figure(self, builder: str, df, chart_id: str, alt: str, *, static: bool = True, **kw):
+    def width_frame(self, rows: list[dict], up: str):
+        """One point per backend, dtype, pass (and timing) and hidden size for ``charts.kernel_width_chart``: the
+        largest shape of that width (closest to steady-state bandwidth); invalid records are left out."""
+        return self._frame(self._width_best(rows), up)
+
+    def _frame(self, best: list[tuple[tuple, dict]], up: str):
+        """``width_frame`` of the points ``_width_best`` chose."""
+        import pandas as pd
+
+        if not best:
+            return pd.DataFrame()
+        cols: dict[str, list] = {k: [] for k in ("width", "rows", "gbps", "pct_ceiling", "ceiling_gbps", "backend",
+                                                 "dtype", "pass_", "device", "median_s", "flags", "url", "layout",
+                                                 "label")}
+        for (backend, dtype, pss, layout, width), r in best:
+            flags = ", ".join(FLAG_LABELS.get(f, f) for f in sorted(r["flags"]))
+            for k, v in (("width", width), ("rows", int((r["elements"] or 0) // max(width, 1))), ("gbps", r["gbps"]),
+                         ("pct_ceiling", r["pct"]), ("ceiling_gbps", r["ceiling"]), ("backend", backend),
+                         ("dtype", dtype), ("pass_", pss), ("device", r["hardware"]), ("median_s", r["time"]),
+                         ("flags", flags), ("url", self.rec_href(r["entry"], up)), ("layout", layout),
+                         ("label", f"{r['norm']} {backend} {fmt_shape(r['shape'])} {dtype} {pss}: "
+                                   f"{fmt_gbps(r['gbps'])}, {fmt_pct(r['pct'])} of ceiling, {fmt_time(r['time'])}"
+                                   + (f" [{flags}]" if flags else ""))):
+                cols[k].append(v)
+        return pd.DataFrame(cols)
+
+    @staticmethod
+    def _best_print(best: list[tuple[tuple, dict]], up: str) -> list:
+        """What ``_frame`` makes of ``best``, before formatting (its labels are a function of these values)."""
+        return [(key, r["elements"], r["gbps"], r["pct"], r["ceiling"], r["hardware"], r["time"], sorted(r["flags"]),
+                 Site.rec_href(r["entry"], up), r["norm"], r["shape"]) for key, r in best]
+
+    def figure(self, builder: str, df, chart_id: str, alt: str, *, static: bool = True, data_from: str | None = None,
+               inputs: str | None = None, **kw):
         """A rendered chart (``charts.<builder>(df, **kw)``), or None without the charts module or data; ``static``
-        False: the spec only, drawn in the browser (``charts.render``)."""
-        if self.charts is None or df is None or len(df) == 0 or not hasattr(self.charts, builder):
+        False: the spec only, drawn in the browser (``charts.render``), its data read from the figure ``data_from``
+        of the same page where given (the same records: ``charts.render``). ``df`` may be a function making the
+        frame when the figure is drawn, with ``inputs`` the text it is a function of (the figure's print)."""
+        if self.charts is None or df is None or not hasattr(self.charts, builder):
             return None
-        return LazyFigure(self, builder, df, chart_id, alt, static, kw)
+        if not callable(df) and len(df) == 0:
+            return None
+        return LazyFigure(self, builder, df, chart_id, alt, static, kw, data_from, inputs)
 
     def width_figures(self, norm: str, hw: str, rows: list[dict], up: str) -> list:
         """GB/s and % of ceiling against hidden size on one device, one figure pair per layout with two widths."""
@@ -366,7 +418,20 @@ class Site:
         return plan
 
     def _width_points(self, norm: str, hw: str, rows: list[dict], up: str) -> int:
-        return sum(len(df) for *_, df in self._width_plan(norm, hw, rows, up)) if self.charts is not None else 0
+        """The points of a norm's width figures on a device (``_width_plan``'s, counted without making them)."""
+        return self._width_counts(rows)[1] if self.charts is not None else 0
+
+    def _width_counts(self, rows: list[dict]) -> tuple[int, int]:
+        """(figures, points) of ``_width_plan`` for ``rows``, counted without making its frames."""
+        figs = n = 0
+        for layout in sorted({r["layout"] for r in rows}):
+            best = self._width_best([r for r in rows if r["layout"] == layout])
+            if len({key[4] for key, _ in best}) < 2:
+                continue
+            k = 2 if any(num(r["pct"]) is not None for _, r in best) else 1
+            figs += k
+            n += len(best) * k
+        return figs, n
 
     def _width_figures(self, norm: str, hw: str, rows: list[dict], up: str, *, draw: bool = True,
                        static: bool = True) -> tuple[list, int]:
@@ -374,15 +439,29 @@ class Site:
         key = (norm, hw, up, draw, static)
         if key in self._wfig:  # the norm's page and its device page show the same figures: drawn once
             return self._wfig[key]
+        if not draw:   # placeholders: counted without making the figures' frames
+            n_figs, points = self._width_counts(rows) if self.charts is not None else (0, 0)
+            self._wfig[key] = ([Markup("")] * n_figs, points)
+            return self._wfig[key]
         figs, points = [], 0
+        gbps_fig: dict[str, str] = {}   # layout -> its GB/s figure's id
         for layout, metric, what, df in self._width_plan(norm, hw, rows, up):
             if not draw:
                 fig = Markup("") if self.charts is not None else None
             else:
                 alt = (f"{norm} on {hw} ({layout}): {what} against hidden size, one line per backend "
                        f"({', '.join(sorted(df['backend'].unique()))}) per dtype and pass")
-                fig = self.figure("kernel_width_chart", df, slug("w", norm, hw, layout, metric), alt, metric=metric,
-                                  title=f"{norm} · {layout} · {what}", static=static)
+                chart_id = slug("w", norm, hw, layout, metric)
+                kw = {}
+                # Drawn in the browser, the % figure reads the GB/s figure's data (one copy in the page) where the
+                # two draw the same records (each leaves out the rows without its metric).
+                if not static and metric == "pct_ceiling" and layout in gbps_fig and (
+                        df["pct_ceiling"].notna().equals(df["gbps"].notna())):
+                    kw["data_from"] = gbps_fig[layout]
+                if metric == "gbps":
+                    gbps_fig[layout] = chart_id
+                fig = self.figure("kernel_width_chart", df, chart_id, alt, metric=metric,
+                                  title=f"{norm} · {layout} · {what}", static=static, **kw)
             if fig is not None:
                 figs.append(fig)
                 points += len(df)
@@ -392,10 +471,11 @@ class Site:
     def norm_inline(self, name: str) -> bool:
         """Whether a norm's page draws its figures itself (few points in all); else each device's figure page holds
         them, drawn in the browser from their spec (a deep page: its records table is the no-JavaScript view)."""
-        rows = self.by_norm.get(name, [])
-        up = "../"
-        return sum(self._width_points(name, hw, [r for r in rows if r["hardware"] == hw], up)
-                   for hw in sorted({r["hardware"] for r in rows})) <= INLINE_POINTS
+        if name not in self._inline:   # asked by each of the norm's jobs: counted once per process
+            rows = self.by_norm.get(name, [])
+            self._inline[name] = sum(self._width_points(name, hw, [r for r in rows if r["hardware"] == hw], "../")
+                                     for hw in sorted({r["hardware"] for r in rows})) <= INLINE_POINTS
+        return self._inline[name]
 
     # --- pages ---------------------------------------------------------------------------------------------------
 
@@ -547,24 +627,29 @@ class Site:
         figs, points, left = [], 0, []
         for combo, _ in sorted(combos.items(), key=lambda kv: (-kv[1], kv[0])):
             cr = [r for r in rows if (r["layout"], r["dtype"], r["pass"], r["timing"]) == combo]
-            frames = [f for hw in sorted({r["hardware"] for r in cr})
-                      if len(f := self.width_frame([r for r in cr if r["hardware"] == hw], p.up))]
-            if len(frames) < 2:
+            # Each device's points (``width_frame``'s), chosen without making frames: the page is digested by them
+            # on every build and its figures' frames are made only when it is drawn.
+            bests = [b for hw in sorted({r["hardware"] for r in cr})
+                     if (b := self._width_best([r for r in cr if r["hardware"] == hw]))]
+            if len(bests) < 2 or len({key[4] for b in bests for key, _ in b}) < 2:
                 continue
-            df = pd.concat(frames, ignore_index=True)
-            if df["width"].nunique() < 2:
-                continue
+            n = sum(map(len, bests))
             label = " · ".join(combo)
-            if figs and points + len(df) > COMPARE_POINTS:
+            if figs and points + n > COMPARE_POINTS:
                 left.append(label)
                 continue
-            fig = self.figure("device_compare_chart", df, slug("dc", name, *combo),
+
+            def frame(bests=bests, up=p.up):
+                return pd.concat([self._frame(b, up) for b in bests], ignore_index=True)
+
+            fig = self.figure("device_compare_chart", frame, slug("dc", name, *combo),
                               f"{name} ({label}): % of each device's copy ceiling against hidden size, one colour "
                               "per device, one panel per backend", title=f"{name} · {label}",
+                              inputs=repr([self._best_print(b, p.up) for b in bests]),
                               static=False)   # a deep page: the browser draws it (each device's page has the records)
             if fig:
                 figs.append(fig)
-                points += len(df)
+                points += n
         p.charts = bool(figs)
         p.ctx = dict(name=name, figs=figs, left=left, norm_href=p.up + norm_file(name),
                      devices=[(hw, p.up + norm_device_file(name, hw)) for hw in sorted({r["hardware"] for r in rows})])
@@ -644,7 +729,8 @@ class Site:
         p.ctx = dict(name=name, hw=hw, figs=figs, device_href=p.up + device_file(hw), n=len(hr),
                      widths=len({r["num_features"] for r in hr}),
                      table=self.kernel_table(slug("knd", name, hw), hr, p.up, with_norm=False,
-                                             with_hw=self.norm_shared(name), file=self.norm_shared(name)))
+                                             with_hw=self.norm_shared(name), file=self.norm_shared(name),
+                                             preview=_tables.DEEP_PREVIEW))
         return p
 
     # --- by model (``bymodel``: normbench best's answer per model, device, site and regime) -------------------------
@@ -987,7 +1073,7 @@ class Site:
 
     def record_section(self, e: Entry, prov_ids: dict) -> dict:
         rec = e.rec
-        flags = (agg.kernel_row(e)["flags"] if e.kind == "kernel"
+        flags = (agg.record_flags(rec) if e.kind == "kernel"
                  else {f: _s((rec.get("flag_reasons") or {}).get(f)) for f in rec.get("flags") or []})
         chk = rec.get("check")
         prov = {k: v for k, v in rec["provenance"].items() if k != "hardware"}
@@ -1001,17 +1087,22 @@ class Site:
     @staticmethod
     def record_data(entries: list[Entry]) -> str:
         """A record page's data file: each record's config and metrics (two levels flattened, as text), the strings
-        once in a table (keys and values repeat across a page's records); ``assets/site.js`` (``nbRecords``) shows
-        them as each section's tables. JSON with ASCII escapes cannot leave its string literals."""
+        once in a table ``s`` (keys and values repeat across a page's records) and each list of keys once in ``k``
+        (a page's records share a few); a record is ``[config keys, config values, metrics keys, metrics values]``
+        as indices. ``assets/site.js`` (``nbRecords``) shows them as each section's tables. JSON with ASCII escapes
+        cannot leave its string literals."""
         strings: dict[str, int] = {}
+        keysets: dict[tuple, int] = {}
 
-        def pairs(obj):
-            return [[strings.setdefault(k, len(strings)), strings.setdefault(v, len(strings))] for k, v in _flat(obj)]
+        def part(obj) -> list:
+            flat = _flat(obj)
+            keys = tuple(strings.setdefault(k, len(strings)) for k, _ in flat)
+            return [keysets.setdefault(keys, len(keysets)), [strings.setdefault(v, len(strings)) for _, v in flat]]
 
-        recs = [[pairs(e.rec.get("config")), pairs({k: v for k, v in e.rec["metrics"].items() if k != "curve"})]
+        recs = [part(e.rec.get("config")) + part({k: v for k, v in e.rec["metrics"].items() if k != "curve"})
                 for e in entries]
-        return "window.nbRecords(" + json.dumps({"s": list(strings), "r": recs}, ensure_ascii=True,
-                                                separators=(",", ":")) + ");\n"
+        return "window.nbRecords(" + json.dumps({"s": list(strings), "k": [list(k) for k in keysets], "r": recs},
+                                                ensure_ascii=True, separators=(",", ":")) + ");\n"
 
     def record_page(self, path: str, entries: list[Entry]) -> Page:
         """The records of one norm on one device (or one bucket of them): a section per record, anchored by its
@@ -1027,7 +1118,9 @@ class Site:
         # page's records repeat their run's provenance and config keys, so they compress ~10x.
         text = "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
         self.extra_files[entries[0].json_file] = gzip.compress((text + "\n]\n").encode("utf-8"), mtime=0)
-        p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw,
+        # The file most of the page's records come from is named once, at the top.
+        file = Counter(e.path for e in entries).most_common(1)[0][0]
+        p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw, file=file,
                      json_href=entries[0].json_file.rsplit("/", 1)[-1], data_href=data.rsplit("/", 1)[-1],
 
                      hw_href=f"../{device_file(hw)}", norm_href=f"../{norm_file(name)}")
@@ -1065,9 +1158,29 @@ class Site:
                     crumbs=[("methodology.html", "Methodology")],
                     ctx=dict(html=markdown.render(text, heading_offset=1) if text is not None else None, key=key))
 
+    def hw_records(self, hw: str) -> list[Entry]:
+        """A device's records in record-page order (its download files' rows)."""
+        if not hasattr(self, "_hw_records"):
+            self._hw_records: dict[str, list[Entry]] = {}
+            for es in self._record_groups().values():
+                for e in es:
+                    self._hw_records.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
+        return self._hw_records.get(hw, [])
+
+    def download_part(self, hw: str):
+        """A device's records as gzip-compressed CSV and Parquet (``downloads.part_files``); no page."""
+        from normbench.site.downloads import part_files
+
+        csv, parquet = part_files(self.hw_records(hw))
+        stem = download_stem(hw)
+        self.extra_files[f"{stem}.csv.gz"] = csv
+        self.extra_files[f"{stem}.parquet"] = parquet
+        return iter(())
+
     def downloads_page(self) -> Page:
+        parts = [(hw, self.hw_name(hw), download_stem(hw), len(self.hw_records(hw))) for hw in sorted(self.hw_entries)]
         return Page("downloads.html", "downloads.html", "Downloads", ctx=dict(
-            n=len(self.loaded.entries), n_kernel=len(self.kernels), n_acc=len(self.acc_rows)))
+            n=len(self.loaded.entries), n_kernel=len(self.kernels), n_acc=len(self.acc_rows), parts=parts))
 
     def rejected_page(self) -> Page:
         return Page("rejected.html", "rejected.html", "Rejected records", active="rejected.html", ctx=dict(
@@ -1091,6 +1204,7 @@ class Site:
         jobs += [("claims_page",), ("methodology_page",)]
         jobs += [("doc_page", *d) for d in DOCS]
         jobs += [("downloads_page",), ("rejected_page",)]
+        jobs += [("download_part", hw) for hw in sorted(self.hw_entries)]
         jobs += [("record_page", path) for path in self._record_groups()]
         return jobs
 
@@ -1109,6 +1223,8 @@ class Site:
             yield self.cell_page(args[0], dict(self._acc_tables())[args[0]])
         elif what == "record_page":
             yield self.record_page(args[0], self._record_groups()[args[0]])
+        elif what == "download_part":
+            yield from self.download_part(args[0])
         else:
             yield getattr(self, what)(*args)
 
@@ -1140,6 +1256,19 @@ def _flat(obj, prefix: str = "", depth: int = 0, out: list | None = None) -> lis
 
 
 def _text(v) -> str:
+    """A value as the record pages show it: text as is, anything else as JSON (``json.dumps``, whose output for a
+    finite float, an int, a bool and null is written directly here: the same text, without its machinery)."""
+    t = type(v)
+    if t is str:
+        return v
+    if t is float and math.isfinite(v):
+        return float.__repr__(v)
+    if t is int:
+        return int.__repr__(v)
+    if v is None:
+        return "null"
+    if t is bool:
+        return "true" if v else "false"
     if isinstance(v, str):
         return v
     try:

@@ -84,9 +84,10 @@ def _assign_keys(entries: list[Entry]) -> None:
         e.key = key
 
 
-#: Records per record page at most (about 3-8 kB of HTML each): pages of a larger (norm, device) group are split
-#: by the first hex digits of a hash of the record id, so a record keeps its page while its group's size stays in
-#: the same power of 16.
+#: Records per record page (about 1-3 kB of HTML each), on average at most: pages of a larger (norm, device) group
+#: are split into 2, 4, 8, ... buckets by a hash of the record id, so a record keeps its page while its group's size
+#: stays in the same power of two. (Buckets by hex digit, 16 at a time, made pages of ~25 records at 100k records:
+#: ten times the pages, each repeating the navigation and its run's provenance.)
 PAGE_RECORDS = 250
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
@@ -105,7 +106,7 @@ def slug(*parts) -> str:
 
 
 def _assign_pages(entries: list[Entry]) -> None:
-    """One record page per (norm, device), split into buckets of at most ``PAGE_RECORDS`` records.
+    """One record page per (norm, device), split into 2, 4, 8, ... buckets of about ``PAGE_RECORDS`` records at most.
 
     One page per record made a 100k-record site 1.6 GB (page and JSON copy, ~11 kB a record, each repeating the
     navigation and the provenance); grouped, the provenance of a run is shown once per page."""
@@ -116,12 +117,15 @@ def _assign_pages(entries: list[Entry]) -> None:
         groups.setdefault((str(norm), str(hw)), []).append(e)
     for (norm, hw), group in groups.items():
         stem = f"records/{norm_stem(norm)}--{slug(hw)}"
-        digits = 0
-        while len(group) > PAGE_RECORDS * 16 ** digits and digits < 4:
-            digits += 1
+        bits = 0
+        while len(group) > PAGE_RECORDS << bits and bits < 16:
+            bits += 1
         for e in group:
-            bucket = hashlib.sha256(e.rid.encode()).hexdigest()[:digits]
-            e.page = f"{stem}{'-' + bucket if bucket else ''}.html"
+            if bits:
+                bucket = int(hashlib.sha256(e.rid.encode()).hexdigest()[:8], 16) >> (32 - bits)
+                e.page = f"{stem}-{bucket + 1}of{1 << bits}.html"
+            else:
+                e.page = f"{stem}.html"
 
 
 def pages_of(entries: list[Entry]) -> dict[str, list[Entry]]:
@@ -132,17 +136,23 @@ def pages_of(entries: list[Entry]) -> dict[str, list[Entry]]:
     return out
 
 
-def load_results(root: str | os.PathLike, cache=None) -> Loaded:
+def load_results(root: str | os.PathLike, cache=None, jobs: int = 1) -> Loaded:
     """The records that count under ``root`` (a directory or one file), as ``normbench.results.records_that_count``
     reads them for every ranking reader, with their site anchors and record pages; the rejected ones and the
-    superseded copies as the site shows them. ``cache``: a ``results.readcache.ReadCache`` (the incremental build's)."""
+    superseded copies as the site shows them. ``cache``: a ``results.readcache.ReadCache`` (the incremental build's);
+    ``jobs``: processes to judge files in."""
     from normbench.results.counted import records_that_count
 
     root = Path(root)
-    counted = records_that_count(root, cache=cache)
+    counted = records_that_count(root, cache=cache, jobs=jobs)
+
+    shown: dict = {}   # a file's path as shown, once per file (its records share it)
 
     def entry(e) -> Entry:
-        return Entry(e.rec, _display_path(e.path, root), e.index, digest=e.digest)
+        path = shown.get(e.path)
+        if path is None:
+            path = shown[e.path] = _display_path(e.path, root)
+        return Entry(e.rec, path, e.index, digest=e.digest)
 
     kept = [entry(e) for e in counted.entries]
     by_id = {k.rid: k for k in kept}

@@ -27,6 +27,26 @@
       console.error('nb-chart ' + fig.id + ': unreadable spec: ' + e);
       return;
     }
+    // A data set written as "#<figure id>" is that figure's data set of the same name (one copy per page).
+    var sets = spec.datasets || {};
+    var names = Object.keys(sets);
+    for (var i = 0; i < names.length; i++) {
+      var ref = sets[names[i]];
+      if (typeof ref !== 'string') continue;
+      var src = ref.charAt(0) === '#' ? document.getElementById(ref.slice(1)) : null;
+      var other = src ? src.querySelector('script.nb-spec') : null;
+      var rows = null;
+      try {
+        rows = other ? (JSON.parse(other.textContent).datasets || {})[names[i]] : null;
+      } catch (e) {
+        rows = null;
+      }
+      if (!Array.isArray(rows)) {
+        console.error('nb-chart ' + fig.id + ': no data set ' + names[i] + ' in ' + ref);
+        return;
+      }
+      sets[names[i]] = rows;
+    }
     var live = document.createElement('div');
     live.className = 'nb-live';
     live.hidden = true;

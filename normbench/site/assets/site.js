@@ -65,8 +65,16 @@
   // become the two key/value tables of its section (div.kv[data-rec=i]). Strings come packed: {s: [strings],
   // r: [[[config key, value]...], [[metrics key, value]...]] per record}; only textContent is written.
   window.nbRecords = function (data) {
-    if (!data || !data.s || !data.r) return;
-    var S = data.s;
+    if (!data || !data.s || !data.r || !data.k) return;
+    var S = data.s, K = data.k;
+    // A record is [config keys, config values, metrics keys, metrics values]: a key list's index in K, then the
+    // values' indices in S, in that list's order.
+    function pairsOf(keys, values) {
+      var ks = K[keys] || [];
+      var out = [];
+      for (var j = 0; j < ks.length && j < (values || []).length; j++) out.push([ks[j], values[j]]);
+      return out;
+    }
     function table(pairs) {
       var t = document.createElement("table");
       t.className = "lb compact kv";
@@ -89,7 +97,7 @@
       var rec = data.r[parseInt(boxes[i].getAttribute("data-rec"), 10)];
       if (!rec) continue;
       var frag = document.createDocumentFragment();
-      [["Config", rec[0]], ["Metrics", rec[1]]].forEach(function (part) {
+      [["Config", pairsOf(rec[0], rec[1])], ["Metrics", pairsOf(rec[2], rec[3])]].forEach(function (part) {
         var h = document.createElement("h3");
         h.textContent = part[0];
         frag.appendChild(h);
