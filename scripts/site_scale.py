@@ -132,8 +132,38 @@ def _build(results: Path, site: Path, jobs: int | None, profile: Path | None):
     return report, wall
 
 
+BROWSER_PAGES = ("index.html", "kernels.html")
+
+
+def browser_load(site: Path, pages=BROWSER_PAGES, runs: int = 3) -> dict:
+    """Median seconds from navigation to the page's script having loaded every table (``<html class="js">``), in
+    Debian's Chromium driven by Playwright over ``file://`` (as tests/test_site_browser.py drives it): page -> s."""
+    import statistics
+
+    from playwright.sync_api import sync_playwright
+
+    out = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium",
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            for name in pages:
+                times = []
+                for _ in range(runs):
+                    page = browser.new_page()
+                    t0 = time.perf_counter()
+                    page.goto((site / name).resolve().as_uri())
+                    page.wait_for_function("document.documentElement.classList.contains('js')", timeout=120_000)
+                    times.append(time.perf_counter() - t0)
+                    page.close()
+                out[name] = statistics.median(times)
+        finally:
+            browser.close()
+    return out
+
+
 def measure(n: int, keep: bool = False, work: Path | None = None, only: str = "all", jobs: int | None = None,
-            profile: str | None = None) -> dict:
+            profile: str | None = None, browser: bool = False) -> dict:
     """Build ``n`` synthetic records cold (cache emptied first), then change one device's records and rebuild.
     ``work``: a directory kept between invocations (records written once into ``work/<n>/results``; the site and
     its cache in ``work/<n>``), so ``only="rebuild"`` can time (and profile) a rebuild alone."""
@@ -161,6 +191,8 @@ def measure(n: int, keep: bool = False, work: Path | None = None, only: str = "a
                                            Path(f"{profile}-{n}-rebuild.pstats") if profile else None)
             res["incr_rendered"] = len(report.rendered or ())
         res.update(records=report.records, pages=report.pages, **_sizes(site))
+        if browser:
+            res["browser_s"] = browser_load(site)
         return res
     finally:
         if keep or work is not None:
@@ -183,9 +215,11 @@ def main() -> int:
     ap.add_argument("--profile", default=None, metavar="PREFIX",
                     help="cProfile each build into PREFIX-<size>-<cold|rebuild>.pstats (the parent process only: "
                          "use --jobs 1 to profile the pages too)")
+    ap.add_argument("--browser", action="store_true",
+                    help="also time the index and kernel leaderboard pages loading in Chromium (median of 3)")
     args = ap.parse_args()
     for n in args.sizes:
-        r = measure(n, args.keep, args.dir, args.only, args.jobs, args.profile)
+        r = measure(n, args.keep, args.dir, args.only, args.jobs, args.profile, args.browser)
         lp, ld = r["largest_page"], r["largest_data"]
         parts = [f"{n} synthetic kernel records (+ committed accuracy): {r['records']} records, {r['pages']} pages"]
         if r["write_s"] is not None:
@@ -200,6 +234,9 @@ def main() -> int:
                      + f"; largest file {r['largest_file'][0]} {r['largest_file'][1] / 1e6:.2f} MB"
                      + f"; site {r['total_bytes'] / 1e6:.0f} MB (record pages and JSON "
                      + f"{r['records_bytes'] / 1e6:.0f} MB)")
+        if r.get("browser_s"):
+            loads = ", ".join(f"{k} {v:.2f} s" for k, v in r["browser_s"].items())
+            parts.append(f"browser load (median of 3): {loads}")
         print("; ".join(parts), flush=True)
     return 0
 
