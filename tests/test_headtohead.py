@@ -171,6 +171,27 @@ def test_sweep_measures_a_set_whole_or_not_at_all(tmp_path):
     assert s.written == 1 and s.already_done == 2  # another set: the done one is left alone
 
 
+def test_a_set_with_a_backend_that_cannot_run_here_is_done_once_the_others_are(tmp_path):
+    """`bench --model` plans every backend; one that cannot run here (not installed) is skipped each time, and must
+    not keep its set open, or every re-run measures the whole set again (seen: a second model sharing a shape
+    re-measured all of the first one's sets)."""
+    shape = parse_shape("2x4x32")
+    cases = [planning.Case("rmsnorm", b, shape, "float32", "fwd", "cpu", "hot", torch.get_num_threads())
+             for b in ("eager", "native", "never_here")]
+    runs = {"eager": True, "native": True, "never_here": False}
+    done: set = set()
+    todo, already = sweep._sets_to_measure(cases, lambda c: c.backend in done, lambda c: runs[c.backend])
+    assert len(todo) == 1 and already == 0
+    done |= {"eager", "native"}
+    todo, already = sweep._sets_to_measure(cases, lambda c: c.backend in done, lambda c: runs[c.backend])
+    assert todo == [] and already == 2
+    runs["never_here"] = True  # installed since: the set is measured again, whole
+    todo, _ = sweep._sets_to_measure(cases, lambda c: c.backend in done, lambda c: runs[c.backend])
+    assert [len(t) for t in todo] == [3]
+    # the default check is the planner's: eager always runs; a backend of no norm never does
+    assert planning.runs_here(cases[0])
+
+
 # --- best -----------------------------------------------------------------------------------------------------------
 
 def _rec(backend, t, rid, paired=(), flags=(), err=1e-7, dims=(8, 1, 4096), dtype="float32"):

@@ -259,6 +259,13 @@ def _runs_here(spec, c: Case) -> bool:
     return baselines.unavailable(c.backend, spec.name, c.shape.layout, c.device, c.dtype) is None
 
 
+def runs_here(c: Case) -> bool:
+    """Whether ``c``'s backend can run on this machine (its norm from the registry; see ``_runs_here``)."""
+    from normbench.discovery import REGISTRY
+
+    return _runs_here(REGISTRY.get(c.norm), c)
+
+
 def too_big(cases: Iterable[Case], free: int | None, together: bool = False) -> list[str]:
     """Why the largest of ``cases`` would not fit in ``free`` bytes (empty when they fit or ``free`` is unknown)."""
     if free is None:

@@ -26,7 +26,7 @@ import torch
 
 from normbench.executor import Executor, InProcessExecutor, Outcome, Task
 from normbench.measure.group import Context, Unsupported, make_context, measure_group, refresh_context
-from normbench.measure.planning import Case, case_id
+from normbench.measure.planning import Case, case_id, runs_here
 from normbench.measure.timers import TimerSettings
 
 
@@ -120,6 +120,8 @@ def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: 
         ctx = _NODE_CONTEXTS[key] = refresh_context(ctx, device)
     hw_id = hardware_id(hardware(device))
     todo = [c for c in cases if case_id(c, hw_id, ctx.impl_hashes) not in done]
+    if interleave and not any(runs_here(c) for c in todo):
+        todo = []  # what is left of the set cannot run here: the set is done (see _sets_to_measure)
     if interleave and todo:
         todo = list(cases)  # a set is measured whole, so every record of it is paired with the others
     out = {"records": [], "refused": [], "already": len(cases) - len(todo), "hardware_id": hw_id,
@@ -151,15 +153,19 @@ def _where(case: Case, group: list[Case] | None = None) -> str:
     return f"{case.norm}/{backend}/{case.shape.label}/{case.dtype}"
 
 
-def _sets_to_measure(cases, is_done) -> tuple[list[list[Case]], int]:
+def _sets_to_measure(cases, is_done, runs_here=None) -> tuple[list[list[Case]], int]:
     """The sets (head to head) with a case not done, each whole (its records are paired), and how many cases are
-    left out because their whole set is done."""
+    left out because their whole set is done. A case whose backend cannot run here (``runs_here``; default
+    ``planning.runs_here``) does not keep its set open: it would be skipped again, and the set re-measured on every
+    run."""
     from normbench.measure.headtohead import sets
+    from normbench.measure.planning import runs_here as default_runs_here
 
+    runs_here = runs_here or default_runs_here
     out, already = [], 0
     for group in sets(cases):
-        if all(is_done(c) for c in group):
-            already += len(group)
+        if all(is_done(c) or not runs_here(c) for c in group):
+            already += sum(1 for c in group if is_done(c))
         else:
             out.append(group)
     return out, already
