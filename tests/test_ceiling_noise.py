@@ -44,7 +44,7 @@ def test_a_machine_unsteady_in_every_attempt_stays_unsteady():
 
 def test_the_cpu_ceiling_times_many_copies():
     got = ceiling.measure_cpu(nbytes=2**20)
-    assert f"median of {ceiling.CPU_REPS}" in got.method and ceiling.CPU_REPS >= 15
+    assert f"median of {ceiling.CPU_REPS}" in got.method
     assert got.gbps > 0 and got.spread is not None
 
 

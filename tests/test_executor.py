@@ -140,9 +140,7 @@ def test_sigterm_takes_the_interrupt_path_and_the_handler_is_restored(monkeypatc
     real_parse = parser.parse_args
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     monkeypatch.setattr(parser, "parse_args", lambda argv=None: _with_func(real_parse(["list"]), long_command))
-    t0 = time.monotonic()
-    assert cli.main(["list"]) == 130
-    assert time.monotonic() - t0 < 4
+    assert cli.main(["list"]) == 130  # the default SIGTERM action would have killed this process instead
     assert seen == [cli._term_as_interrupt]
     assert "results already written are kept" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before

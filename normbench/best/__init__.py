@@ -91,14 +91,32 @@ def decide(records: list[dict]) -> dict:
     return {**out, "status": "undecided", "winner": None, "ties": [out["fastest"], out["runner_up"]]}
 
 
+def _speedup(m) -> tuple[str, str | None]:
+    """A margin's speed-up (runner-up time / winner time), ``1.31x``, and its paired interval, ``[1.29, 1.33]``
+    (None when the two were measured apart)."""
+    x = f"{1 / m['ratio']:.2f}x"
+    if not m.get("paired"):
+        return x, None
+    lo, hi = m["ci"]
+    return x, f"[{1 / hi:.2f}, {1 / lo:.2f}]"
+
+
+def speedup_text(m) -> str:
+    """``1.31x [1.29, 1.33]`` (paired) or ``1.31x``; empty without a margin."""
+    if not m:
+        return ""
+    x, ci = _speedup(m)
+    return f"{x} {ci}" if ci else x
+
+
 def margin_text(m) -> str:
     """A margin as ``best`` prints it: runner-up time / winner time, with its paired interval where there is one."""
     if not m:
         return ""
-    if m.get("paired"):
-        lo, hi = m["ci"]
-        return f"{1 / m['ratio']:.2f}x faster [{1 / hi:.2f}, {1 / lo:.2f}] (paired, n={m['n']})"
-    return f"{1 / m['ratio']:.2f}x faster (medians, measured apart: no interval)"
+    x, ci = _speedup(m)
+    if ci:
+        return f"{x} faster {ci} (paired, n={m['n']})"
+    return f"{x} faster (medians, measured apart: no interval)"
 
 
 def describe(r: dict) -> str:

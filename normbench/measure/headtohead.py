@@ -89,17 +89,12 @@ def _copy_member(prep: Prepared, case: Case, pass_: str):
 def _copy_reference(samples: list[float], src: torch.Tensor, case: Case) -> dict:
     """The set's same-size copy reference, as a record stores it, from its interleaved rounds."""
     from normbench.measure import reference
-    from normbench.measure.stats import summarize
 
-    st = summarize(samples)
-    moved = reference.copy_bytes(src)
     clock = "CUDA events, no flush" if str(case.device).startswith("cuda") else \
         f"perf_counter, nothing flushed, {case.threads} threads"
-    method = (f"copy_ of {moved // 2} bytes ({str(src.dtype).replace('torch.', '')}) into a preallocated buffer, "
-              f"one more member of the head-to-head set: timed in the same shuffled rounds as the backends "
-              f"({clock}), median of {st['reps']}; GB/s = 2·size/time")
-    return {"bytes_moved": moved, "gbps": moved / st["median"] / 1e9, "time_median_s": st["median"],
-            "time_iqr_s": st["iqr"], "reps": st["reps"], "method": method}
+    return reference.copy_reference(samples, reference.copy_bytes(src), src.dtype,
+                                    f"one more member of the head-to-head set: timed in the same shuffled rounds "
+                                    f"as the backends ({clock})")
 
 
 def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, seed: int = 0) -> list[dict]:

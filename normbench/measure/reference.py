@@ -173,14 +173,20 @@ def measure_copy(nbytes: int, dtype: str, case, settings: TimerSettings) -> dict
     finally:
         moved, elem = copy_bytes(src), src.dtype
         del src, dst
-    st = summarize(samples)
     how = {"hot": "no flush" if str(case.device).startswith("cuda") else "perf_counter, nothing flushed",
            "cold": f"CUDA events, L2 flushed ({s.flush}) before each repetition",
            "host": "host clock around a synchronised call"}.get(case.timing, case.timing)
     threads = "" if str(case.device).startswith("cuda") else f", {case.threads} threads"
-    method = (f"copy_ of {moved // 2} bytes ({str(elem).replace('torch.', '')}) into a preallocated buffer, "
-              f"timed as the case ({case.timing}: {how}{', CUDA graph' if used_graph else ''}{threads}), "
-              f"median of {st['reps']}; GB/s = 2·size/time")
+    return copy_reference(samples, moved, elem,
+                          f"timed as the case ({case.timing}: {how}{', CUDA graph' if used_graph else ''}{threads})")
+
+
+def copy_reference(samples: list[float], moved: int, dtype: torch.dtype, how: str) -> dict:
+    """A same-size copy reference as a record stores it: ``samples`` (seconds per copy) of a copy moving ``moved``
+    bytes of ``dtype``, timed ``how``."""
+    st = summarize(samples)
+    method = (f"copy_ of {moved // 2} bytes ({str(dtype).replace('torch.', '')}) into a preallocated buffer, "
+              f"{how}, median of {st['reps']}; GB/s = 2·size/time")
     return {"bytes_moved": moved, "gbps": moved / st["median"] / 1e9, "time_median_s": st["median"],
             "time_iqr_s": st["iqr"], "reps": st["reps"], "method": method}
 

@@ -125,10 +125,8 @@ def _short_margin(row: dict) -> str:
     m = row.get("margin")
     if not m:
         return ""
-    if m.get("paired"):
-        lo, hi = m["ci"]
-        return f"{1 / m['ratio']:.2f}x [{1 / hi:.2f}, {1 / lo:.2f}] over {row['runner_up']}"
-    return f"{1 / m['ratio']:.2f}x over {row['runner_up']} (medians, unpaired)"
+    unpaired = "" if m.get("paired") else " (medians, unpaired)"
+    return f"{best.speedup_text(m)} over {row['runner_up']}{unpaired}"
 
 
 def cell(row: dict, recs: list, up: str) -> dict:
