@@ -12,14 +12,26 @@ spread is above the limit is taken again, up to :data:`ATTEMPTS` times, and the 
 disturbance does not condemn a whole run, a busy machine stays unsteady in every attempt); and a sweep measures it
 again every :data:`RECHECK_S` seconds between groups (``normbench.measure.group.refresh_context``), so each record is
 judged by, and its percentage taken against, a ceiling measured at most that long before it.
+
+Shared on one machine (CPU only): a steady CPU ceiling is written to normbench's cache (``check.cache_dir()``,
+``ceiling/``) and another normbench process on the same machine (same boot, host, thread count, CPU affinity, copy
+size and torch) reuses it while it is at most :data:`RECHECK_S` old, the age a sweep already accepts within one
+process; its ``ceiling_method`` then says so. ASV runs every benchmark in a fresh process, and each used to spend
+1.5 s (quiet) to 9 s (busy, three attempts) on its own copies. An unsteady measurement is never shared, so the next
+process measures again; a GPU's ceiling is never shared (which physical device a process sees depends on its
+environment).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
+import platform
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -69,10 +81,16 @@ class Ceiling:
     spread: float | None = None
     #: Which measurement this is (1 unless earlier ones were unsteady: see :func:`measure`).
     attempt: int = 1
+    #: ``time.time()`` when it was measured (None: unknown); a ceiling shared by another process is older than now.
+    measured_at: float | None = None
+
+    def age_s(self, clock=time.time) -> float:
+        """Seconds since it was measured (0 when unknown)."""
+        return max(0.0, clock() - self.measured_at) if self.measured_at is not None else 0.0
 
     def to_dict(self) -> dict:
         return {"gbps": self.gbps, "method": self.method, "device": self.device, "spread": self.spread,
-                "attempt": self.attempt}
+                "attempt": self.attempt, "measured_at": self.measured_at}
 
 
 def _llc_bytes() -> int:
@@ -114,7 +132,7 @@ def measure_cpu(nbytes: int | None = None, reps: int = CPU_REPS) -> Ceiling:
     size = n * 4
     method = (f"torch copy_ of {size / 2**20:.0f} MiB on CPU, {torch.get_num_threads()} threads, "
               f"median of {reps}; GB/s = 2·size/time")
-    return Ceiling(2 * size / med / 1e9, method, "cpu", st["iqr"] / med)
+    return Ceiling(2 * size / med / 1e9, method, "cpu", st["iqr"] / med, measured_at=time.time())
 
 
 #: Seconds of copies before the ceiling is timed: GPU clocks ramp up over hundreds of milliseconds from idle.
@@ -159,15 +177,18 @@ def _measure_cuda(device, nbytes: int, reps: int) -> Ceiling:
     torch.cuda.empty_cache()
     method = (f"device-to-device copy_ of {nbytes / 2**20:.0f} MiB, CUDA events, median of {reps} after "
               f"{CUDA_WARMUP_S:g} s of warm-up copies; GB/s = 2·size/time")
-    return Ceiling(2 * nbytes / med / 1e9, method, str(device), st["iqr"] / med)
+    return Ceiling(2 * nbytes / med / 1e9, method, str(device), st["iqr"] / med, measured_at=time.time())
 
 
 _CACHE: dict[str, Ceiling] = {}
 
 
-def steady(measure_once, attempts: int = ATTEMPTS, pause_s: float = RETRY_PAUSE_S, sleep=time.sleep) -> Ceiling:
+def steady(measure_once, attempts: int | None = None, pause_s: float | None = None, sleep=None) -> Ceiling:
     """``measure_once()`` until its spread is within ``noise.CEILING_SPREAD_LIMIT``, at most ``attempts`` times; the
     last measurement, with its attempt number (its method says so when it is not the first)."""
+    attempts = ATTEMPTS if attempts is None else attempts
+    pause_s = RETRY_PAUSE_S if pause_s is None else pause_s
+    sleep = time.sleep if sleep is None else sleep
     for attempt in range(1, attempts + 1):
         ceil = measure_once()
         if ceil.spread is None or ceil.spread <= CEILING_SPREAD_LIMIT or attempt == attempts:
@@ -179,10 +200,64 @@ def steady(measure_once, attempts: int = ATTEMPTS, pause_s: float = RETRY_PAUSE_
     return ceil
 
 
+def _shared_path(device: str) -> Path | None:
+    """The file a CPU ceiling is shared through, named by what makes two processes' copies comparable; None for a
+    GPU or where the machine cannot be told apart (no boot id)."""
+    if torch.device(device).type != "cpu":
+        return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        affinity = sorted(os.sched_getaffinity(0))
+    except (OSError, AttributeError):
+        return None
+    from normbench.check import cache_dir
+
+    key = json.dumps([boot, platform.node(), torch.get_num_threads(), affinity, cpu_copy_bytes(), CPU_REPS,
+                      torch.__version__])
+    return cache_dir() / "ceiling" / f"cpu-{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+
+
+def _read_shared(path: Path | None, clock=time.time) -> Ceiling | None:
+    """The shared ceiling at ``path`` when it is steady and at most :data:`RECHECK_S` old, else None."""
+    if path is None:
+        return None
+    try:
+        d = json.loads(path.read_text())
+        ceil = Ceiling(float(d["gbps"]), str(d["method"]), "cpu", float(d["spread"]), int(d["attempt"]),
+                       float(d["measured_at"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    age = clock() - ceil.measured_at
+    if not (0 <= age <= RECHECK_S) or ceil.spread > CEILING_SPREAD_LIMIT or not ceil.gbps > 0:
+        return None
+    return replace(ceil, method=f"{ceil.method}; shared: measured by normbench process {d.get('pid')} on this "
+                                f"machine {age:.0f} s earlier")
+
+
+def _write_shared(path: Path | None, ceil: Ceiling) -> None:
+    if path is None or ceil.spread is None or ceil.spread > CEILING_SPREAD_LIMIT or ceil.measured_at is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"gbps": ceil.gbps, "method": ceil.method, "spread": ceil.spread,
+                                   "attempt": ceil.attempt, "measured_at": ceil.measured_at, "pid": os.getpid()}))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # sharing is an optimisation: a read-only cache costs each process its own measurement
+
+
 def measure(device: str = "cpu", fresh: bool = False) -> Ceiling:
-    """The copy-bandwidth ceiling of ``device`` (:func:`steady`), measured once per process, or again with ``fresh``."""
+    """The copy-bandwidth ceiling of ``device`` (:func:`steady`), measured once per process, or again with ``fresh``
+    (a CPU ceiling another process on this machine measured at most :data:`RECHECK_S` ago counts as fresh)."""
     key = f"{device}:{torch.get_num_threads()}"
     if fresh or key not in _CACHE:
-        once = (functools.partial(measure_cuda, device) if torch.device(device).type == "cuda" else measure_cpu)
-        _CACHE[key] = steady(once)
+        shared = _shared_path(device)
+        ceil = _read_shared(shared)
+        if ceil is None:
+            once = (functools.partial(measure_cuda, device) if torch.device(device).type == "cuda" else measure_cpu)
+            ceil = steady(once)
+            _write_shared(shared, ceil)
+        _CACHE[key] = ceil
     return _CACHE[key]

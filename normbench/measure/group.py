@@ -259,7 +259,8 @@ def make_context(device: str, settings: TimerSettings | None = None, command=Non
     prov = provenance(command=command, device=device)
     ceil = ceiling.measure(device)
     return Context(ceil.gbps, ceil.method, prov, settings or TimerSettings(),
-                   ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")), ceiling_spread=ceil.spread)
+                   ceiling.datasheet_peak_gbps(prov["hardware"].get("gpu")), ceiling_spread=ceil.spread,
+                   ceiling_at=time.monotonic() - ceil.age_s())
 
 
 def refresh_context(ctx: Context, device: str, every_s: float | None = None, now=time.monotonic) -> Context:
@@ -274,7 +275,7 @@ def refresh_context(ctx: Context, device: str, every_s: float | None = None, now
     ceil = ceiling.measure(device, fresh=True)
     best = max(ceil.gbps, ctx.ceiling_best_gbps or ctx.ceiling_gbps)
     return replace(ctx, ceiling_gbps=ceil.gbps, ceiling_method=ceil.method, ceiling_spread=ceil.spread,
-                   ceiling_at=now(), ceiling_best_gbps=best)
+                   ceiling_at=now() - ceil.age_s(), ceiling_best_gbps=best)
 
 
 def time_pass(prep: Prepared, case: Case, settings: TimerSettings,
