@@ -40,6 +40,15 @@ def _both_validators():
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _no_xdist_env_for_children():
+    """Under pytest-xdist (``-n``), a worker's ``PYTEST_XDIST_*`` variables would leak into the pytest and ASV
+    processes the tests start, and pytest-benchmark there would think it runs under xdist and disable itself."""
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("PYTEST_XDIST_")}
+    yield
+    os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _check_cache(tmp_path_factory):
     """The check gate's cache (normbench.check) goes to a temporary directory, never the user's ~/.cache."""
     old = os.environ.get("NORMBENCH_CACHE_DIR")

@@ -176,13 +176,27 @@ def test_machine_load_subtracts_the_benchmarks_own_threads(monkeypatch):
     assert noise.machine_load(own=2.0) == {"load1": 3.0, "cores": 4, "background_load_per_core": 0.25}
     assert noise.machine_load(own=8.0)["background_load_per_core"] == 0.0
     assert noise.own_load("cuda", 16) == 1.0 and noise.own_load("cpu", 3) == 3.0
-    assert "busy" in noise.busy_warning("cpu", 1)  # 3 / 4 = 0.75 per core before the run starts
+    assert "busy" in noise.busy_warning("cpu", 1, busy=lambda: 3.0)  # 3 / 4 = 0.75 per core before the run starts
+    assert "busy" in noise.busy_warning("cpu", 1, busy=lambda: None)  # no /proc/stat: the load average decides
+    # the load average still counts a run that ended a moment ago: idle cores now are no warning
+    assert noise.busy_warning("cpu", 1, busy=lambda: 0.2) is None
     monkeypatch.setattr(noise, "load_average", lambda: 1.0)
-    assert noise.busy_warning("cpu", 1) is None
+    assert noise.busy_warning("cpu", 1, busy=lambda: 3.0) is None
+
+
+def test_busy_cores_reads_the_non_idle_share_of_proc_stat(monkeypatch):
+    monkeypatch.setattr(noise.os, "cpu_count", lambda: 2)
+    # user nice system idle iowait irq softirq steal: 150 of 200 jiffies busy between the two readings
+    texts = iter(["cpu  100 0 100 1000 0 0 0 0 0 0\n", "cpu  200 0 150 1040 10 0 0 0 0 0\n"])
+    assert noise.busy_cores(0.0, read=lambda: next(texts), sleep=lambda s: None) == 2 * 150 / 200
+    assert noise.busy_cores(0.0, read=lambda: "garbage", sleep=lambda s: None) is None
+    real = noise.busy_cores(0.05)
+    assert real is None or 0.0 <= real <= 2.0 + 1e-9
 
 
 def test_bench_warns_at_start_on_a_busy_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(noise, "load_average", lambda: 64.0)
+    monkeypatch.setattr(noise, "busy_cores", lambda: 64.0)
     monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: _ctx())
     logged = []
     sweep.run_sweep(_cases("dyt", ("fwd",)), tmp_path, settings=FAST, progress=False, log=logged.append)

@@ -92,12 +92,40 @@ def ceiling_warning(spread: float | None) -> str | None:
             "unsteady now; if this repeats, stop (Ctrl-C keeps what is written) and re-run when it is quieter.")
 
 
-def busy_warning(device: str, threads: int) -> str | None:
-    """A warning to print at the start of a run when the machine is already busy, else ``None``."""
+def busy_cores(interval_s: float = 0.5, read=None, sleep=None) -> float | None:
+    """Cores kept busy over the next ``interval_s`` seconds, from Linux's ``/proc/stat`` (non-idle time of all CPUs
+    over wall time); ``None`` where there is none. Unlike the load average it does not remember the last minute."""
+    import time
+
+    def totals():
+        try:
+            text = read() if read else open("/proc/stat").read()
+            fields = [int(v) for v in text.splitlines()[0].split()[1:]]
+            idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        except (OSError, ValueError, IndexError):
+            return None
+        return sum(fields[:8]) - idle, sum(fields[:8])
+
+    first = totals()
+    (sleep or time.sleep)(interval_s)
+    second = totals()
+    if first is None or second is None or second[1] <= first[1]:
+        return None
+    return (os.cpu_count() or 1) * (second[0] - first[0]) / (second[1] - first[1])
+
+
+def busy_warning(device: str, threads: int, busy=None) -> str | None:
+    """A warning to print at the start of a run when the machine is already busy, else ``None``. A load average
+    above the limit is confirmed by sampling the CPUs for half a second (:func:`busy_cores`): right after another
+    run ends the load average still counts it for a minute while the cores are idle."""
     load = machine_load()  # before the run starts, all of the load is someone else's
     bg = load["background_load_per_core"]
     if bg is None or bg <= LOAD_PER_CORE_LIMIT:
         return None
+    now = (busy or busy_cores)()
+    if now is not None and now / load["cores"] <= LOAD_PER_CORE_LIMIT:
+        return None
+    seen = f"; {now:.1f} cores busy just now" if now is not None else ""
     return (f"warning: this machine is busy (load average {load['load1']:.2f} on {load['cores']} cores, "
-            f"{bg:.2f} per core); timings will be noisy and records measured now are flagged 'noisy'. "
+            f"{bg:.2f} per core{seen}); timings will be noisy and records measured now are flagged 'noisy'. "
             "Stop other work, or re-run later with --force.")
