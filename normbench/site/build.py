@@ -304,7 +304,8 @@ def _build(results: Path, out: Path, docs, charts: bool, jobs: int | None, cache
         taken=_taken(loaded.entries),
     )
     charts = _charts() if charts else None
-    site = Site(loaded, info, read_docs(docs_dir if docs_dir.is_dir() else None), charts=charts)
+    site = Site(loaded, info, read_docs(docs_dir if docs_dir.is_dir() else None), charts=charts,
+                rows=store.rows if store is not None else None)
     env = environment()
     common = {"info": info, "nav": NAV, "csp": CSP, "schema_file": SCHEMA_FILE,
               "chart_scripts": getattr(charts, "SCRIPTS", ()), "chart_styles": getattr(charts, "STYLES", ())}

@@ -193,7 +193,7 @@ class SiteCache:
     """The cache directory of one site (see the module docstring)."""
 
     def __init__(self, directory: str | os.PathLike):
-        from normbench.results.readcache import ReadCache
+        from normbench.results.readcache import PickleDir, ReadCache
 
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -212,6 +212,8 @@ class SiteCache:
         except (OSError, ValueError, AttributeError):
             self.manifest = {}
         self.figures = self.dir / "figures"
+        # Each record file's kernel rows (``aggregate.kernel_rows``) under its bytes' hash, for this code.
+        self.rows = PickleDir(self.dir / "rows", self.key)
         # Before the downloads were one pair of files per device (a job like the pages), their parts were kept here.
         shutil.rmtree(self.dir / "frames", ignore_errors=True)
 
@@ -272,3 +274,4 @@ class SiteCache:
                 if blob.name not in used:
                     blob.unlink(missing_ok=True)
         self.reads.prune()
+        self.rows.prune()

@@ -190,7 +190,7 @@ class LazyFigure:
 class Site:
     """All pages of one build: ``pages()`` yields Page objects; ``data_files`` collects the big tables' rows."""
 
-    def __init__(self, loaded: Loaded, info: SiteInfo, docs: dict[str, str], charts=None):
+    def __init__(self, loaded: Loaded, info: SiteInfo, docs: dict[str, str], charts=None, rows=None):
         self.loaded = loaded
         self.info = info
         self.docs = docs
@@ -198,7 +198,7 @@ class Site:
         self.data_files: dict = {}     # data file -> its Table (text: ``Table.data_text``) or text
         self.extra_files: dict[str, bytes] = {}   # other files a job writes (a record page's JSON)
         self.fig_store = None          # drawn figures by the hash of their inputs (``results.readcache.PickleDir``)
-        self.kernels = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
+        self.kernels = agg.kernel_rows(loaded.entries, rows)   # ``rows``: the site cache's (``incremental``)
         agg.add_speedups(self.kernels)
         agg.add_cache_residency(self.kernels)
         agg.keep_bandwidth_keys(self.kernels)
@@ -479,7 +479,13 @@ class Site:
 
     # --- pages ---------------------------------------------------------------------------------------------------
 
-    def overview(self) -> Page:
+    def matrix(self) -> Table:
+        """The overview's norm x device matrix (the devices page shows it too): each norm's best % of ceiling."""
+        if getattr(self, "_matrix", None) is None:
+            self._matrix = self._make_matrix()
+        return self._matrix
+
+    def _make_matrix(self) -> Table:
         hws = self.kernel_hws
         best = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw])} for hw in hws}
         # norms with no ranked record from DRAM: their best cache-resident case against its same-size copy
@@ -509,6 +515,11 @@ class Site:
                                                                f"{r['layout']} {fmt_shape(r['shape'])}; click for "
                                                                f"{n}'s figures on {hw}"))
             matrix.add(cells)
+        return matrix
+
+    def overview(self) -> Page:
+        hws = self.kernel_hws
+        matrix = self.matrix()
         top = {hw: agg.best_by_bandwidth(self.by_hw[hw], 5) for hw in hws}
         top_copy = {hw: agg.best_by_same_size_copy(self.by_hw[hw], 5) for hw in hws}
         tables = []
@@ -568,6 +579,12 @@ class Site:
         return p
 
     def hw_facts(self, hw: str) -> list[tuple[str, str]]:
+        memo = self.__dict__.setdefault("_facts", {})   # the devices page and each device's page show them
+        if hw not in memo:
+            memo[hw] = self._hw_facts(hw)
+        return memo[hw]
+
+    def _hw_facts(self, hw: str) -> list[tuple[str, str]]:
         entries = self.hw_entries[hw]
         provs = [e.rec["provenance"] for e in entries]
         h = provs[-1].get("hardware") if isinstance(provs[-1].get("hardware"), dict) else {}
@@ -609,7 +626,7 @@ class Site:
 
     def devices_page(self) -> Page:
         hws = sorted(self.hw_entries)
-        matrix = self.overview().ctx["matrix"]
+        matrix = self.matrix()
         return Page("devices.html", "devices.html", "Devices", active="devices.html", ctx=dict(
             hws=[(hw, self.hw_name(hw), device_file(hw), self.hw_facts(hw)) for hw in hws], matrix=matrix,
             compared=[(n, norm_compare_file(n), len({r["hardware"] for r in self.by_norm[n]}))
@@ -1008,7 +1025,12 @@ class Site:
         if not hasattr(self, "_claims"):
             from normbench import claims as C
 
-            self._claims = C.evaluate(e.rec for e in self.loaded.entries)
+            # Only the records a claim reads (accuracy records; kernel records of the norms a speed comparison names,
+            # as ``evaluate_speed`` picks them): the entries are one per id already, so the outcome is the same.
+            speed = {n for c in C.CLAIMS for comp in c.comparisons if isinstance(comp, C.Speed)
+                     for n in (comp.fast, comp.slow)}
+            self._claims = C.evaluate(e.rec for e in self.loaded.entries
+                                      if e.kind != "kernel" or e.rec["norm"]["name"] in speed)
         return self._claims
 
     def claims_page(self) -> Page:
