@@ -472,9 +472,15 @@ class Site:
         """Whether a norm's page draws its figures itself (few points in all); else each device's figure page holds
         them, drawn in the browser from their spec (a deep page: its records table is the no-JavaScript view)."""
         if name not in self._inline:   # asked by each of the norm's jobs: counted once per process
-            rows = self.by_norm.get(name, [])
-            self._inline[name] = sum(self._width_points(name, hw, [r for r in rows if r["hardware"] == hw], "../")
-                                     for hw in sorted({r["hardware"] for r in rows})) <= INLINE_POINTS
+            per_hw: dict[str, list[dict]] = {}
+            for r in self.by_norm.get(name, []):
+                per_hw.setdefault(r["hardware"], []).append(r)
+            points = 0
+            for hw in sorted(per_hw):   # counted until the bound is passed
+                points += self._width_points(name, hw, per_hw[hw], "../")
+                if points > INLINE_POINTS:
+                    break
+            self._inline[name] = points <= INLINE_POINTS
         return self._inline[name]
 
     # --- pages ---------------------------------------------------------------------------------------------------
@@ -640,14 +646,15 @@ class Site:
         p = Page(norm_compare_file(name), "compare.html", f"{name} across devices", active="devices.html",
                  crumbs=[("devices.html", "Devices"), (norm_file(name), name)])
         rows = [r for r in self.by_norm[name] if not r["invalid"]]
-        combos = Counter((r["layout"], r["dtype"], r["pass"], r["timing"]) for r in rows)
+        combos: dict[tuple, dict[str, list[dict]]] = {}   # combination -> device -> its rows, in order
+        for r in rows:
+            combos.setdefault((r["layout"], r["dtype"], r["pass"], r["timing"]), {}).setdefault(
+                r["hardware"], []).append(r)
         figs, points, left = [], 0, []
-        for combo, _ in sorted(combos.items(), key=lambda kv: (-kv[1], kv[0])):
-            cr = [r for r in rows if (r["layout"], r["dtype"], r["pass"], r["timing"]) == combo]
+        for combo, per_hw in sorted(combos.items(), key=lambda kv: (-sum(map(len, kv[1].values())), kv[0])):
             # Each device's points (``width_frame``'s), chosen without making frames: the page is digested by them
             # on every build and its figures' frames are made only when it is drawn.
-            bests = [b for hw in sorted({r["hardware"] for r in cr})
-                     if (b := self._width_best([r for r in cr if r["hardware"] == hw]))]
+            bests = [b for hw in sorted(per_hw) if (b := self._width_best(per_hw[hw]))]
             if len(bests) < 2 or len({key[4] for b in bests for key, _ in b}) < 2:
                 continue
             n = sum(map(len, bests))
@@ -830,6 +837,13 @@ class Site:
         return f"{s} [{fmt_metric(st.low, c.metric)}, {fmt_metric(st.high, c.metric)}]", tip
 
     def _vs_ref(self, c) -> tuple[str, str, float | None]:
+        memo = self.__dict__.setdefault("_vs", {})   # a cell's line on its norm's page and in its table
+        got = memo.get(id(c))
+        if got is None or got[0] is not c:
+            got = memo[id(c)] = (c, self._versus_ref(c))
+        return got[1]
+
+    def _versus_ref(self, c) -> tuple[str, str, float | None]:
         ref = agg.reference_cell(c, self.cells)
         if ref is None:
             return ("reference" if S.reference_of(c.model) == (c.norm, c.placement) else ""), "", None
