@@ -156,3 +156,41 @@ def test_reading_through_the_cache_and_processes_reads_the_same_records(demo):
     assert again.hits == len(entries) - 1
     hashes.write_bytes(b"not a pickle")   # damaged hashes are computed again
     assert seen(records_that_count(results, cache=ReadCache(demo / "rc"), jobs=2)) == want
+
+
+def test_kernel_rows_kept_per_file_are_the_rows_made_from_the_records(demo):
+    """``aggregate.kernel_rows`` with the site cache's row store: the first build makes and keeps each file's rows, a
+    second reads them back; both are the rows ``kernel_row`` makes (keys in the same order, each row its own dict
+    with its entry), also for two files of the same bytes, and for a file whose kept rows miss a record."""
+    import shutil
+
+    from normbench.results.readcache import PickleDir, ReadCache
+    from normbench.site import aggregate as agg
+    from normbench.site.records import load_results
+
+    results = demo / "results"
+    src = sorted((results / "kernel").rglob("*.json.gz"))[0]
+    twin = src.with_name("copy-" + src.name)
+    shutil.copyfile(src, twin)   # same bytes: the same ids, so the reader keeps one copy of each
+    loaded = load_results(results, cache=ReadCache(demo / "rc"))
+
+    def seen(rows):
+        return [(list(r), [v for k, v in r.items() if k != "entry"], r["entry"]) for r in rows]
+
+    want = seen([agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"])
+    store = PickleDir(demo / "rows", "test")
+    assert seen(agg.kernel_rows(loaded.entries, store)) == want     # made and kept
+    assert store.dir.is_dir() and any(store.dir.iterdir())
+    again = agg.kernel_rows(loaded.entries, PickleDir(demo / "rows", "test"))
+    assert seen(again) == want                                        # read back
+    assert len({id(r) for r in again}) == len(again)
+    # Kept rows that miss a record (it was another file's copy before): made, and the file's entry kept again.
+    partial = [e for e in loaded.entries if e.kind == "kernel"]
+    key = ("kernel rows", partial[0].digest)
+    kept = store.get(key)
+    kept.pop(partial[0].index)
+    store.put(key, kept)
+    assert seen(agg.kernel_rows(loaded.entries, PickleDir(demo / "rows", "test"))) == want
+    assert partial[0].index in PickleDir(demo / "rows", "test").get(key)
+    # Another namespace (other code) shares nothing.
+    assert PickleDir(demo / "rows", "other").get(key) is None

@@ -102,6 +102,40 @@ def kernel_row(e: Entry) -> dict:
     }
 
 
+def kernel_rows(entries: list[Entry], store=None) -> list[dict]:
+    """``kernel_row`` of each kernel entry, in order. ``store`` (a ``results.readcache.PickleDir`` whose namespace
+    covers the code that judges records and makes rows: the site cache's ``rows``) keeps each record file's rows
+    under its bytes' hash (``Entry.digest``), so an unchanged file's rows are one unpickle instead of a row per
+    record: a row is a function of its record as judged (the file's bytes and the judging code; the stale and legacy
+    flags ``records_that_count`` gives a copy that counts are part of that) and of this code. What depends on other
+    records (speed-up, cache residency) is set afterwards, on every build."""
+    kern = [e for e in entries if e.kind == "kernel"]
+    if store is None:
+        return [kernel_row(e) for e in kern]
+    files: dict[tuple[str, str], list[Entry]] = {}
+    for e in kern:   # by file (two files of the same bytes each get their own rows)
+        files.setdefault((e.digest, e.path), []).append(e)
+    rows: dict[int, dict] = {}
+    for (digest, _path), es in files.items():
+        if not digest:   # not read through the read cache: no identity to keep rows under
+            rows.update((id(e), kernel_row(e)) for e in es)
+            continue
+        kept = store.get(("kernel rows", digest))
+        kept = kept if isinstance(kept, dict) else {}
+        fresh = False
+        for e in es:
+            r = kept.get(e.index)
+            if r is None:
+                kept[e.index] = r = kernel_row(e)
+                fresh = True
+            else:
+                r["entry"] = e   # each build unpickles its own copy
+            rows[id(e)] = r
+        if fresh:   # as made (before speed-ups and residency are set), without their entries
+            store.put(("kernel rows", digest), {i: dict(r, entry=None) for i, r in kept.items()})
+    return [rows[id(e)] for e in kern]
+
+
 def _same_measurement(r: dict) -> tuple:
     """Everything that must match for two kernel rows to be timed against each other (all but the backend)."""
     return (r["hardware"], r["norm"], r["layout"], r["shape"], r["dtype"], r["pass"], r["device"], r["timing"],

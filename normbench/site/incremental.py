@@ -23,7 +23,8 @@ cross-file facts (id deduplication picks the records; anchors and page buckets a
 
 Layout of the cache directory (default ``.<out>.cache`` beside the output; ``--cache DIR``; ``--no-cache``):
 ``records/`` (judged record files, ``results.readcache``), ``blobs/`` (each file once, by SHA-256, hard-linked into
-the site and read-only), ``figures/`` (drawn figures by the hash of their inputs) and ``manifest.json`` (digest ->
+the site and read-only), ``figures/`` (drawn figures by the hash of their inputs), ``rows/`` (each record file's
+kernel rows by the hash of its bytes, ``aggregate.kernel_rows``) and ``manifest.json`` (digest ->
 files, for the last build). Deleting it is always safe.
 """
 
@@ -193,7 +194,7 @@ class SiteCache:
     """The cache directory of one site (see the module docstring)."""
 
     def __init__(self, directory: str | os.PathLike):
-        from normbench.results.readcache import ReadCache
+        from normbench.results.readcache import PickleDir, ReadCache
 
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -212,6 +213,8 @@ class SiteCache:
         except (OSError, ValueError, AttributeError):
             self.manifest = {}
         self.figures = self.dir / "figures"
+        # Each record file's kernel rows (``aggregate.kernel_rows``) under its bytes' hash, for this code.
+        self.rows = PickleDir(self.dir / "rows", self.key)
         # Before the downloads were one pair of files per device (a job like the pages), their parts were kept here.
         shutil.rmtree(self.dir / "frames", ignore_errors=True)
 
@@ -272,3 +275,4 @@ class SiteCache:
                 if blob.name not in used:
                     blob.unlink(missing_ok=True)
         self.reads.prune()
+        self.rows.prune()

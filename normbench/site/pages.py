@@ -190,7 +190,7 @@ class LazyFigure:
 class Site:
     """All pages of one build: ``pages()`` yields Page objects; ``data_files`` collects the big tables' rows."""
 
-    def __init__(self, loaded: Loaded, info: SiteInfo, docs: dict[str, str], charts=None):
+    def __init__(self, loaded: Loaded, info: SiteInfo, docs: dict[str, str], charts=None, rows=None):
         self.loaded = loaded
         self.info = info
         self.docs = docs
@@ -198,7 +198,7 @@ class Site:
         self.data_files: dict = {}     # data file -> its Table (text: ``Table.data_text``) or text
         self.extra_files: dict[str, bytes] = {}   # other files a job writes (a record page's JSON)
         self.fig_store = None          # drawn figures by the hash of their inputs (``results.readcache.PickleDir``)
-        self.kernels = [agg.kernel_row(e) for e in loaded.entries if e.kind == "kernel"]
+        self.kernels = agg.kernel_rows(loaded.entries, rows)   # ``rows``: the site cache's (``incremental``)
         agg.add_speedups(self.kernels)
         agg.add_cache_residency(self.kernels)
         agg.keep_bandwidth_keys(self.kernels)
@@ -472,14 +472,26 @@ class Site:
         """Whether a norm's page draws its figures itself (few points in all); else each device's figure page holds
         them, drawn in the browser from their spec (a deep page: its records table is the no-JavaScript view)."""
         if name not in self._inline:   # asked by each of the norm's jobs: counted once per process
-            rows = self.by_norm.get(name, [])
-            self._inline[name] = sum(self._width_points(name, hw, [r for r in rows if r["hardware"] == hw], "../")
-                                     for hw in sorted({r["hardware"] for r in rows})) <= INLINE_POINTS
+            per_hw: dict[str, list[dict]] = {}
+            for r in self.by_norm.get(name, []):
+                per_hw.setdefault(r["hardware"], []).append(r)
+            points = 0
+            for hw in sorted(per_hw):   # counted until the bound is passed
+                points += self._width_points(name, hw, per_hw[hw], "../")
+                if points > INLINE_POINTS:
+                    break
+            self._inline[name] = points <= INLINE_POINTS
         return self._inline[name]
 
     # --- pages ---------------------------------------------------------------------------------------------------
 
-    def overview(self) -> Page:
+    def matrix(self) -> Table:
+        """The overview's norm x device matrix (the devices page shows it too): each norm's best % of ceiling."""
+        if getattr(self, "_matrix", None) is None:
+            self._matrix = self._make_matrix()
+        return self._matrix
+
+    def _make_matrix(self) -> Table:
         hws = self.kernel_hws
         best = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw])} for hw in hws}
         # norms with no ranked record from DRAM: their best cache-resident case against its same-size copy
@@ -509,6 +521,11 @@ class Site:
                                                                f"{r['layout']} {fmt_shape(r['shape'])}; click for "
                                                                f"{n}'s figures on {hw}"))
             matrix.add(cells)
+        return matrix
+
+    def overview(self) -> Page:
+        hws = self.kernel_hws
+        matrix = self.matrix()
         top = {hw: agg.best_by_bandwidth(self.by_hw[hw], 5) for hw in hws}
         top_copy = {hw: agg.best_by_same_size_copy(self.by_hw[hw], 5) for hw in hws}
         tables = []
@@ -568,6 +585,12 @@ class Site:
         return p
 
     def hw_facts(self, hw: str) -> list[tuple[str, str]]:
+        memo = self.__dict__.setdefault("_facts", {})   # the devices page and each device's page show them
+        if hw not in memo:
+            memo[hw] = self._hw_facts(hw)
+        return memo[hw]
+
+    def _hw_facts(self, hw: str) -> list[tuple[str, str]]:
         entries = self.hw_entries[hw]
         provs = [e.rec["provenance"] for e in entries]
         h = provs[-1].get("hardware") if isinstance(provs[-1].get("hardware"), dict) else {}
@@ -609,7 +632,7 @@ class Site:
 
     def devices_page(self) -> Page:
         hws = sorted(self.hw_entries)
-        matrix = self.overview().ctx["matrix"]
+        matrix = self.matrix()
         return Page("devices.html", "devices.html", "Devices", active="devices.html", ctx=dict(
             hws=[(hw, self.hw_name(hw), device_file(hw), self.hw_facts(hw)) for hw in hws], matrix=matrix,
             compared=[(n, norm_compare_file(n), len({r["hardware"] for r in self.by_norm[n]}))
@@ -623,14 +646,15 @@ class Site:
         p = Page(norm_compare_file(name), "compare.html", f"{name} across devices", active="devices.html",
                  crumbs=[("devices.html", "Devices"), (norm_file(name), name)])
         rows = [r for r in self.by_norm[name] if not r["invalid"]]
-        combos = Counter((r["layout"], r["dtype"], r["pass"], r["timing"]) for r in rows)
+        combos: dict[tuple, dict[str, list[dict]]] = {}   # combination -> device -> its rows, in order
+        for r in rows:
+            combos.setdefault((r["layout"], r["dtype"], r["pass"], r["timing"]), {}).setdefault(
+                r["hardware"], []).append(r)
         figs, points, left = [], 0, []
-        for combo, _ in sorted(combos.items(), key=lambda kv: (-kv[1], kv[0])):
-            cr = [r for r in rows if (r["layout"], r["dtype"], r["pass"], r["timing"]) == combo]
+        for combo, per_hw in sorted(combos.items(), key=lambda kv: (-sum(map(len, kv[1].values())), kv[0])):
             # Each device's points (``width_frame``'s), chosen without making frames: the page is digested by them
             # on every build and its figures' frames are made only when it is drawn.
-            bests = [b for hw in sorted({r["hardware"] for r in cr})
-                     if (b := self._width_best([r for r in cr if r["hardware"] == hw]))]
+            bests = [b for hw in sorted(per_hw) if (b := self._width_best(per_hw[hw]))]
             if len(bests) < 2 or len({key[4] for b in bests for key, _ in b}) < 2:
                 continue
             n = sum(map(len, bests))
@@ -813,6 +837,13 @@ class Site:
         return f"{s} [{fmt_metric(st.low, c.metric)}, {fmt_metric(st.high, c.metric)}]", tip
 
     def _vs_ref(self, c) -> tuple[str, str, float | None]:
+        memo = self.__dict__.setdefault("_vs", {})   # a cell's line on its norm's page and in its table
+        got = memo.get(id(c))
+        if got is None or got[0] is not c:
+            got = memo[id(c)] = (c, self._versus_ref(c))
+        return got[1]
+
+    def _versus_ref(self, c) -> tuple[str, str, float | None]:
         ref = agg.reference_cell(c, self.cells)
         if ref is None:
             return ("reference" if S.reference_of(c.model) == (c.norm, c.placement) else ""), "", None
@@ -1008,7 +1039,12 @@ class Site:
         if not hasattr(self, "_claims"):
             from normbench import claims as C
 
-            self._claims = C.evaluate(e.rec for e in self.loaded.entries)
+            # Only the records a claim reads (accuracy records; kernel records of the norms a speed comparison names,
+            # as ``evaluate_speed`` picks them): the entries are one per id already, so the outcome is the same.
+            speed = {n for c in C.CLAIMS for comp in c.comparisons if isinstance(comp, C.Speed)
+                     for n in (comp.fast, comp.slow)}
+            self._claims = C.evaluate(e.rec for e in self.loaded.entries
+                                      if e.kind != "kernel" or e.rec["norm"]["name"] in speed)
         return self._claims
 
     def claims_page(self) -> Page:

@@ -120,12 +120,14 @@ def _assign_pages(entries: list[Entry]) -> None:
         bits = 0
         while len(group) > PAGE_RECORDS << bits and bits < 16:
             bits += 1
-        for e in group:
-            if bits:
-                bucket = int(hashlib.sha256(e.rid.encode()).hexdigest()[:8], 16) >> (32 - bits)
-                e.page = f"{stem}-{bucket + 1}of{1 << bits}.html"
-            else:
+        if not bits:
+            for e in group:
                 e.page = f"{stem}.html"
+            continue
+        of = f"of{1 << bits}.html"
+        for e in group:   # the first 32 bits of the id's SHA-256, its top ``bits`` bits
+            bucket = int.from_bytes(hashlib.sha256(e.rid.encode()).digest()[:4], "big") >> (32 - bits)
+            e.page = f"{stem}-{bucket + 1}{of}"
 
 
 def pages_of(entries: list[Entry]) -> dict[str, list[Entry]]:

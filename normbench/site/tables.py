@@ -176,7 +176,7 @@ def pack_rows(rows: list[dict]) -> dict:
         return v if isinstance(v, int) else [s(v)]
 
     def cell(c: dict):
-        if set(c) == {"t"}:
+        if len(c) == 1 and "t" in c:
             return s(c["t"])
         packed = [s(c.get("t", "")), sort_value(c.get("v")), s(c.get("h")), s(c.get("ti")), s(c.get("n")),
                   1 if c.get("x") else None, [[s(x) for x in b] for b in c["b"]] if c.get("b") else None,
