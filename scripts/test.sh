@@ -13,4 +13,8 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "[test] chromium not found and not root: the browser test will be skipped (apt-get install chromium)" >&2
   fi
 fi
-exec .venv/bin/python -m pytest -q -rs -p no:randomly "$@"
+# Tests run in parallel processes (pytest-xdist), one per core up to 4 (NORMBENCH_TEST_WORKERS overrides; 0 runs them in
+# this process): most of the suite's time is subprocesses (ASV, bench, Ray, torchrun, Chromium) that leave a core idle.
+# worksteal hands the long tests out first and rebalances; no test asserts a timing, so sharing the cores is safe.
+workers=${NORMBENCH_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}
+exec .venv/bin/python -m pytest -q -rs -p no:randomly -n "$workers" --dist worksteal "$@"
