@@ -224,7 +224,7 @@ def _read_shared(path: Path | None, clock=time.time) -> Ceiling | None:
         return None
     try:
         d = json.loads(path.read_text())
-        ceil = Ceiling(float(d["gbps"]), str(d["method"]), "cpu", float(d["spread"]), int(d["attempt"]),
+        ceil = Ceiling(float(d["gbps"]), str(d["method"]), str(d["device"]), float(d["spread"]), int(d["attempt"]),
                        float(d["measured_at"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -241,8 +241,7 @@ def _write_shared(path: Path | None, ceil: Ceiling) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"gbps": ceil.gbps, "method": ceil.method, "spread": ceil.spread,
-                                   "attempt": ceil.attempt, "measured_at": ceil.measured_at, "pid": os.getpid()}))
+        tmp.write_text(json.dumps({**ceil.to_dict(), "pid": os.getpid()}))
         os.replace(tmp, path)
     except OSError:
         pass  # sharing is an optimisation: a read-only cache costs each process its own measurement

@@ -23,6 +23,7 @@ docs/measurement.md gives the measurements behind the numbers.
 from __future__ import annotations
 
 import os
+import time
 
 #: Background load per logical core above which timings are not trusted (another process owns half a core or more).
 LOAD_PER_CORE_LIMIT = 0.5
@@ -95,11 +96,13 @@ def ceiling_warning(spread: float | None) -> str | None:
 def busy_cores(interval_s: float = 0.5, read=None, sleep=None) -> float | None:
     """Cores kept busy over the next ``interval_s`` seconds, from Linux's ``/proc/stat`` (non-idle time of all CPUs
     over wall time); ``None`` where there is none. Unlike the load average it does not remember the last minute."""
-    import time
-
     def totals():
         try:
-            text = read() if read else open("/proc/stat").read()
+            if read:
+                text = read()
+            else:
+                with open("/proc/stat") as f:
+                    text = f.readline()
             fields = [int(v) for v in text.splitlines()[0].split()[1:]]
             idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
         except (OSError, ValueError, IndexError):

@@ -119,11 +119,13 @@ def _node_group_task(cases: list[Case], settings: TimerSettings, command, done: 
     else:
         ctx = _NODE_CONTEXTS[key] = refresh_context(ctx, device)
     hw_id = hardware_id(hardware(device))
-    todo = [c for c in cases if case_id(c, hw_id, ctx.impl_hashes) not in done]
-    if interleave and not any(runs_here(c) for c in todo):
-        todo = []  # what is left of the set cannot run here: the set is done (see _sets_to_measure)
-    if interleave and todo:
-        todo = list(cases)  # a set is measured whole, so every record of it is paired with the others
+    def is_done(c: Case) -> bool:
+        return case_id(c, hw_id, ctx.impl_hashes) in done
+
+    if interleave:  # a set is measured whole, so every record of it is paired with the others, or not at all
+        todo = [] if set_done(cases, is_done) else list(cases)
+    else:
+        todo = [c for c in cases if not is_done(c)]
     out = {"records": [], "refused": [], "already": len(cases) - len(todo), "hardware_id": hw_id,
            "node": platform.node(), "ceiling": f"{ctx.ceiling_gbps:.1f} GB/s ({ctx.ceiling_method})", "busy": busy}
     if todo:
@@ -153,18 +155,21 @@ def _where(case: Case, group: list[Case] | None = None) -> str:
     return f"{case.norm}/{backend}/{case.shape.label}/{case.dtype}"
 
 
-def _sets_to_measure(cases, is_done, runs_here=None) -> tuple[list[list[Case]], int]:
-    """The sets (head to head) with a case not done, each whole (its records are paired), and how many cases are
-    left out because their whole set is done. A case whose backend cannot run here (``runs_here``; default
-    ``planning.runs_here``) does not keep its set open: it would be skipped again, and the set re-measured on every
-    run."""
-    from normbench.measure.headtohead import sets
-    from normbench.measure.planning import runs_here as default_runs_here
+def set_done(group: list[Case], is_done, runs=runs_here) -> bool:
+    """Whether a head-to-head set needs no measuring: each case is done or cannot run here (``runs``, default
+    ``planning.runs_here``). A case whose backend cannot run here must not keep its set open: it would be skipped
+    again, and the set re-measured on every run."""
+    return all(is_done(c) or not runs(c) for c in group)
 
-    runs_here = runs_here or default_runs_here
+
+def _sets_to_measure(cases, is_done, runs=runs_here) -> tuple[list[list[Case]], int]:
+    """The sets (head to head) with a case to measure (:func:`set_done`), each whole (its records are paired), and
+    how many cases are left out because they are done."""
+    from normbench.measure.headtohead import sets
+
     out, already = [], 0
     for group in sets(cases):
-        if all(is_done(c) or not runs_here(c) for c in group):
+        if set_done(group, is_done, runs):
             already += sum(1 for c in group if is_done(c))
         else:
             out.append(group)
