@@ -5,6 +5,7 @@ Statistics come from :mod:`normbench.stats`. Records are read by :func:`load_rec
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Iterable
@@ -307,6 +308,19 @@ def _verdict(row: dict) -> str:
     if row["p_against_holm"] < ALPHA:
         return "not reproduced"
     return "inconclusive"
+
+
+def reads(rec: dict) -> bool:
+    """Whether ``evaluate`` may read ``rec``: every record but a kernel record of a norm no speed comparison names
+    (``evaluate_speed`` reads only its two norms' records), so a caller holding one record per id can leave those out
+    (the site's tens of thousands of kernel records) with the same outcome."""
+    return rec.get("kind") != "kernel" or rec["norm"]["name"] in _speed_norms()
+
+
+@functools.cache
+def _speed_norms() -> frozenset:
+    return frozenset(n for c in CLAIMS for comp in c.comparisons if isinstance(comp, Speed)
+                     for n in (comp.fast, comp.slow))
 
 
 def evaluate(records: Iterable[dict]) -> list[dict]:

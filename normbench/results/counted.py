@@ -140,22 +140,18 @@ def _judge(path: Path, kind: str | None, judge: bool, raw: bytes, twin_raw: byte
     return items
 
 
-def _cached(path: Path, kind: str | None, judge: bool, cache, load: bool = True) -> tuple:
-    """(digest, items or None, bytes, twin's bytes) of one record file: its items where it is unreadable (judged by
-    ``scan_file``, never cached) or in ``cache``; else None, to be judged. ``load=False``: the items are not read
-    from the cache yet (``...`` stands for them where the cache has an entry for the file)."""
+def _cached(path: Path, kind: str | None, judge: bool, cache) -> tuple:
+    """(digest, items, bytes, twin's bytes) of one record file: its items where it is unreadable (judged by
+    ``scan_file``, never cached); ``...`` where ``cache`` has an entry for it (read later, ``cache.get``); else None,
+    to be judged."""
     raw, twin_raw = _read(path)
     if raw is None:  # unreadable: judged by scan_file, never cached
         return "", [(s.index, s.record, s.problems, s.label, None, False) for s in scan_file(path, kind)], None, None
     from normbench.results.readcache import file_digest
 
     digest = file_digest(raw, twin_raw)
-    if cache is not None and judge:
-        if not load and cache.has(digest, kind):
-            return digest, ..., raw, twin_raw
-        items = cache.get(digest, kind) if load else None
-        if items is not None:
-            return digest, items, None, None
+    if cache is not None and judge and cache.has(digest, kind):
+        return digest, ..., raw, twin_raw
     return digest, None, raw, twin_raw
 
 
@@ -181,7 +177,7 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
     keep = cache is not None and judge and hasattr(cache, "hashes")
     stale_cache: dict = cache.hashes() if keep else {}
     known = len(stale_cache)
-    done = [_cached(path, kind, judge, cache, load=False) for path in paths]
+    done = [_cached(path, kind, judge, cache) for path in paths]
     todo = [i for i, d in enumerate(done) if d[1] is None]
     fork = ("fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
             and jobs > 1 and len(todo) > 1)

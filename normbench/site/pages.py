@@ -1039,12 +1039,9 @@ class Site:
         if not hasattr(self, "_claims"):
             from normbench import claims as C
 
-            # Only the records a claim reads (accuracy records; kernel records of the norms a speed comparison names,
-            # as ``evaluate_speed`` picks them): the entries are one per id already, so the outcome is the same.
-            speed = {n for c in C.CLAIMS for comp in c.comparisons if isinstance(comp, C.Speed)
-                     for n in (comp.fast, comp.slow)}
-            self._claims = C.evaluate(e.rec for e in self.loaded.entries
-                                      if e.kind != "kernel" or e.rec["norm"]["name"] in speed)
+            # Only the records a claim may read (``claims.reads``): the entries are one per id already, so the
+            # outcome is the same.
+            self._claims = C.evaluate(e.rec for e in self.loaded.entries if C.reads(e.rec))
         return self._claims
 
     def claims_page(self) -> Page:
