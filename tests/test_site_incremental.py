@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,9 +145,20 @@ def test_reading_through_the_cache_and_processes_reads_the_same_records(demo):
                 [(a.path, a.index, b.path, b.index) for a, b in c.superseded], c.files)
 
     want = seen(records_that_count(results))
+    # Judged in forked processes, then cached: in a fresh process, since the reader judges serially in one that has
+    # loaded vl_convert (its threads do not survive a fork), which another test in this process may have done.
+    code = (f"import json, sys; from normbench.results.counted import records_that_count; "
+            f"from normbench.results.readcache import ReadCache; cache = ReadCache({str(demo / 'rc')!r}); "
+            f"c = records_that_count({str(results)!r}, cache=cache, jobs=2); assert 'vl_convert' not in sys.modules; "
+            f"print(json.dumps([[[str(e.path), e.index, json.dumps(e.rec, sort_keys=True)] for e in c.entries], "
+            f"[[str(r.path), r.index, r.label, r.problems] for r in c.rejected], "
+            f"[[str(a.path), a.index, str(b.path), b.index] for a, b in c.superseded], c.files, cache.misses, "
+            f"cache.hits], default=str))")
+    got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                    timeout=300).stdout)
+    assert got[:4] == json.loads(json.dumps(want, default=str))
+    assert got[4] > 0 and got[5] == 0
     cache = ReadCache(demo / "rc")
-    assert seen(records_that_count(results, cache=cache, jobs=2)) == want   # judged (in processes), then cached
-    assert cache.misses > 0 and cache.hits == 0
     # Beside the judged files, the stale judgement's hashes of today's code (so a rebuild need not import the norms).
     hashes = demo / "rc" / cache._name(("stale judgement hashes",))
     assert hashes.is_file() and cache.hashes()
