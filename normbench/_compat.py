@@ -1,4 +1,4 @@
-"""Compatibility shims: import timm where torchvision's compiled ops cannot load (CPU-only torch)."""
+"""Compatibility shims: import timm and transformers where torchvision's compiled ops cannot load (CPU-only torch)."""
 
 from __future__ import annotations
 
@@ -71,3 +71,24 @@ def import_timm():
     _define_torchvision_schemas()
     import timm
     return timm
+
+
+def import_transformers():
+    """Import and return ``transformers``, after the same torchvision work-around as :func:`import_timm`
+    (transformers imports torchvision where it is installed, and fails on the same missing ops)."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        pass
+    except RuntimeError as exc:
+        if "torchvision::" not in str(exc):
+            raise
+        for key in [k for k in sys.modules if k.split(".")[0] == "torchvision"]:
+            del sys.modules[key]
+        _define_torchvision_schemas()
+    try:
+        import transformers
+    except ImportError as exc:
+        raise ImportError("the end-to-end measurement of a transformers model needs transformers: "
+                          "pip install -c constraints.txt -e '.[hf]'") from exc
+    return transformers
