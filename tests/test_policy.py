@@ -369,3 +369,28 @@ def test_bad_policy_input_says_what_it_wants(tmp_path):
         apply_policy(model, tmp_path / "missing.json")
     with pytest.raises(TypeError, match="a path to it"):
         apply_policy(model, 42)
+
+
+@pytest.mark.parametrize("family", ["gemma3", "olmo2", "qwen3"])
+@pytest.mark.parametrize("weights", [torch.float32, torch.bfloat16])
+def test_bfloat16_each_module_within_best_tolerance(family, weights, backends):
+    """Module by module on bfloat16 inputs, weights in float32 (mixed precision) or bfloat16 (Gemma and OLMo-2
+    multiply before casting to the input's dtype, Llama-likes cast then multiply, promoting): the replaced module's
+    output, its dtype, and the gradients against the original's within best's bfloat16 tolerance."""
+    model, config = tiny(family)
+    model.to(weights)
+    ref = copy.deepcopy(model)
+    apply_policy(model, model_policy(config, dtypes=("bfloat16",)))
+    tol = best.ERR_TOL["bfloat16"]
+    calls = CALLS["twin"]
+    for path in _rmsnorm_paths(ref):
+        new, old = model.get_submodule(path), ref.get_submodule(path)
+        x = torch.randn(2, 3, old.weight.shape[0], dtype=torch.bfloat16) * 2
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ya, yb = new(xa), old(xb)
+        assert ya.dtype == yb.dtype and _close(ya.float(), yb.float(), tol), path
+        dy = torch.randn_like(yb)
+        ya.backward(dy), yb.backward(dy)
+        assert _close(xa.grad.float(), xb.grad.float(), tol), path
+        assert _close(new.weight.grad.float(), old.weight.grad.float(), tol), path
+    assert CALLS["twin"] - calls == len(_rmsnorm_paths(ref))
