@@ -1,4 +1,4 @@
-"""Compatibility shims: import timm and transformers where torchvision's compiled ops cannot load (CPU-only torch)."""
+"""Compatibility shims: import timm where torchvision's compiled ops cannot load (CPU-only torch)."""
 
 from __future__ import annotations
 
@@ -74,21 +74,22 @@ def import_timm():
 
 
 def import_transformers():
-    """Import and return ``transformers``, after the same torchvision work-around as :func:`import_timm`
-    (transformers imports torchvision where it is installed, and fails on the same missing ops)."""
+    """Import and return ``transformers``, with the same torchvision workaround as :func:`import_timm` (its model
+    modules import torchvision's transforms when torchvision is installed)."""
     try:
-        import torchvision  # noqa: F401
-    except ImportError:
-        pass
+        import transformers
+        transformers.PreTrainedModel  # the lazy module imports torchvision on first use of a model class
+        return transformers
+    except ImportError as exc:
+        if "torchvision" not in repr(exc.__cause__ or exc) and not isinstance(exc, ModuleNotFoundError):
+            raise
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "transformers":
+            raise ImportError("transformers is not installed: pip install -e '.[hf]'") from exc
     except RuntimeError as exc:
         if "torchvision::" not in str(exc):
             raise
-        for key in [k for k in sys.modules if k.split(".")[0] == "torchvision"]:
-            del sys.modules[key]
-        _define_torchvision_schemas()
-    try:
-        import transformers
-    except ImportError as exc:
-        raise ImportError("the end-to-end measurement of a transformers model needs transformers: "
-                          "pip install -c constraints.txt -e '.[hf]'") from exc
+    for key in [k for k in sys.modules if k.split(".")[0] in ("torchvision", "transformers")]:
+        del sys.modules[key]
+    _define_torchvision_schemas()
+    import transformers
     return transformers

@@ -71,9 +71,10 @@ def _policy_meta(doc: dict, source: str, hardware_id: str) -> dict:
 def _cmd_end_to_end(args) -> int:
     import torch
 
-    import normbench
     from normbench import catalog
     from normbench.measure import endtoend
+    from normbench.policy import apply_policy as apply
+    from normbench.policy import restore
     from normbench.records.provenance import hardware, hardware_id, provenance
     from normbench.records.store import write_records
 
@@ -81,11 +82,6 @@ def _cmd_end_to_end(args) -> int:
         raise ValueError("--end-to-end needs --model NAME (a catalog model: `normbench models`)")
     if getattr(args, "device", None) not in (None, "cpu"):
         raise ValueError("--end-to-end runs on the CPU in this version (--device cpu)")
-    apply = getattr(normbench, "apply_policy", None)
-    restore = getattr(normbench, "restore", None)
-    if apply is None or restore is None:
-        raise RuntimeError("this normbench has no normbench.apply_policy / normbench.restore (issue #37 item 1): "
-                           "the end-to-end measurement applies the policy with them")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     model = catalog.get(args.model)
