@@ -197,3 +197,14 @@ def test_the_model_page_shows_the_measurement_beside_the_estimate_and_says_when_
     assert row and row.group(1) == agree
     assert "1.111x (norms 2.00x faster at decode-8)" in row.group(2)
     assert ("disagrees with the measurement" in row.group(2)) == (agree == "no")
+
+
+def test_the_end_to_end_command_refuses_what_it_cannot_measure(tmp_path, capsys):
+    from normbench.cli import main
+
+    assert main(["bench", "--end-to-end", "--out", str(tmp_path)]) != 0
+    assert "--end-to-end needs --model" in capsys.readouterr().err
+    # no record at the model's shapes: the policy names no backend, so there is nothing to apply (and no build)
+    (tmp_path / "kernel").mkdir()
+    assert main(["bench", "--model", "llama-3.1-8b", "--end-to-end", "--out", str(tmp_path)]) == 1
+    assert "names no backend anywhere" in capsys.readouterr().err

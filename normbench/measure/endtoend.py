@@ -55,9 +55,9 @@ def _catalog_model(key: str):
 def build(key: str, *, layers: int = 2, intermediate: int | None = None, vocab: int = 2048, seed: int = 0,
           dtype: torch.dtype = torch.float32) -> Built:
     """A small random-initialised model of catalog model ``key``'s family at its norm widths (hidden size, head
-    size, eps, heads), with ``layers`` layers, ``intermediate`` MLP width (default: the hidden size) and ``vocab``
-    tokens: the norm calls have the catalog model's per-row shapes; its other layers are smaller, so the norm share
-    of its step is larger than the full model's (said in the record)."""
+    size, eps, heads), with ``layers`` layers, ``intermediate`` MLP width (default: a quarter of the hidden size)
+    and ``vocab`` tokens: the norm calls have the catalog model's per-row shapes; its other layers are smaller, so
+    the norm share of its step is larger than the full model's (said in the record)."""
     m = _catalog_model(key)
     arch = m.architecture
     cfg = m.config
@@ -67,10 +67,14 @@ def build(key: str, *, layers: int = 2, intermediate: int | None = None, vocab: 
 
         transformers = import_transformers()
         hidden = int(cfg["hidden_size"])
-        heads = int(cfg["num_attention_heads"])
-        kv = int(cfg.get("num_key_value_heads") or heads)
+        notes = []
+        if "num_attention_heads" not in cfg:  # the catalog keeps the keys its norm sites need; Llama's have no heads
+            notes.append("heads not in the catalog: head size 128, 4 query heads per KV head (Llama 3.1 8B's "
+                         "config.json: 32 and 8)")
+        heads = int(cfg.get("num_attention_heads") or hidden // 128)
+        kv = int(cfg.get("num_key_value_heads") or max(1, heads // 4))
         head_dim = int(cfg.get("head_dim") or hidden // heads)
-        conf = dict(hidden_size=hidden, intermediate_size=int(intermediate or hidden), num_hidden_layers=layers,
+        conf = dict(hidden_size=hidden, intermediate_size=int(intermediate or hidden // 4), num_hidden_layers=layers,
                     num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim, vocab_size=vocab,
                     rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), max_position_embeddings=8192,
                     tie_word_embeddings=False)
@@ -79,7 +83,7 @@ def build(key: str, *, layers: int = 2, intermediate: int | None = None, vocab: 
         hf_conf._attn_implementation = "sdpa"
         model = getattr(transformers, f"{cls}ForCausalLM")(hf_conf).to(dtype).eval()
         return Built(model, key, f"transformers {cls}ForCausalLM", {**conf, "transformers": transformers.__version__},
-                     "rmsnorm", True)
+                     "rmsnorm", True, notes)
     if arch == "gpt2":
         from normbench import get_norm
         from normbench.models.gpt import GPT, GPTConfig
