@@ -102,6 +102,13 @@ def test_gpu_host_time_and_host_bound_reach_the_record_and_the_site():
     from normbench.site.pages import bound_text, timing_text
 
     assert "the host bounds the call" in bound_text(row) and "the GPU bounds" in timing_text(clean)
+    # ranked nowhere, as every other flag: the site's best lists, `best`, the claims' statistics
+    clean_row = agg.kernel_row(Entry(clean, "y.json", 0))
+    assert agg.best_by_same_size_copy([row, clean_row]) + agg.best_by_bandwidth([row, clean_row]) == [clean_row]
+    from normbench import stats
+    from normbench.best import _why_not
+
+    assert "host_bound" in _why_not(bound) and stats.record_status(bound) == "flagged"
     # a record without host time (a CPU or an older GPU record) has none to show
     plain = group.build_record(prep, case, ctx, [20e-6] * 3, False, err, None, None, quiet)
     assert "host_s" not in plain["metrics"] and bound_by(plain) is None and timing_text(plain) is None
