@@ -151,3 +151,11 @@ def test_spin_cycles_need_a_calibrated_clock():
     assert timers.spin_cycles(1e-3, 2e9) == 2_000_000
     with pytest.raises(ValueError, match="calibrated"):
         timers.spin_cycles(1e-3, None)
+
+
+def test_a_slow_host_path_gets_shorter_batches_not_endless_spins():
+    gpu = FakeGPU()
+    settings = TimerSettings(warmup=1, min_reps=6, max_reps=6, min_time=0.0)
+    t = cuda_timing(gpu.call(host_s=0.4, gpu_s=20 * US), settings, "cuda", cold=False, ops=gpu)
+    assert _exact(t.samples, 20 * US) and t.keep_ahead["failed"] == 0
+    assert max(gpu.spins) <= timers.MAX_SPIN_S  # batches of 2 (2 x 0.4 s enqueue, a 1.6 s spin), not 8

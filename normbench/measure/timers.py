@@ -140,6 +140,9 @@ SPIN_FACTOR = 2.0
 RETRY_FACTOR = 4.0
 #: The least host time per repetition a spin plans for, and the guess before any was measured.
 MIN_HOST_S = 20e-6
+#: A batch is cut to fewer repetitions where its spin would last longer than this (a slow host path): an interrupt
+#: waits for the spin at most about this long.
+MAX_SPIN_S = 2.0
 #: Cycles of each calibration spin: ~0.5 ms at an H200's 1980 MHz boost clock, ~2.9 ms at its 345 MHz idle clock.
 CALIBRATION_CYCLES = 1_000_000
 #: Without keep-ahead nothing checks that the GPU never waited for the host inside the events: the record is flagged
@@ -244,6 +247,8 @@ class KeepAhead:
     def run(self, units: int, enqueue: Callable[[int], object], halve: bool = True) -> object:
         """``enqueue(n)`` queues ``n`` units behind a spin; checked, synchronised, and retried once on failure (with
         half the units where ``halve``). Returns what the last ``enqueue`` returned; its events are complete."""
+        if halve:  # a slow host path: fewer units per batch rather than a spin of many seconds
+            units = max(1, min(units, int(MAX_SPIN_S / (SPIN_FACTOR * self.per_unit_s))))
         ok, out = self._attempt(units, enqueue, SPIN_FACTOR)
         if not ok:
             self.retries += 1
