@@ -433,7 +433,6 @@ def timing_label(device: str, harness_timer: str, cold: bool) -> str:
     return "host"
 
 
-
 @dataclass
 class Interleaved:
     """What :func:`interleaved_timing` measured: ``{key: [seconds per round]}`` (equal lengths); on CUDA also
