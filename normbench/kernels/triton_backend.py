@@ -14,8 +14,9 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-# the probe, the input check and the device guard are shared with the softmax kernels (``softmax_backend``)
-from normbench.kernels._env import NO_GPU, NO_TRITON, _check, _on, unavailable  # noqa: F401
+# the probe and the input check are shared with the softmax kernels (``softmax_backend``); launches go through
+# ``_env.Launcher``, which also launches on the tensors' device
+from normbench.kernels._env import NO_GPU, NO_TRITON, _check, unavailable  # noqa: F401
 from normbench.norms._base import check_input
 from normbench.registry import adopt_state
 
@@ -155,9 +156,8 @@ class _GroupNormFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, num_groups, eps):
         _check(x)
         xk = x.contiguous()  # channels_last inputs are copied to NCHW: groups are contiguous there
-        with _on(xk):
-            y, mean, rstd = _mod("_groupnorm").forward(xk, num_groups, weight, bias, eps,
-                                                       store_stats=any(ctx.needs_input_grad))
+        y, mean, rstd = _mod("_groupnorm").forward(xk, num_groups, weight, bias, eps,
+                                                   store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(xk, weight, mean, rstd)
         ctx.cfg = (num_groups, _dtype(bias))
         return y
@@ -168,9 +168,8 @@ class _GroupNormFn(torch.autograd.Function):
         xk, weight, mean, rstd = ctx.saved_tensors
         num_groups, bias_dtype = ctx.cfg
         need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        with _on(xk):
-            dx, dw, db = _mod("_groupnorm").backward(dy.contiguous(), xk, num_groups, weight, mean, rstd,
-                                                     bias_dtype is not None, need_dw=need_dw)
+        dx, dw, db = _mod("_groupnorm").backward(dy.contiguous(), xk, num_groups, weight, mean, rstd,
+                                                 bias_dtype is not None, need_dw=need_dw)
         return dx, _f(dw, weight), _f(db, bias_dtype), None, None
 
 
