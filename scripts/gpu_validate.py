@@ -184,11 +184,43 @@ class Output:
         self.write("validate.log", "\n".join(self.log_lines) + "\n")
 
 
+def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess | None:
+    """Run ``cmd`` in its own process group; on timeout (or this process being stopped) end the whole group, its
+    worker processes included, so nothing outlives the call. None when it timed out."""
+    import signal
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
+
+    def stop(*_):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=10)
+                return
+            except ProcessLookupError:
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    old = signal.signal(signal.SIGTERM, lambda *a: (stop(), sys.exit(143)))
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    except subprocess.TimeoutExpired:
+        stop()
+        return None
+    except KeyboardInterrupt:
+        stop()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def run_gate(out: Output, py: str, timeout: float) -> bool:
     cmd = gate_command(py)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    except subprocess.TimeoutExpired:
+    p = _run(cmd, timeout)
+    if p is None:
         out.write("gate.log", f"$ {' '.join(cmd)}\ntimed out after {timeout:.0f} s\n")
         out.log("gate: FAILED (timed out)")
         return False
@@ -206,11 +238,11 @@ def run_gate(out: Output, py: str, timeout: float) -> bool:
 
 def run_harness(out: Output, py: str, work: Path, timeout: float) -> dict:
     cmd = bench_command(py, str(work))
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    p = _run(cmd, timeout)
+    if p is None:
+        text = f"$ {' '.join(cmd)}\ntimed out after {timeout:.0f} s (the records written by then are read)\n"
+    else:
         text = f"$ {' '.join(cmd)}\nexit {p.returncode}\n{p.stdout[-20000:]}\n{p.stderr[-20000:]}"
-    except subprocess.TimeoutExpired as exc:
-        text = f"$ {' '.join(cmd)}\ntimed out after {timeout:.0f} s (records written so far are kept)\n{exc.stderr}"
     out.write("bench.log", text)
     from normbench.records import iter_records
 
@@ -220,16 +252,31 @@ def run_harness(out: Output, py: str, work: Path, timeout: float) -> dict:
     return harness_rows(records)
 
 
-def profile_case(norm: str, backend: str, shape: str, pass_: str) -> tuple[float, int] | None:
-    import torch
+#: the profiler's order: the cases this validation is about first, torch.compile (slow to build) last
+PROFILE_ORDER = ("triton", "eager", "liger", "compile")
 
+
+def profile_group(norm: str, backend: str, shape: str) -> dict:
+    """pass -> (kernels' time, kernel count) or None, or the error as a string, for one built module."""
     import normbench
     from normbench.measure.group import Prepared
     from normbench.measure.shapes import by_label
+
+    prep = Prepared(normbench.get_norm(norm), backend, by_label(shape), DTYPE, "cuda")
+    got = {}
+    for pass_ in PASSES:
+        try:
+            got[pass_] = profile_pass(prep, pass_)
+        except Exception as exc:  # a forward-only baseline, a failing case: said in its row
+            got[pass_] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    return got
+
+
+def profile_pass(prep, pass_: str) -> tuple[float, int] | None:
+    import torch
+
     from normbench.measure.timers import L2Flusher
 
-    spec = normbench.get_norm(norm)
-    prep = Prepared(spec, backend, by_label(shape), DTYPE, "cuda")
     fn, pre = prep.pass_fns(pass_)
     flush = L2Flusher(torch.device("cuda"), "zero")  # the harness's cold-timing flush
     for _ in range(3):  # warm-up: compilation, autotuning, launch plans
@@ -239,7 +286,7 @@ def profile_case(norm: str, backend: str, shape: str, pass_: str) -> tuple[float
     torch.cuda.synchronize()
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(PROFILE_REPS):
             if pre:
                 pre()
@@ -254,6 +301,20 @@ def profile_case(norm: str, backend: str, shape: str, pass_: str) -> tuple[float
         with open(path) as f:
             trace = json.load(f)
     return kernel_time(repetitions(trace))
+
+
+def finish(rows: dict, out: Output, gate_ok: bool) -> list[dict]:
+    """Verdicts for every row, the table written (in ``cases()`` order)."""
+    done = []
+    for key in cases():
+        row = rows[key]
+        if row.get("harness_s") is None and "why" not in row:
+            row["why"] = "no harness record (bench.log says why)"
+        row["verdict"] = verdict(row)
+        done.append(row)
+    out.write("table.md", render(done))
+    out.write("table.json", json.dumps({"gate_ok": gate_ok, "rows": done}, indent=1))
+    return done
 
 
 def main(argv=None) -> int:
@@ -278,26 +339,28 @@ def main(argv=None) -> int:
     gate_ok = run_gate(out, py, timeout=min(90.0, max(10.0, left() * 0.3)))
     with tempfile.TemporaryDirectory(prefix="gpu-validate-") as work:
         harness = run_harness(out, py, Path(work), timeout=max(10.0, left() * 0.6))
-    rows = []
-    for n, b, s, p in cases():
-        row = {"norm": n, "backend": b, "shape": s, "pass": p, "dtype": DTYPE, **harness.get((n, b, s, p), {})}
-        if left() <= 5:
-            row["why"] = "out of time"
-        else:
-            try:
-                got = profile_case(n, b, s, p)
-                if got is None:
-                    row["why"] = "no spin-delimited repetition in the trace"
-                else:
-                    row["profiler_s"], row["kernels"] = got
-            except Exception as exc:  # a backend missing here (liger) or a failing case: say so in its row
-                row["why"] = f"{type(exc).__name__}: {str(exc)[:120]}"
-        if row.get("harness_s") is None and "why" not in row:
-            row["why"] = "no harness record"
-        row["verdict"] = verdict(row)
-        rows.append(row)
-        out.write("table.md", render(rows))
-        out.write("table.json", json.dumps({"gate_ok": gate_ok, "rows": rows}, indent=1))
+    rows = {c: {"norm": c[0], "backend": c[1], "shape": c[2], "pass": c[3], "dtype": DTYPE, **harness.get(c, {})}
+            for c in cases()}
+    groups = sorted({c[:3] for c in cases()}, key=lambda g: PROFILE_ORDER.index(g[1]))
+    for n, b, s in groups:
+        if left() <= 10:
+            for p in PASSES:
+                rows[(n, b, s, p)]["why"] = "out of time before the profiler reached it"
+            continue
+        try:
+            got = profile_group(n, b, s)
+        except Exception as exc:  # a backend missing here (liger) or a failing build: said in its rows
+            got = dict.fromkeys(PASSES, f"{type(exc).__name__}: {str(exc)[:120]}")
+        for p in PASSES:
+            row, res = rows[(n, b, s, p)], got[p]
+            if isinstance(res, str):
+                row["why"] = res
+            elif res is None:
+                row["why"] = "no spin-delimited repetition in the trace"
+            else:
+                row["profiler_s"], row["kernels"] = res
+        finish(rows, out, gate_ok)
+    rows = finish(rows, out, gate_ok)
     bad = [r for r in rows if r["verdict"] != "ok"]
     print(render(rows))
     out.log(f"done in {time.monotonic() - t0:.0f} s: gate {'passed' if gate_ok else 'FAILED'}, "
