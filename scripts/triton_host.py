@@ -218,6 +218,9 @@ def bench(trials: int = 7, min_run_time: float = 0.3) -> dict:
     from normbench.kernels import _env
 
     torch.set_num_threads(1)
+    # The partial-sum buffers are torch.empty: on a CPU, summing garbage that holds denormals is ~100x slower than
+    # the op's dispatch (a GPU has no such cost); flushed, the sum costs what it would on a GPU's host side.
+    torch.set_flush_denormal(True)
     report = {}
     with _env.use_launcher(StubLauncher()):
         for norm, shape, dtype, what in CASES:
