@@ -66,8 +66,8 @@ def gate_norms() -> tuple[str, ...]:
         return GATE_NORMS
 
 
-def gate_command(py: str) -> list[str]:
-    return [py, "-m", "normbench.cli", "check", "--device", "cuda", *gate_norms()]
+def gate_command(py: str, norms: tuple[str, ...] | None = None) -> list[str]:
+    return [py, "-m", "normbench.cli", "check", "--device", "cuda", *(norms or gate_norms())]
 
 
 def bench_command(py: str, out: str) -> list[str]:
@@ -78,7 +78,7 @@ def bench_command(py: str, out: str) -> list[str]:
 
 def plan_text(py: str = "python3", out: str = "$OUT") -> str:
     lines = ["gpu-validate plan:",
-             f"1. gate: {' '.join(gate_command(py))}",
+             f"1. gate: {' '.join(gate_command(py, GATE_NORMS))}",  # the dry run imports nothing (fast in CI)
              f"2. harness: {' '.join(bench_command(py, out + '/work'))}",
              f"3. profiler: {len(cases())} cases (pre, flush, spin, call, spin) x {PROFILE_REPS} repetitions:"]
     lines += [f"   {n}/{b}/{s}/{DTYPE}/{p}" for n, b, s, p in cases()]

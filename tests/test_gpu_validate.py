@@ -103,3 +103,9 @@ def test_dry_run_lists_the_plan():
     assert "--backend eager compile triton liger" in out.stdout
     assert out.stdout.count("/bfloat16/") == 2 * 4 * 3 * 2
     assert len(gv.FILES) <= 6
+
+
+def test_the_gate_covers_tier_1():
+    from normbench.campaign import TIER1_NORMS
+
+    assert gv.GATE_NORMS == tuple(TIER1_NORMS) == gv.gate_norms()
