@@ -109,3 +109,44 @@ def test_the_gate_covers_tier_1():
     from normbench.campaign import TIER1_NORMS
 
     assert gv.GATE_NORMS == tuple(TIER1_NORMS) == gv.gate_norms()
+
+
+def _fake_run(monkeypatch, tmp_path, harness_s, gate_ok=True):
+    """gpu_validate.main with its GPU steps replaced: the gate's verdict, the harness's rows, the profiler's."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(gv, "run_gate", lambda out, py, timeout: gate_ok)
+    harness = {c: {"harness_s": harness_s(c), "host_s": 20e-6, "host_bound": False} for c in gv.cases()}
+    monkeypatch.setattr(gv, "run_harness", lambda out, py, work, timeout: harness)
+    order = []
+
+    def profile_group(n, b, s):
+        order.append(b)
+        return {p: (100e-6, 2) for p in gv.PASSES}
+
+    monkeypatch.setattr(gv, "profile_group", profile_group)
+    rc = gv.main(["--out", str(tmp_path), "--budget-s", "600"])
+    return rc, order
+
+
+def test_main_agreeing_run_exits_zero(monkeypatch, tmp_path):
+    rc, order = _fake_run(monkeypatch, tmp_path, lambda c: 103e-6)
+    assert rc == 0
+    assert order[0] == "triton" and order[-1] == "compile"  # the slow-to-build compile groups last
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) <= 6 and "table.md" in files and not [f for f in files if f.startswith(".")]
+    table = (tmp_path / "table.md").read_text()
+    assert table.count("| ok |") == len(gv.cases())
+
+
+def test_main_one_difference_or_a_failed_gate_exits_non_zero(monkeypatch, tmp_path):
+    bad = ("rmsnorm", "triton", "llm-4096x1024", "fwd")
+    rc, _ = _fake_run(monkeypatch, tmp_path, lambda c: 255e-6 if c == bad else 100e-6)
+    assert rc == 1
+    rows = __import__("json").loads((tmp_path / "table.json").read_text())["rows"]
+    assert [r for r in rows if r["verdict"] != "ok"] == [r for r in rows if (r["norm"], r["backend"], r["shape"],
+                                                                             r["pass"]) == bad]
+    rc, _ = _fake_run(monkeypatch, tmp_path, lambda c: 100e-6, gate_ok=False)
+    assert rc == 1
