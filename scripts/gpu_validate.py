@@ -300,7 +300,11 @@ def profile_pass(prep, pass_: str) -> tuple[float, int] | None:
         prof.export_chrome_trace(path)
         with open(path) as f:
             trace = json.load(f)
-    return kernel_time(repetitions(trace))
+    reps = repetitions(trace)
+    if not reps:  # say what the trace held, so a renamed spin kernel is found at once
+        names = sorted({k["name"][:60] for k in gpu_kernels(trace)})
+        raise RuntimeError(f"no {SPIN_NAME} pairs in the trace; kernels seen: {names[:5]}")
+    return kernel_time(reps)
 
 
 def finish(rows: dict, out: Output, gate_ok: bool) -> list[dict]:
