@@ -225,28 +225,40 @@ def catalog_regime(family: str, rec: dict) -> str | None:
     return next((n for n in names if n.startswith("prefill-")), None)
 
 
-def policy_total(rows: list[dict], sites: list[catalog.Site], regime: str) -> tuple[float | None, float | None]:
-    """The estimate's norm time at ``regime`` for what the policy runs (per site: the winner, the first of a tie,
-    else eager, as ``apply_policy`` falls back) and for eager everywhere; None where a site lacks a counted time."""
+def policy_ratio(rows: list[dict], sites: list[catalog.Site], regime: str) -> float | None:
+    """The estimate's norm-time ratio at ``regime``: what the policy runs (per site: the winner, the first of a tie,
+    else eager, as ``apply_policy`` falls back) against eager everywhere. Each site's ratio is its paired one (the
+    chosen backend's time / eager's in the same rounds: ``best``'s ``backends``), weighted by eager's median x the
+    site's count; so a noisy record's decisive pairing counts (its median only weighs). None where a site has no
+    eager record or its choice no pairing with eager."""
     by_site = {r["site"]: r for r in rows if r["regime"] == regime}
-    chosen = eager = 0.0
+    num = den = 0.0
     for s in sites:
         row = by_site.get(s.name)
-        times = (row or {}).get("times_s") or {}
-        pick = (row.get("winner") or (row.get("ties") or ["eager"])[0]) if row and row["status"] in ANSWERED \
-            else "eager"
-        if pick not in times or "eager" not in times:
-            return None, None
-        chosen += times[pick] * s.count
-        eager += times["eager"] * s.count
-    return chosen, eager
+        if not row:
+            return None
+        bs = {b["backend"]: b for b in row.get("backends") or ()}
+        eager = bs.get("eager")
+        if not eager or not eager.get("time_s"):
+            return None
+        pick = (row.get("winner") or (row.get("ties") or ["eager"])[0]) if row["status"] in ANSWERED else "eager"
+        if pick == "eager":
+            ratio = 1.0
+        elif eager.get("vs") == pick and eager.get("paired") and eager.get("ratio"):
+            ratio = 1.0 / eager["ratio"]  # eager's entry is eager / the chosen one
+        else:
+            return None
+        w = eager["time_s"] * s.count
+        num += w * ratio
+        den += w
+    return num / den if den else None
 
 
 def e2e_view(rec: dict, predicted_norm_ratio: float | None, regime: str | None) -> dict:
     """One endtoend record as the page shows it, with the estimate's prediction for the whole step and whether the
-    measurement agrees: the estimate's norm-time ratio (the policy's choices / eager, summed over the sites at the
-    catalog regime) scaled by the measured norm share gives a predicted whole-step ratio ``1 - share x (1 -
-    ratio)``; it *disagrees* when that lies outside the measured paired interval."""
+    measurement agrees: the estimate's norm-time ratio (:func:`policy_ratio` at the catalog regime) scaled by the
+    measured norm share gives a predicted whole-step ratio ``1 - share x (1 - ratio)``; it *disagrees* when that lies
+    outside the measured paired interval."""
     m, c = rec["metrics"], rec["config"]
     p = m["paired"]
     share = m.get("norm_share_original")
@@ -286,9 +298,7 @@ def e2e_rows(bm: "ByModel", key: str, hw: str) -> list[dict]:
         ratio = None
         if reg:
             rows = bm.answer(key, hw, rec["config"]["dtype"], rec["config"]["pass"])
-            chosen, eager = policy_total(rows, plain, reg)
-            if chosen and eager:
-                ratio = chosen / eager
+            ratio = policy_ratio(rows, plain, reg)
         out.append({**e2e_view(rec, ratio, reg), "href": e.href})
     return out
 
