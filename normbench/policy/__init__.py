@@ -264,16 +264,19 @@ class PolicyNorm(nn.Module):
         """The original module sees this module's parameters and buffers (``.to()`` replaces buffers here only)."""
         orig = self.original
         for k, p in self._parameters.items():
-            orig._parameters[k] = p
+            if orig._parameters[k] is not p:
+                orig._parameters[k] = p
         for k, b in self._buffers.items():
-            orig._buffers[k] = b
+            if orig._buffers[k] is not b:
+                orig._buffers[k] = b
 
     def forward(self, *args, **kwargs):
         x = args[0] if args else next(iter(kwargs.values()))
         recording = torch.is_grad_enabled() and (
-            any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
-            or any(p is not None and p.requires_grad for p in self._parameters.values()))
-        key = (x.device, x.dtype, tuple(x.shape), recording)
+            any(p is not None and p.requires_grad for p in self._parameters.values())
+            or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+            or any(isinstance(a, torch.Tensor) and a.requires_grad for a in kwargs.values()))
+        key = (x.device, x.dtype, x.shape, recording)
         chosen = self._memo.get(key)
         if chosen is None:
             chosen = self._choose(x, recording)
