@@ -133,42 +133,47 @@ def forced() -> bool:
     return os.environ.get(FORCE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def check_verdicts(norms) -> dict:
-    """``{norm: CheckStatus}``: cached verdicts, missing ones checked now in a worker process (time-limited)."""
-    from normbench.check import cached_status, ensure_checked
-    from normbench.discovery import REGISTRY
+def check_verdicts(needs) -> dict:
+    """``{norm: CheckStatus}`` for ``needs`` (``(norm, backend, device)`` triples, or norm names): cached verdicts,
+    missing ones checked now in a worker process (time-limited)."""
+    from normbench.check import ensure_checked
     from normbench.executor import time_limit
     from normbench.executors import make_executor
+    from normbench.measure.baselines import GATE
 
-    norms = list(dict.fromkeys(norms))
-    out = {n: _VERDICTS.get(n) or cached_status(REGISTRY.get(n)) for n in norms}
-    missing = [n for n, v in out.items() if v is None]
+    needs = [(n, "eager", "cpu") if isinstance(n, str) else tuple(n) for n in needs]
+    missing = [n for n in dict.fromkeys(needs) if n not in _VERDICTS]
     if missing:
         with make_executor(preload=("normbench.check",)) as ex:
-            out.update(ensure_checked(missing, ex, time_limit(check=True)))
-    _VERDICTS.update(out)
-    return out
+            found = ensure_checked(missing, ex, time_limit(check=True), provider=GATE)
+        for n in missing:
+            _VERDICTS[n] = found[n[0]]
+    return {n[0]: _VERDICTS[n] for n in needs}
 
 
-_VERDICTS: dict = {}  # this process's verdicts: a suite asks once per parameter combination
+_VERDICTS: dict = {}  # this process's verdicts by (norm, backend, device): a suite asks once per combination
 
 
-def gate(norm: str):
-    """The norm's check verdict; raises :class:`Unsupported` when it has not passed (unless ``NORMBENCH_FORCE``)."""
+def gate(norm: str, backend: str = "eager", device: str = "cpu"):
+    """The norm's check verdicts; raises :class:`Unsupported` when ``backend`` on ``device`` has not passed its check
+    (unless ``NORMBENCH_FORCE``). Only that backend is refused: eager and the others run."""
     from normbench.check import refusal
 
-    status = check_verdicts([norm])[norm]
-    if not status.passed and not forced():
-        raise Unsupported(refusal(status, "benchmark").replace("pass --force", f"set {FORCE_ENV}=1"))
+    status = check_verdicts([(norm, backend, device)])[norm]
+    if status.refused(backend, device) and not forced():
+        raise Unsupported(refusal(status.verdict(backend, device), "benchmark")
+                          .replace("pass --force", f"set {FORCE_ENV}=1"))
     return status
 
 
 def stamp(record: dict) -> dict:
-    """Put the norm's check verdict (and the ``forced`` flag, if so) on a suite's record."""
+    """Put the check verdict of the record's backend on its device (and the ``forced`` flag, if so) on a suite's
+    record."""
     from normbench.check import stamp as _stamp
 
-    status = check_verdicts([record["norm"]["name"]])[record["norm"]["name"]]
-    return _stamp(record, status, record["config"]["backend"], forced=forced())
+    name, cfg = record["norm"]["name"], record["config"]
+    status = check_verdicts([(name, cfg["backend"], cfg.get("device") or "cpu")])[name]
+    return _stamp(record, status, cfg["backend"], forced=forced())
 
 
 def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harness: str, timer: str = "host") -> Case:
@@ -183,7 +188,6 @@ def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harnes
     from normbench.discovery import REGISTRY
 
     spec = REGISTRY.get(norm)
-    gate(spec.name)
     s = parse_shape(shape)
     if _MODEL_PAIRS and (spec.name, s.label) not in _MODEL_PAIRS:
         raise Unsupported(f"no site of the model computes {norm} at {s.label}")
@@ -194,6 +198,7 @@ def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harnes
     from normbench.measure.timers import timing_label
 
     device = default_device()
+    gate(spec.name, backend, device)
     # The suites' own timers use a host clock around a synchronised call and flush nothing: on CUDA that is
     # "host" timing (launch and synchronisation included), never "cold".
     timing = timing_label(device, timer, cold=timer == "events")
