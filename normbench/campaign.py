@@ -286,9 +286,10 @@ def smoke_cases(cases) -> list:
     return list(out.values())
 
 
-def _gate(cases, log) -> tuple[list, list[dict], dict]:
+def _gate(cases, log) -> tuple[list, list[dict], dict, list[dict]]:
     """The check gate on ``cases``: each backend on the device it runs on (the baselines too). Returns the cases it
-    lets through, one entry per refused (norm, backend, device) (each printed with its reason) and the verdicts."""
+    lets through, one entry per refused (norm, backend, device) (each printed with its reason), the verdicts, and
+    the (norm, backend) pairs left out as not available here (printed too)."""
     from normbench.check import device_kind, ensure_checked, refusal
     from normbench.measure.baselines import GATE
 
@@ -302,17 +303,26 @@ def _gate(cases, log) -> tuple[list, list[dict], dict]:
                             "detail": v.detail, "contract": v.of_contract, "message": refusal(v, "measure")}
     for msg in dict.fromkeys(r["message"] for r in refused.values()):
         log(f"REFUSED: {msg}")
-    kept = [c for c in cases if (c.norm, c.backend, device_kind(c.device)) not in refused]
-    return kept, list(refused.values()), verdicts
+    absent: dict[tuple, str] = {}
+    for c in cases:
+        v = verdicts[c.norm].verdict(c.backend, c.device)
+        if v.status == "unavailable" and (c.norm, c.backend) not in absent:
+            absent[(c.norm, c.backend)] = v.detail
+            log(f"left out: {c.norm}/{c.backend} on {device_kind(c.device)}: {v.detail}")
+    kept = [c for c in cases if (c.norm, c.backend, device_kind(c.device)) not in refused
+            and (c.norm, c.backend) not in absent]
+    left_out = [{"norm": n, "backend": b, "detail": d} for (n, b), d in absent.items()]
+    return kept, list(refused.values()), verdicts, left_out
 
 
-def _summary(s, cases, refused, t0, est) -> dict:
+def _summary(s, cases, refused, t0, est, left_out=()) -> dict:
     reasons: dict[str, int] = {}
     for _, why in s.skipped:
         reasons[why] = reasons.get(why, 0) + 1
     return {"planned": len(cases), "written": s.written, "already_done": s.already_done, "skipped": len(s.skipped),
             "skip_reasons": reasons, "failed": s.failed[:50], "failed_count": len(s.failed),
             "refused": refused, "refused_norms": sorted({r["norm"] for r in refused if r["contract"]}),
+            "left_out": list(left_out),
             "wall_s": round(time.monotonic() - t0, 1), "out_of_time": s.out_of_time, "estimated_s": est}
 
 
@@ -386,12 +396,12 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
         if smoke and 1 in plan:
             t0 = time.monotonic()
             pool = tier_cases(1)
-            kept, refused, verdicts = _gate(pool, log)
+            kept, refused, verdicts, left_out = _gate(pool, log)
             cases = smoke_cases(kept)
             log(f"smoke: {len(cases)} case(s), one per backend of tier 1 "
                 f"({', '.join(c.describe() for c in cases) or 'none: every backend was refused'})")
             s = sweep(cases, 1, verdicts, "smoke")
-            entry["smoke"] = _summary(s, cases, refused, t0, round(estimate(cases), 1))
+            entry["smoke"] = _summary(s, cases, refused, t0, round(estimate(cases), 1), left_out)
             if s.interrupted:
                 raise KeyboardInterrupt
             if s.written == 0 and not (cases and s.already_done == len(cases)):
@@ -403,9 +413,9 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
                 return _finish(entry, out, carried, new, t_start)
         for number in tiers:
             t0 = time.monotonic()
-            cases, refused, verdicts = _gate(tier_cases(number), log)
+            cases, refused, verdicts, left_out = _gate(tier_cases(number), log)
             s = sweep(cases, number, verdicts, f"tier {number}")
-            entry["tiers"][number] = _summary(s, cases, refused, t0, round(estimate(cases), 1))
+            entry["tiers"][number] = _summary(s, cases, refused, t0, round(estimate(cases), 1), left_out)
             log(f"tier {number}: {s.written} written, {s.already_done} already done, {len(s.skipped)} skipped, "
                 f"{len(s.failed)} failed, {len(refused)} backend(s) refused"
                 f"{' (out of time: resume with these records)' if s.out_of_time else ''}")
@@ -521,15 +531,20 @@ def command(args) -> int:
     from normbench._stdout import document_stream
 
     print(json.dumps({k: entry[k] for k in ("records", "files", "wall_s", "problems")}), file=document_stream())
-    if entry.get("interrupted"):
-        return 130
     if entry["problems"]:
-        print(f"normbench campaign: {len(entry['problems'])} problem(s), exit 1 (campaign-log.json 'problems'):",
+        print(f"normbench campaign: {len(entry['problems'])} problem(s) (campaign-log.json, 'problems'):",
               file=sys.stderr)
         for p in entry["problems"]:
             print(f"  {p}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_code(entry)
+
+
+def exit_code(entry: dict) -> int:
+    """130 when interrupted, 1 when the log names any problem (a refusal, a failed case, a tier or smoke step that
+    wrote nothing, a GPU test command that failed), else 0."""
+    if entry.get("interrupted"):
+        return 130
+    return 1 if entry["problems"] else 0
 
 
 def register(subparsers) -> None:

@@ -643,12 +643,14 @@ def _probe(spec: NormSpec, cand: Candidate | None, backend: str, device: str) ->
     """Why ``backend`` cannot run on ``device`` on this machine (so no check task need start), or ``None``."""
     if cand is None:
         return None
+    layouts = [lay for lay in spec.layouts if cand.layouts is None or lay in cand.layouts]
     if device not in cand.devices:
-        return f"{backend} does not run on {device} (it declares {', '.join(cand.devices)})"
+        also = next((r for r in (cand.unavailable(lay, device) for lay in layouts) if r), None)
+        return (f"{backend} does not run on {device} (it declares {', '.join(cand.devices)})"
+                + (f"; {also}" if also else ""))
     missing = DEVICES[device].missing()
     if missing:
         return missing
-    layouts = [lay for lay in spec.layouts if cand.layouts is None or lay in cand.layouts]
     reasons = [cand.unavailable(lay, device) for lay in layouts]
     return reasons[0] if reasons and all(reasons) else None
 

@@ -154,7 +154,12 @@ def _cmd_bench(args) -> int:
             for c in cases if verdicts[c.norm].refused(c.backend, c.device)}
         for msg in dict.fromkeys(refusal(v, "benchmark") for v in refused.values()):  # a contract: once a norm
             print(f"normbench: {msg}", file=sys.stderr)
-        cases = [c for c in cases if (c.norm, c.backend, device_kind(c.device)) not in refused]
+        # "Not available here" (a backend that does not run on this device kind, or cannot run here) is skipped
+        # with its reason, like the core's own skips: no failure.
+        absent = [(c, v.detail) for c in cases if (v := verdicts[c.norm].verdict(c.backend, c.device)).status
+                  == "unavailable"]
+        cases = [c for c in cases if (c.norm, c.backend, device_kind(c.device)) not in refused
+                 and verdicts[c.norm].verdict(c.backend, c.device).status != "unavailable"]
 
         def on_record(rec):
             stamp(rec, verdicts[rec["norm"]["name"]], rec["config"]["backend"], forced=args.force)
@@ -163,6 +168,7 @@ def _cmd_bench(args) -> int:
                       executor=ex, time_limit=limit, on_record=on_record,
                       interleave=bool(args.interleave or args.model or args.model_config))
     wall = time.perf_counter() - t0
+    s.skipped += [(c.describe(), why) for c, why in absent]
     print(f"{s.written} records written, {s.already_done} already in {args.out}, {len(s.skipped)} skipped, "
           f"{len(s.failed)} failed, {len(refused)} backend(s) refused (check not passed) in {wall:.0f}s")
     reasons: dict[str, int] = {}
