@@ -3,6 +3,7 @@ against eager on every device kind it runs on (``normbench check``); verdicts ca
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -276,6 +277,25 @@ def candidates(spec: NormSpec, provider: str | Callable | None = None) -> dict[s
     return {c.name: c for c in found}
 
 
+@contextlib.contextmanager
+def _ieee_float32():
+    """TF32 off while backends are compared: cuDNN convolutions use TF32 by default (about 1e-3 relative), which the
+    float32 tolerance would read as a wrong implementation (a weight-standardised convolution on a GPU, say)."""
+    flags = (torch.backends.cudnn, torch.backends.cuda.matmul)
+    try:
+        saved = [f.allow_tf32 for f in flags]
+    except RuntimeError:  # precision set through the newer fp32_precision API: left as the user set it
+        yield
+        return
+    try:
+        for f in flags:
+            f.allow_tf32 = False
+        yield
+    finally:
+        for f, v in zip(flags, saved):
+            f.allow_tf32 = v
+
+
 def _check_backend(spec: NormSpec, cand: Candidate, dev: DeviceKind, layout: str) -> list[tuple[str, bool, str]]:
     """``cand`` on ``dev`` against eager on the same device (eager itself: against eager on the CPU): the same
     ``state_dict`` keys, outputs and (unless forward-only) input and parameter gradients within tolerance."""
@@ -309,8 +329,9 @@ def _check_backend(spec: NormSpec, cand: Candidate, dev: DeviceKind, layout: str
         params = {n: p.grad for n, p in module.named_parameters() if p.requires_grad}
         return out, [x.grad for x in xs], params
 
-    y_ref, dx_ref, dw_ref = run(eager, ref_dev)
-    y, dx, dw = run(other, dev)
+    with _ieee_float32():
+        y_ref, dx_ref, dw_ref = run(eager, ref_dev)
+        y, dx, dw = run(other, dev)
 
     def close(name, a, b):
         if a is None or b is None:

@@ -27,6 +27,7 @@ flags their records ``forced``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -144,11 +145,24 @@ def check_verdicts(needs) -> dict:
     needs = [(n, "eager", "cpu") if isinstance(n, str) else tuple(n) for n in needs]
     missing = [n for n in dict.fromkeys(needs) if n not in _VERDICTS]
     if missing:
-        with make_executor(preload=("normbench.check",)) as ex:
+        with contextlib.ExitStack() as stack:
+            ex = _Lazy(lambda: stack.enter_context(make_executor(preload=("normbench.check",))))
             found = ensure_checked(missing, ex, time_limit(check=True), provider=GATE)
         for n in missing:
             _VERDICTS[n] = found[n[0]]
     return {n[0]: _VERDICTS[n] for n in needs}
+
+
+class _Lazy:
+    """An executor started on its first task: verdicts the cache (or this machine's devices) answers start none."""
+
+    def __init__(self, make):
+        self._make, self._ex = make, None
+
+    def submit(self, task):
+        if self._ex is None:
+            self._ex = self._make()
+        return self._ex.submit(task)
 
 
 _VERDICTS: dict = {}  # this process's verdicts by (norm, backend, device): a suite asks once per combination
