@@ -315,10 +315,15 @@ def _gate(cases, log) -> tuple[list, list[dict], dict, list[dict]]:
     return kept, list(refused.values()), verdicts, left_out
 
 
-def _summary(s, cases, refused, t0, est, left_out=()) -> dict:
+def _skip_reasons(s) -> dict[str, int]:
     reasons: dict[str, int] = {}
     for _, why in s.skipped:
         reasons[why] = reasons.get(why, 0) + 1
+    return reasons
+
+
+def _summary(s, cases, refused, t0, est, left_out=()) -> dict:
+    reasons = _skip_reasons(s)
     return {"planned": len(cases), "written": s.written, "already_done": s.already_done, "skipped": len(s.skipped),
             "skip_reasons": reasons, "failed": s.failed[:50], "failed_count": len(s.failed),
             "refused": refused, "refused_norms": sorted({r["norm"] for r in refused if r["contract"]}),
@@ -388,7 +393,7 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
                       interleave=number == MODELS_TIER)
         for case, err in s.failed:
             log(f"{label}: FAILED {case}: {err}")
-        for reason, n in _summary(s, cases, [], time.monotonic(), 0)["skip_reasons"].items():
+        for reason, n in _skip_reasons(s).items():
             log(f"{label}: skipped {n}: {reason}")
         return s
 
@@ -405,7 +410,8 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
             if s.interrupted:
                 raise KeyboardInterrupt
             if s.written == 0 and not (cases and s.already_done == len(cases)):
-                why = (f"{len(refused)} backend(s) of tier 1 refused by the check gate" if not cases else
+                why = (f"{len(refused)} (norm, backend) pair(s) of tier 1 refused by the check gate, "
+                       f"{len(left_out)} not available here" if not cases else
                        f"{len(s.failed)} failed, {len(s.skipped)} skipped of {len(cases)}")
                 problem(f"the smoke step wrote no records ({why}): nothing would be measured; see the REFUSED, "
                         f"FAILED and skipped lines above (tier 1 had {len(pool)} cases)")

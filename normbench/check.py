@@ -237,11 +237,6 @@ def device_kind(device: str) -> str:
     return kind
 
 
-def present_devices() -> tuple[str, ...]:
-    """The device kinds this machine has (as :data:`DEVICES` sees them)."""
-    return tuple(k for k in DEVICE_KINDS if DEVICES[k].missing() is None)
-
-
 @dataclass(frozen=True)
 class Candidate:
     """A backend as the gate checks it: the device kinds it runs on, its implementation hash, and how it is built
@@ -433,11 +428,6 @@ def cache_path() -> Path:
     (``eager@cpu`` is the norm's contract). A new file name: the per-norm ``checks.json`` of earlier versions is
     left to them."""
     return cache_dir() / "gate.json"
-
-
-def impl_hashes(spec: NormSpec) -> dict[str, str]:
-    """``{backend: NormSpec.impl_hash(backend)}`` for every backend of ``spec``."""
-    return {b: spec.impl_hash(b) for b in spec.backends}
 
 
 @dataclass
