@@ -20,9 +20,10 @@ Grid selection (environment variables, read when the suite is imported):
   the grid's backends, dtypes and passes otherwise (fwd when the grid is ``small``).
 
 Combinations a norm cannot run (layout it lacks, backend unavailable here) are skipped with the reason, and so is
-every combination of a norm that has not passed ``normbench check`` in its current implementation (the check runs
-once, in a worker process with the time limit, and is cached): ``NORMBENCH_FORCE=1`` measures such norms anyway and
-flags their records ``forced``.
+every combination of a norm whose contract check fails, or of a backend whose check against eager on this device
+fails, in its current implementation (the check gate, ``normbench.check``: run once, in a worker process with the
+time limit, and cached per norm, backend and device kind): ``NORMBENCH_FORCE=1`` measures them anyway and flags
+their records ``forced``.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def forced() -> bool:
 def check_verdicts(needs) -> dict:
     """``{norm: CheckStatus}`` for ``needs`` (``(norm, backend, device)`` triples, or norm names): cached verdicts,
     missing ones checked now in a worker process (time-limited)."""
-    from normbench.check import ensure_checked
+    from normbench.check import CheckStatus, ensure_checked
     from normbench.executor import time_limit
     from normbench.executors import make_executor
     from normbench.measure.baselines import GATE
@@ -150,7 +151,11 @@ def check_verdicts(needs) -> dict:
             found = ensure_checked(missing, ex, time_limit(check=True), provider=GATE)
         for n in missing:
             _VERDICTS[n] = found[n[0]]
-    return {n[0]: _VERDICTS[n] for n in needs}
+    out: dict = {}
+    for n in needs:  # one norm's verdicts from several calls: together
+        v = _VERDICTS[n]
+        out[n[0]] = v if n[0] not in out else CheckStatus(n[0], v.contract, {**out[n[0]].verdicts, **v.verdicts})
+    return out
 
 
 class _Lazy:
