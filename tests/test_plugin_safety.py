@@ -249,7 +249,7 @@ def test_train_watchdog_stops_a_stalled_run_and_the_next_norm_trains(hostile, ca
     assert res.returncode == 1, res.stderr
     assert "hang_norm" in res.stderr and f"no progress for {STALL_LIMIT}s" in res.stderr
     recs = _records(out, kind="accuracy")
-    assert [r["norm"]["name"] for r in recs] == ["fine_norm"]
+    assert [r["norm"]["name"] for r in recs] == ["fine_norm"], res.stderr
     assert recs[0]["check"]["status"] == "passed" and not GATE_FLAGS & set(recs[0]["flags"])
 
 
