@@ -225,9 +225,16 @@ def test_triton_backends_declare_cuda_and_the_cpu_only_under_the_interpreter(mon
         bad.backend_devices("x")
 
 
-def test_bench_refuses_only_the_failing_backend_and_measures_the_rest(probe, tmp_path, capsys):
+def test_bench_refuses_only_the_failing_backend_and_measures_the_rest(probe, tmp_path, capsys, monkeypatch):
     from normbench.cli import main
+    from normbench.measure import group, sweep
+    from normbench.measure.timers import TimerSettings
+    from normbench.records.provenance import provenance
     from normbench.records.store import iter_records
+
+    fast = TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0)  # a stated ceiling: this is about the gate
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: group.Context(
+        50.0, "test ceiling", provenance(command="pytest", device="cpu"), fast, None))
 
     out = tmp_path / "results"
     rc = main(["bench", "--norm", "gate_probe", "--backend", "eager", "wrong_on_cpu", "--shape", "quick-8x128x512",
