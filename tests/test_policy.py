@@ -280,7 +280,7 @@ def test_unavailable_or_unchecked_backend_runs_eager(backends):
     backends("rmsnorm", ("broken", _broken))   # computes y + 1: the norm's check fails, so the gate refuses it
     report = apply_policy(model, model_policy(config, backend="broken"))
     why = report.refused["rmsnorm/broken"]
-    assert "has not passed" in why and "differs from eager by 1" in why
+    assert "has not passed the check gate on cpu" in why and "differs from eager on cpu by 1" in why
     with pytest.warns(PolicyFallbackWarning, match="backend broken refused.*has not passed"), torch.no_grad():
         model(torch.randint(0, 64, (1, 4)))
 

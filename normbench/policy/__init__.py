@@ -58,25 +58,16 @@ def _hardware_id(device: torch.device) -> str:
 
 
 def _gate(spec, backend: str, device: torch.device) -> str | None:
-    """None when ``backend`` of ``spec`` passed the check gate on ``device``'s kind, else why not.
-
-    The per-(norm, backend, device) gate (``CheckStatus.verdict``) where this normbench has it; else the gate of
-    main at 3ca060b, one verdict per norm over all its backends, checked on the CPU."""
+    """None when ``backend`` of ``spec`` passed the check gate on ``device``'s kind, else why not."""
     from normbench import check
 
     kind = device.type
-    if hasattr(check.CheckStatus, "verdict"):
-        status = check.ensure_checked([(spec.name, backend, kind)], log=lambda _msg: None)[spec.name]
-        v = status.verdict(backend, kind)
-        if v.passed:
-            return None
-        return (f"backend {backend} of {spec.name} has not passed the check gate on {kind} ({v.status}"
-                + (f": {v.detail}" if v.detail else "") + f"); run `normbench check {spec.name}`")
-    status = check.ensure_checked([spec.name], log=lambda _msg: None)[spec.name]
-    if status.passed:
+    status = check.ensure_checked([(spec.name, backend, kind)], log=lambda _msg: None)[spec.name]
+    v = status.verdict(backend, kind)
+    if v.passed:
         return None
-    return (f"norm {spec.name} has not passed its contract check ({status.status}"
-            + (f": {status.detail}" if status.detail else "") + f"); run `normbench check {spec.name}`")
+    return (f"backend {backend} of {spec.name} has not passed the check gate on {kind} ({v.status}"
+            + (f": {v.detail}" if v.detail else "") + f"); run `normbench check {spec.name} --device {kind}`")
 
 
 def _backend_builder(spec, backend: str):
