@@ -80,8 +80,9 @@ def _deadline(signum: int) -> None:
 @contextlib.contextmanager
 def interruptible():
     """For a command's run (``cli.main``): the first SIGINT or SIGTERM raises ``KeyboardInterrupt`` (what is written
-    is kept, workers are stopped on the way out); repeated signals do not cut that cleanup short; a stop that takes
-    longer than :data:`STOP_DEADLINE_S` says where it is stuck and is forced. Outside the main thread: no change."""
+    is kept, workers are stopped on the way out); repeated signals do not cut that cleanup short, nor the exit that
+    follows (the handlers stay then); a stop that takes longer than :data:`STOP_DEADLINE_S` says where it is stuck
+    and is forced. Outside the main thread: no change."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -91,8 +92,11 @@ def interruptible():
         yield
     finally:
         _State.installed = False
-        for s, h in previous.items():
-            signal.signal(s, h)
+        if not _State.stopping:
+            for s, h in previous.items():
+                signal.signal(s, h)
+        # else the process is on its way out: a repeated signal still must not kill it mid-exit (the deadline
+        # bounds the exit as it bounded the stop)
 
 
 def reinstall() -> None:
@@ -154,14 +158,11 @@ def say_stuck(what: str) -> None:
 
 # --- the test-only phase hook ------------------------------------------------------------------------------------
 
-_PHASE = os.environ.get(PHASE_ENV) or None
-
-
 def phase(name: str) -> None:
     """A named point of a command's run (``read``, ``judge``, ``task``, ``write``, ``render``, ``pool-end``,
     ``swap``...). Inert unless ``$NORMBENCH_TEST_PHASE`` names it: then the process appends ``<name> <pid>`` to
     ``$NORMBENCH_TEST_PHASE_FILE`` and pauses (up to a minute) for the interruption test to signal it there."""
-    if _PHASE is None or name != _PHASE:
+    if os.environ.get(PHASE_ENV) != name:
         return
     path = os.environ.get(PHASE_FILE_ENV)
     if path:
@@ -189,7 +190,7 @@ def _worker(fn: Callable, conn, others: list) -> None:
     _State.installed, _State.stopping, _State.held, _State.pending = False, False, 0, None
     _State.children = set()
     with contextlib.suppress(Exception):
-        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     for c in others:  # the other workers' pipe ends: a copy here would hide that worker's death from the parent
         with contextlib.suppress(OSError):
             c.close()

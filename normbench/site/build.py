@@ -270,23 +270,26 @@ def _swap(tmp: Path, out: Path) -> None:
     cannot replace a non-empty one in one), with interruptions held between them, and the old site put back if the
     second fails; the old one is removed last (an interruption there removes it on the way out)."""
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    with held():
-        if out.exists():
-            os.replace(out, old)
-            try:
-                phase("swap")
-                os.replace(tmp, out)
-            except BaseException:
-                if not out.exists():
-                    os.replace(old, out)
-                raise
-        else:
-            os.replace(tmp, out)
     try:
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(old, ignore_errors=True)
-        raise
+        with held():   # an interruption here is raised when the block ends, after both renames
+            if out.exists():
+                os.replace(out, old)
+                try:
+                    phase("swap")
+                    os.replace(tmp, out)
+                except BaseException:
+                    if not out.exists():
+                        os.replace(old, out)
+                    raise
+            else:
+                os.replace(tmp, out)
+    finally:
+        if out.exists():
+            try:
+                shutil.rmtree(old, ignore_errors=True)
+            except BaseException:  # interrupted while removing it (outside a command): finish, then stop
+                shutil.rmtree(old, ignore_errors=True)
+                raise
 
 
 def default_cache(out: Path) -> Path:
