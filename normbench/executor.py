@@ -238,6 +238,10 @@ ORPHANED_EXIT = 75
 def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
     """The worker's loop: receive a task, run it (:func:`run_task`), send its outcome; heartbeats go up the same
     pipe."""
+    import signal
+
+    # Forked from a forkserver started with SIGINT blocked (_forkserver_running): a Ctrl-C must reach a worker.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
@@ -335,6 +339,8 @@ class WorkerExecutor(Executor):
         env = {**os.environ, **self._env}
         proc = self._ctx.Process(target=_worker_main, args=(child, env, self._preload), daemon=True,
                                  name="normbench-worker")
+        if self._ctx.get_start_method() == "forkserver":
+            _forkserver_running()
         with _main_module_hidden():
             proc.start()
         child.close()
@@ -461,6 +467,7 @@ class WorkerExecutor(Executor):
                 os.kill(proc.pid, signal.SIGINT)
             proc.join(INTERRUPT_GRACE_S)
         self._kill(TERM_GRACE_S)
+        _stop_forkserver()
 
     def close(self) -> None:
         if self._conn is not None:
@@ -469,7 +476,58 @@ class WorkerExecutor(Executor):
         if self._proc is not None:
             self._proc.join(TERM_GRACE_S if stopping() else 5)
         self._kill(TERM_GRACE_S if stopping() else 5)
+        if stopping():
+            _stop_forkserver()
 
+
+def _forkserver_running() -> None:
+    """Start the forkserver with SIGINT blocked: it imports torch before it ignores SIGINT, and a Ctrl-C to the
+    process group meanwhile printed a traceback from it. (The mask survives its exec; it ignores SIGINT from then on,
+    and each worker unblocks SIGINT first, since a Ctrl-C is how a worker is asked to stop.)"""
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    server = getattr(forkserver, "_forkserver", None)
+    if getattr(server, "_forkserver_pid", None):
+        track(server._forkserver_pid)
+    global _atexit
+    if not _atexit:
+        import atexit
+
+        # Left alone it exits when it notices this process gone: at its own pace (tearing torch down), after us.
+        atexit.register(_stop_forkserver)
+        _atexit = True
+
+
+_atexit = False
+
+
+def _stop_forkserver() -> None:
+    """On an interruption, end the forkserver now: left to notice that its command is gone, it does so only after
+    its own start (importing torch: seconds, under load tens of them), an orphan meanwhile. The next worker starts
+    a fresh one."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if not pid:
+        return
+    import signal
+
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGTERM)   # its SIGTERM is the default action, even while it imports
+    with contextlib.suppress(Exception):
+        server._stop()   # closes its pipe, reaps it (dead already), forgets it
+    track(pid, on=False)
 
 @contextlib.contextmanager
 def _main_module_hidden():

@@ -160,12 +160,17 @@ def say_stuck(what: str) -> None:
 
 def phase(name: str) -> None:
     """A named point of a command's run (``read``, ``judge``, ``task``, ``write``, ``render``, ``pool-end``,
-    ``swap``...). Inert unless ``$NORMBENCH_TEST_PHASE`` names it: then the process appends ``<name> <pid>`` to
-    ``$NORMBENCH_TEST_PHASE_FILE`` and pauses (up to a minute) for the interruption test to signal it there."""
+    ``swap``...). Inert unless ``$NORMBENCH_TEST_PHASE`` names it: then the first process to get there (once per
+    run) writes ``<name> <pid>`` to ``$NORMBENCH_TEST_PHASE_FILE`` and pauses (up to a minute) for the
+    interruption test to signal it there."""
     if os.environ.get(PHASE_ENV) != name:
         return
     path = os.environ.get(PHASE_FILE_ENV)
     if path:
+        try:  # the first process there pauses, once: the run goes on past it afterwards (a worker killed there)
+            os.close(os.open(path + ".taken", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"{name} {os.getpid()}\n")
     deadline = time.monotonic() + PHASE_PAUSE_S
