@@ -384,7 +384,7 @@ def test_a_successful_build_prints_no_traceback_and_real_processes_stop(prepared
     env, run = _env(root), _Real()
     run_clean(run, _site_args(0), env, root)
     files = _files(root / "site")
-    for n, (ph, delivery) in enumerate([("judge", GROUP_TERM), ("render", PARENT_INT)], 1):
+    for n, (ph, delivery) in enumerate([("judge", GROUP_TERM)], 1):
         interrupt(run, _site_args(n), env, root, ph, delivery, pool=True)
         no_partial(root, root / "site", files)
 
@@ -404,7 +404,7 @@ def test_site_build_interrupted_at_each_phase(prepared, tmp_path, launcher):
     assert _files(site) == files
 
 
-READ_PHASES = {"read": (2, False), "judge": (4, False)}
+READ_PHASES = {"read": (3, False), "judge": (4, False)}
 
 
 @pytest.mark.parametrize("command", ["claims", "best", "docs"])
@@ -415,7 +415,7 @@ def test_reading_commands_interrupted(prepared, tmp_path, launcher, command):
     if command == "claims":
         args = ["claims", "--results", "results"]
     elif command == "best":
-        args = ["best", "--shape", "512x1024", "--results", "results"]
+        args = ["best", "--model", "llama-3.1-8b", "--results", "results"]
     else:
         shutil.copy(REPO / "docs" / "accuracy.md", root / "accuracy.md")
         args = ["docs", "--results", "results", "--doc", "accuracy.md"]
@@ -445,18 +445,19 @@ def _bench_args(out: str) -> list[str]:
 
 
 def _train_args(out: str) -> list[str]:
-    return ["train", "--norm", "rmsnorm", "--task", "synth-lm", "--quick", "--steps", "3", "--out", out,
+    return ["train", "--norm", "rmsnorm", "--task", "synth-lm", "--quick", "--steps", "2", "--out", out,
             "--no-progress", "--checkpoint-dir", "ck"]
 
 
 def _sweep_args(out: str) -> list[str]:
-    return ["sweep", "--norms", "rmsnorm", "dyt", "--tasks", "synth-lm", "--seeds", "1", "--steps", "3",
+    return ["sweep", "--norms", "rmsnorm", "--tasks", "synth-lm", "--seeds", "1", "--steps", "2",
             "--out", out, "--no-progress", "--checkpoint-dir", "ck"]
 
 
+# SIGKILL of the executor's worker in bench (a crashed task, reported); a signal passed on to it in all three.
 WRITING = {"bench": (_bench_args, {"task": (2, True), "write": (1, False)}),
-           "train": (_train_args, {"task": (2, True), "write": (1, False)}),
-           "sweep": (_sweep_args, {"task": (2, True), "write": (1, False)})}
+           "train": (_train_args, {"task": (1, False), "write": (1, False)}),
+           "sweep": (_sweep_args, {"task": (1, False), "write": (1, False)})}
 
 
 @pytest.mark.parametrize("command", sorted(WRITING))
@@ -471,7 +472,7 @@ def test_writing_commands_interrupted_then_resumed(tmp_path, launcher, command):
     assert want
     for ph, delivery in _schedule(command, phases):
         interrupt(launcher, make("results"), env if ph == "task" else inproc, tmp_path, ph, delivery,
-                  pool=phases[ph][1], pool_worker=False)
+                  pool=ph == "task", pool_worker=False)
         no_partial(tmp_path)
         if FULL:
             run_clean(launcher, make("results"), env, tmp_path)
