@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # SIGTERM (``kill``, a CI runner's timeout) takes the Ctrl-C path: what is written is kept, and worker processes
     # are stopped instead of left timing as orphans; a repeated signal does not cut that short (processes.py).
-    with interruptible():
+    # argv None: run as the program (the console script, ``python -m normbench.cli``), which ends with this call.
+    with interruptible(program=argv is None):
         try:
             parser = build_parser()
             args = parser.parse_args(argv)

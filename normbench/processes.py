@@ -45,6 +45,7 @@ class _State:
     stopping = False      # a first signal was taken: the command is on its way out
     held = 0              # inside held(): a signal is noted, raised when the block ends
     pending: int | None = None
+    done = threading.Event()   # set when a command run inside another program returns: no deadline then
     children: set = set()  # pids this process must not leave behind (pool workers), killed if stopping overruns
 
 
@@ -60,12 +61,14 @@ def _on_signal(signum, frame) -> None:
 
 def _begin_stop(signum: int) -> None:
     _State.stopping = True
-    threading.Thread(target=_deadline, args=(signum,), name="normbench-stop-deadline", daemon=True).start()
+    done = _State.done
+    threading.Thread(target=_deadline, args=(signum, done), name="normbench-stop-deadline", daemon=True).start()
 
 
-def _deadline(signum: int) -> None:
+def _deadline(signum: int, done: threading.Event) -> None:
     """After :data:`STOP_DEADLINE_S` still alive: say where it is stuck, kill the pool workers, exit."""
-    time.sleep(STOP_DEADLINE_S)
+    if done.wait(STOP_DEADLINE_S):
+        return
     with contextlib.suppress(Exception):
         sys.stderr.write(f"normbench: did not stop within {STOP_DEADLINE_S:g}s of {signal.Signals(signum).name}; "
                          "where it was (results already written are kept):\n")
@@ -78,25 +81,30 @@ def _deadline(signum: int) -> None:
 
 
 @contextlib.contextmanager
-def interruptible():
+def interruptible(program: bool = False):
     """For a command's run (``cli.main``): the first SIGINT or SIGTERM raises ``KeyboardInterrupt`` (what is written
     is kept, workers are stopped on the way out); repeated signals do not cut that cleanup short, nor the exit that
     follows (the handlers stay then); a stop that takes longer than :data:`STOP_DEADLINE_S` says where it is stuck
-    and is forced. Outside the main thread: no change."""
+    and is forced. ``program``: this process ends when the block does (the ``normbench`` command); otherwise (a
+    command run inside another program, a test) the handlers are restored and the deadline dropped at its end.
+    Outside the main thread: no change."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     _State.installed, _State.stopping, _State.held, _State.pending = True, False, 0, None
+    _State.done = threading.Event()
     try:
         yield
     finally:
         _State.installed = False
-        if not _State.stopping:
+        if not (program and _State.stopping):
+            _State.done.set()
+            _State.stopping = False
             for s, h in previous.items():
                 signal.signal(s, h)
-        # else the process is on its way out: a repeated signal still must not kill it mid-exit (the deadline
-        # bounds the exit as it bounded the stop)
+        # else the process is on its way out: a repeated signal still must not kill it mid-exit, and the deadline
+        # bounds the exit as it bounded the stop
 
 
 def reinstall() -> None:

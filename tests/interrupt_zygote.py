@@ -39,7 +39,7 @@ def _child(req: dict) -> int:
     from normbench.cli import main
 
     try:
-        rc = main(req["args"])
+        rc = main()   # as the console script calls it (sys.argv)
     except SystemExit as exc:
         rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return int(rc or 0)
