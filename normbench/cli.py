@@ -72,11 +72,12 @@ def _cmd_check(args) -> int:
     from normbench.check import run_checks
     from normbench.executor import time_limit
     from normbench.executors import from_args
+    from normbench.measure.baselines import GATE
 
     report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
     with from_args(args, preload=("normbench.check",)) as ex:
         return run_checks(args.names, all_norms=args.all or not args.names, as_json=args.json, executor=ex,
-                          time_limit=time_limit(args.time_limit, check=True))
+                          time_limit=time_limit(args.time_limit, check=True), device=args.device, provider=GATE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,10 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list every registered norm (built-in and plugins)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_list)
-    p = sub.add_parser("check", help="run the contract checks on norms (exit 1 if any fails)")
+    p = sub.add_parser("check", help="run the contract checks on norms and check each backend against eager on the "
+                                     "devices it runs on (exit 1 if any fails)")
     p.add_argument("names", nargs="*", metavar="NAME", help="norms to check (default: all)")
     p.add_argument("--all", action="store_true", help="check every registered norm")
     p.add_argument("--json", action="store_true", help="machine-readable output (stdout holds only the JSON)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="check each backend against eager on this kind of device (auto: every kind it declares; "
+                        "one this machine lacks is 'not available here', not a failure; an explicit kind this "
+                        "machine lacks is an error). The norm's own contract always runs, on the CPU")
     add_executor_arguments(p)
     p.set_defaults(func=_cmd_check)
     for mod_name in COMMAND_MODULES:

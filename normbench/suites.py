@@ -148,7 +148,7 @@ def why_not(norm: str, cell: str) -> str | None:
     if reason:
         return reason
     try:
-        suite.gate(spec.name)
+        suite.gate(spec.name, "eager", suite.default_device())  # cell_run trains the eager module there
     except suite.Unsupported as exc:
         return str(exc)
     return None
