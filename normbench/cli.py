@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import signal
 import sys
 
 from normbench.discovery import report_plugin_problems
@@ -115,30 +114,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _term_as_interrupt(signum, frame):
-    """SIGTERM (``kill``, a CI runner's timeout) takes the Ctrl-C path: what is written is kept, and the executor
-    stops its worker processes instead of leaving them timing as orphans."""
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        previous = signal.signal(signal.SIGTERM, _term_as_interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        previous = None
-    try:
+    from normbench.processes import interruptible
+
+    # SIGTERM (``kill``, a CI runner's timeout) takes the Ctrl-C path: what is written is kept, and worker processes
+    # are stopped instead of left timing as orphans; a repeated signal does not cut that short (processes.py).
+    # argv None: run as the program (the console script, ``python -m normbench.cli``), which ends with this call.
+    with interruptible(program=argv is None):
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         return _run(args)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _run(args) -> int:
+    from normbench.processes import WorkerDied
+
     try:
         if getattr(args, "json", False):
             from normbench._stdout import machine_readable
@@ -149,6 +146,9 @@ def _run(args) -> int:
     except KeyboardInterrupt:
         print("interrupted; results already written are kept", file=sys.stderr)
         return 130
+    except WorkerDied as exc:
+        print(f"normbench: error: {exc}", file=sys.stderr)
+        return 1
     except (KeyError, ValueError, FileNotFoundError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"normbench: error: {msg}", file=sys.stderr)
