@@ -561,29 +561,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=command)
 
 
-def _term_as_interrupt(signum, frame):
-    """SIGTERM (the device run's time limit) takes the Ctrl-C path: what was measured is packed, the log written."""
-    raise KeyboardInterrupt
-
-
 def main(argv=None) -> int:
-    import signal
+    from normbench.processes import interruptible
 
     p = argparse.ArgumentParser(prog="python -m normbench.campaign", description=__doc__.split("\n\n")[0])
     add_arguments(p)
     args = p.parse_args(argv)
+    # SIGTERM (the device run's time limit) takes the Ctrl-C path, as in the normbench command: what was measured is
+    # packed and the log written; a repeated signal does not cut that short; a stuck stop is reported and forced.
     try:
-        previous = signal.signal(signal.SIGTERM, _term_as_interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        previous = None
-    try:
-        return command(args)
+        with interruptible(program=argv is None):
+            return command(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
