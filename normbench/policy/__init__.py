@@ -58,25 +58,16 @@ def _hardware_id(device: torch.device) -> str:
 
 
 def _gate(spec, backend: str, device: torch.device) -> str | None:
-    """None when ``backend`` of ``spec`` passed the check gate on ``device``'s kind, else why not.
-
-    The per-(norm, backend, device) gate (``CheckStatus.verdict``) where this normbench has it; else the gate of
-    main at 3ca060b, one verdict per norm over all its backends, checked on the CPU."""
+    """None when ``backend`` of ``spec`` passed the check gate on ``device``'s kind, else why not."""
     from normbench import check
 
     kind = device.type
-    if hasattr(check.CheckStatus, "verdict"):
-        status = check.ensure_checked([(spec.name, backend, kind)], log=lambda _msg: None)[spec.name]
-        v = status.verdict(backend, kind)
-        if v.passed:
-            return None
-        return (f"backend {backend} of {spec.name} has not passed the check gate on {kind} ({v.status}"
-                + (f": {v.detail}" if v.detail else "") + f"); run `normbench check {spec.name}`")
-    status = check.ensure_checked([spec.name], log=lambda _msg: None)[spec.name]
-    if status.passed:
+    status = check.ensure_checked([(spec.name, backend, kind)], log=lambda _msg: None)[spec.name]
+    v = status.verdict(backend, kind)
+    if v.passed:
         return None
-    return (f"norm {spec.name} has not passed its contract check ({status.status}"
-            + (f": {status.detail}" if status.detail else "") + f"); run `normbench check {spec.name}`")
+    return (f"backend {backend} of {spec.name} has not passed the check gate on {kind} ({v.status}"
+            + (f": {v.detail}" if v.detail else "") + f"); run `normbench check {spec.name} --device {kind}`")
 
 
 def _backend_builder(spec, backend: str):
@@ -116,6 +107,7 @@ class _Plan:
     hw_map: dict                       # local hardware id -> the policy's (itself, or the one forced)
     hw_by_device: dict = field(default_factory=dict)
     warned: set = field(default_factory=set)
+    shared: dict = field(default_factory=dict)  # (norm, layout, width, eps, backend) -> (module, slots)
 
     def hardware(self, device: torch.device) -> str:
         key = str(device)
@@ -223,9 +215,16 @@ class PolicyNorm(nn.Module):
 
     # --- running ----------------------------------------------------------------------------------------------------
     def _impl(self, backend: str):
+        """The backend's module and its parameter slots. A transformers module's backend is shared by every module
+        of the same (norm, width, eps): one compiled graph for all of a model's layers, where a module each would
+        pass Dynamo's recompile limit (8 per code object) and silently run eager past it."""
         impl = self._impls.get(backend)
         if impl is None:
-            impl = self._build(backend)
+            f = self.found
+            key = (f.norm, f.layout, f.width, f.eps, backend)
+            impl = self._build(backend) if f.native else self._plan.shared.get(key) or self._build(backend)
+            if not f.native:
+                self._plan.shared[key] = impl
             self._impls[backend] = impl
         return impl
 
@@ -236,8 +235,9 @@ class PolicyNorm(nn.Module):
         f = self.found
         spec = get_norm(f.norm)
         build = _backend_builder(spec, backend)
-        # A native module is its own eager implementation; a transformers one gets a normbench twin whose
-        # placeholders are pointed at the model's own Parameters (same objects: updates and .to() are seen).
+        # A native module is its own eager implementation; a transformers one gets a normbench module whose
+        # parameter slots are pointed at the calling module's own Parameters at each call (same objects: training
+        # updates and .to() are seen).
         eager = f.module if f.native else spec.create(f.width, layout=f.layout, eps=f.eps)
         module = build(eager, spec)
         slots = {k: _slots(module, p) for k, p in eager._parameters.items() if p is not None}
@@ -255,16 +255,19 @@ class PolicyNorm(nn.Module):
         """The original module sees this module's parameters and buffers (``.to()`` replaces buffers here only)."""
         orig = self.original
         for k, p in self._parameters.items():
-            orig._parameters[k] = p
+            if orig._parameters[k] is not p:
+                orig._parameters[k] = p
         for k, b in self._buffers.items():
-            orig._buffers[k] = b
+            if orig._buffers[k] is not b:
+                orig._buffers[k] = b
 
     def forward(self, *args, **kwargs):
         x = args[0] if args else next(iter(kwargs.values()))
         recording = torch.is_grad_enabled() and (
-            any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
-            or any(p is not None and p.requires_grad for p in self._parameters.values()))
-        key = (x.device, x.dtype, tuple(x.shape), recording)
+            any(p is not None and p.requires_grad for p in self._parameters.values())
+            or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+            or any(isinstance(a, torch.Tensor) and a.requires_grad for a in kwargs.values()))
+        key = (x.device, x.dtype, x.shape, recording)
         chosen = self._memo.get(key)
         if chosen is None:
             chosen = self._choose(x, recording)
@@ -285,21 +288,29 @@ class PolicyNorm(nn.Module):
             self._plan.warn(self.label, reason)
             self._sync()
             return self.original(*args, **kwargs)
+        if module.training != self.training:
+            module.train(self.training)
+        watch = getattr(module, "watch", None)   # the compile backend counts the calls its compiled graphs ran
+        ran = getattr(watch, "compiled_calls", None)
         if not self.found.offset:
             self._point(slots)
             y = module(*args, **kwargs)
-            return y.to(x.dtype) if self.found.cast_to_input else y
-        # Gemma: the scale is 1 + weight, computed in float32 (as transformers does) for this call and handed to
-        # the backend in its weight's place; the backend's own placeholder goes back afterwards.
-        scale = 1.0 + self._parameters["weight"].float()
-        saved = [(m, k, m._parameters[k]) for m, k in slots["weight"]]
-        try:
-            for m, k, _ in saved:
-                m._parameters[k] = scale
-            y = module(*args, **kwargs)
-        finally:
-            for m, k, p in saved:
-                m._parameters[k] = p
+        else:
+            # Gemma: the scale is 1 + weight, computed in float32 (as transformers does) for this call and handed
+            # to the backend in its weight's place; the backend's own placeholder goes back afterwards (it would
+            # otherwise hold this call's graph).
+            scale = 1.0 + self._parameters["weight"].float()
+            saved = [(m, k, m._parameters[k]) for m, k in slots["weight"]]
+            try:
+                for m, k, _ in saved:
+                    m._parameters[k] = scale
+                y = module(*args, **kwargs)
+            finally:
+                for m, k, p in saved:
+                    m._parameters[k] = p
+        if ran is not None and watch.compiled_calls == ran:
+            self._plan.warn(self.label, f"backend {backend}: torch.compile ran no compiled graph for this call (it "
+                                        "fell back to eager: recompile limit, graph break or failed frame)")
         return y.to(x.dtype) if self.found.cast_to_input else y
 
 
