@@ -13,6 +13,7 @@ from normbench.discovery import report_plugin_problems
 # stored as ``func`` on the parser defaults and returns the exit code.
 COMMAND_MODULES = (
     "normbench.measure.command",   # bench, validate
+    "normbench.verify",            # bench --end-to-end (after bench: it adds to bench's options)
     "normbench.train.command",     # tasks, train, sweep
     "normbench.site.command",      # site build
     "normbench.claims.command",    # claims

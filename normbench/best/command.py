@@ -67,7 +67,9 @@ def _cmd_best(args) -> int:
             print(f"\n{about['model'] or about['shape']} on {r['hardware_id']}, {r['dtype']}, {r['pass']}:")
         where = f"{r['site']} / {r['regime']}" if r["site"] else r["norm"]
         shape = "x".join(map(str, r["shape"]))
-        print(f"  {where:<44} {r['norm']:<12} {shape:<16} {best.describe(r)}")
+        print(f"  {where:<44} {r['norm']:<12} {shape:<16} {best.headline(r)}")
+        for b in r.get("backends") or ():
+            print(f"      {best.backend_text(b)}")
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

@@ -48,9 +48,13 @@ def register(subparsers) -> None:
                         "config.json")
     p.add_argument("--regime", nargs="+", action=_ExtendSplit, metavar="R",
                    help="with --model: only these regimes (prefill-1x2048, decode-8, ...)")
-    p.add_argument("--interleave", action="store_true",
-                   help="time the backends of each norm, shape and dtype head to head: interleaved rounds in a "
-                        "random order, paired verdicts in metrics.paired (implied by --model)")
+    p.add_argument("--interleave", dest="interleave", action="store_true", default=True,
+                   help="(the default) time the backends of each norm, shape and dtype head to head whenever two "
+                        "or more are measured there: interleaved rounds in a random order, on the same inputs, "
+                        "paired verdicts in metrics.paired; `normbench best` names a winner only from these")
+    p.add_argument("--no-interleave", dest="interleave", action="store_false",
+                   help="time each backend apart (its own rounds); `best` then answers 'undecided: measured apart' "
+                        "wherever two backends compete")
     p.add_argument("--quick", action="store_true",
                    help="small shapes, float32+bfloat16, fwd and fwd+bwd, few repetitions (minutes on a laptop)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if available, else cpu")
@@ -126,7 +130,7 @@ def _cmd_bench(args) -> int:
                      device=args.device, timings=args.timing, threads=args.threads, graphs=args.graphs,
                      modes=args.mode, flush=args.flush, keep_ahead=args.keep_ahead, here=not on_ray)
     if (shapes or args.model or args.model_config) and cases and not on_ray:
-        _check_memory(cases, together=bool(args.interleave or args.model or args.model_config))
+        _check_memory(cases, together=args.interleave)
     if args.list:
         for c in cases:
             print(c.describe())
@@ -168,7 +172,7 @@ def _cmd_bench(args) -> int:
 
         s = run_sweep(cases, args.out, force=args.redo, settings=settings, progress=not args.no_progress,
                       executor=ex, time_limit=limit, on_record=on_record,
-                      interleave=bool(args.interleave or args.model or args.model_config))
+                      interleave=args.interleave)
     wall = time.perf_counter() - t0
     s.skipped += [(c.describe(), why) for c, why in absent]
     print(f"{s.written} records written, {s.already_done} already in {args.out}, {len(s.skipped)} skipped, "

@@ -85,6 +85,8 @@ def _set_task(cases: list[Case], ctx: Context) -> dict:
     (``normbench.measure.headtohead``): its records and the cases it refused, with reasons."""
     from normbench.measure.headtohead import measure_set
 
+    if len({c.backend for c in cases}) == 1:  # nothing to pair with: timed as a group, with a group's settings
+        return _group_task(cases, ctx)
     refused: list = []
     try:
         records = measure_set(cases, ctx, refused)

@@ -1,4 +1,4 @@
-"""The versioned result-record schema (kinds ``kernel`` and ``accuracy``): record ids, flags and validation.
+"""The versioned result-record schema (kinds ``kernel``, ``accuracy``, ``endtoend``): record ids, flags, validation.
 
 Schema v2 adds, at the top level of a record: ``impl_hash`` (16 hex digits naming the implementation measured; ``""``
 means unknown, which is what a migrated v1 record carries), ``flags`` (sorted names from :data:`FLAGS`),
@@ -38,7 +38,7 @@ FLAGS = ("non_finite", "fell_back", "noisy", "host_bound", "suspect", "unchecked
 INVALID_FLAGS = ("non_finite",)
 CHECK_STATUSES = ("passed", "failed", "not_run")
 IMPL_HASH_RE = re.compile(r"^[0-9a-f]{16}$")
-KINDS = ("kernel", "accuracy")
+KINDS = ("kernel", "accuracy", "endtoend")
 PASSES = ("fwd", "bwd", "fwd+bwd")
 TIMINGS = ("cold", "hot", "host")
 DEVICES = ("cpu", "cuda")
@@ -79,6 +79,12 @@ KERNEL_METRICS = ("time_median_s", "time_iqr_s", "reps", "bytes_moved", "gbps", 
                   "datasheet_peak_gbps", "peak_mem_bytes", "saved_bytes", "err")
 #: v1 kernel records carried the above-ceiling verdict as booleans; v2 carries it as the ``suspect`` flag.
 KERNEL_METRICS_V1 = ("suspect", "suspect_reason")
+#: An end-to-end record (kind ``endtoend``, since issue #37; ``normbench.measure.endtoend``): a model's whole step
+#: with its own norm modules against the same model with ``best``'s policy applied, timed in paired rounds.
+ENDTOEND_CONFIG = ("model", "built", "regime", "batch", "tokens", "context", "pass", "dtype", "device", "threads",
+                   "policy")
+ENDTOEND_METRICS = ("time_original_s", "time_policy_s", "paired", "norm_share_original", "norm_share_policy",
+                    "rounds", "same_outputs")
 ACCURACY_CONFIG = ("task", "task_offline", "model", "placement", "seed", "recipe", "quick", "device", "batch_size")
 ACCURACY_METRICS = ("metric", "higher_is_better", "final", "best", "steps", "wall_time_s", "target",
                     "time_to_target_s", "steps_to_target", "diverged", "diverged_step", "curve")
@@ -338,6 +344,25 @@ def json_schema() -> dict:
             "diverged_step": _js_num(0, integer=True, nullable=True),
             "curve": {"type": "array", "items": curve_point}}),
     }
+    share = _js_num(0, nullable=True)
+    endtoend = {
+        "config": _js_obj(ENDTOEND_CONFIG, {
+            "model": _js_str(), "built": {"type": "object", "description": "the model actually built and run"},
+            "regime": _js_str(), "batch": _js_num(1, integer=True), "tokens": _js_num(1, integer=True),
+            "context": _js_num(0, integer=True), "pass": _js_str(choices=PASSES), "dtype": _js_str(),
+            "device": _js_str(), "threads": _js_num(1, integer=True),
+            "policy": {"type": "object", "description": "where the policy came from: best's command, its record "
+                                                        "ids (evidence) and the choices it made here"}}),
+        "metrics": _js_obj(ENDTOEND_METRICS, {
+            "time_original_s": _js_num(0, exclusive=True), "time_policy_s": _js_num(0, exclusive=True),
+            "paired": _js_obj(("ratio", "ci", "n", "verdict"), {
+                "ratio": _js_num(0, exclusive=True), "ci": {"type": "array", "minItems": 2, "maxItems": 2,
+                                                            "items": _js_num(0)},
+                "n": _js_num(1, integer=True), "verdict": _js_str(choices=("faster", "slower", "tie", "undecided"))}),
+            "norm_share_original": share, "norm_share_policy": share,
+            "norm_time_original_s": share, "norm_time_policy_s": share,
+            "rounds": _js_num(1, integer=True), "same_outputs": {"type": "object"}}),
+    }
     hardware = _js_obj(HARDWARE_FIELDS, {
         "cpu": _js_str(), "cores": _js_num(1, integer=True), "threads": _js_num(1, integer=True),
         "gpu": _js_str(nullable=True), "gpu_memory_gb": _js_num(0, nullable=True), "driver": _js_str(nullable=True),
@@ -346,7 +371,7 @@ def json_schema() -> dict:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "normbench-record.schema.json",
         "title": f"{SCHEMA} v{SCHEMA_VERSION}",
-        "description": "One normbench result record (kind kernel or accuracy). Generated from "
+        "description": "One normbench result record (kind kernel, accuracy or endtoend). Generated from "
                        "normbench/records/schema.py; `normbench validate FILE` checks this schema, with numbers "
                        "finite and integers written without a fraction, and then the rules JSON Schema cannot "
                        "express: metrics.gbps = bytes_moved / time_median_s / 1e9, pct_of_ceiling = 100 * gbps / "
@@ -390,6 +415,7 @@ def json_schema() -> dict:
             {"if": {"properties": {"schema_version": {"minimum": 2}}}, "then": {"required": list(TOP_FIELDS_V2)}},
             _when({"kind": {"const": "kernel"}}, {"properties": kernel}),
             _when({"kind": {"const": "accuracy"}}, {"properties": accuracy}),
+            _when({"kind": {"const": "endtoend"}}, {"properties": endtoend}),
             # v1 kernel records carried the above-ceiling verdict as booleans in metrics.
             _when({"schema_version": {"const": 1}, "kind": {"const": "kernel"}},
                   {"properties": {"metrics": {"required": list(KERNEL_METRICS_V1)}}}),
@@ -596,7 +622,7 @@ def _rule_problems(rec: dict) -> list[str]:
     met = rec["metrics"]
     if rec["kind"] == "kernel":
         problems += _kernel_problems(met, met["suspect"] if v1 else "suspect" in rec["flags"], v1)
-    elif not met["diverged"] and met["diverged_step"] is not None:
+    elif rec["kind"] == "accuracy" and not met["diverged"] and met["diverged_step"] is not None:
         problems.append("metrics.diverged_step is set but metrics.diverged is false")
     return problems
 

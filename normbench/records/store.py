@@ -4,6 +4,7 @@ Layout (``root`` is ``results/`` by default)::
 
     <root>/kernel/<hardware_id>/<norm>.json.gz
     <root>/accuracy/<task>/<hardware_id>/<norm>.json.gz
+    <root>/endtoend/<hardware_id>/<model>.json.gz      (kind endtoend: one file per catalog model)
 
 A record file is compact (``normbench.records`` format 1): gzip (deterministic: no name, mtime 0) of one JSON object
 holding each distinct provenance and norm metadata once, and the records with references to them::
@@ -86,6 +87,8 @@ def record_path(rec: dict, root: str | os.PathLike = "results") -> Path:
     norm = _slug(rec["norm"]["name"])
     if rec["kind"] == "kernel":
         return root / "kernel" / hw / f"{norm}{COMPACT_SUFFIX}"
+    if rec["kind"] == "endtoend":  # one file per model: its regimes and passes
+        return root / "endtoend" / hw / f"{_slug(rec['config']['model'])}{COMPACT_SUFFIX}"
     return root / "accuracy" / _slug(rec["config"]["task"]) / hw / f"{norm}{COMPACT_SUFFIX}"
 
 
@@ -360,8 +363,8 @@ def _too_deep(obj, limit: int = MAX_DEPTH) -> bool:
 def _structural_problems(rec: dict) -> list[str]:
     """What every reader needs beyond the schema, checked again so that a validator gap cannot crash a reader."""
     problems = []
-    if rec.get("kind") not in ("kernel", "accuracy"):
-        problems.append("kind must be kernel or accuracy")
+    if rec.get("kind") not in ("kernel", "accuracy", "endtoend"):
+        problems.append("kind must be kernel, accuracy or endtoend")
     norm = rec.get("norm")
     if not isinstance(norm, dict) or not isinstance(norm.get("name"), str) or not norm["name"]:
         problems.append("norm.name must be a string")

@@ -70,7 +70,11 @@ class ByModel:
     def __init__(self, entries):
         self.by_hw_norm: dict[tuple[str, str], list] = {}
         self.at: dict[tuple, list] = {}
+        self.e2e: dict[tuple[str, str], list] = {}
         for e in entries:
+            if e.kind == "endtoend":
+                self.e2e.setdefault((e.rec["config"]["model"], e.rec["provenance"]["hardware_id"]), []).append(e)
+                continue
             if e.kind != "kernel":
                 continue
             rec = e.rec
@@ -79,7 +83,7 @@ class ByModel:
             self.at.setdefault((hw, norm, rec["config"].get("layout"), _dims(rec)), []).append(e)
         self.models = catalog.models()
         self.targets = {m.key: best.model_targets(m) for m in self.models}
-        self.hws = sorted({hw for hw, _ in self.by_hw_norm})
+        self.hws = sorted({hw for hw, _ in self.by_hw_norm} | {hw for _, hw in self.e2e})
 
     def model(self, key: str) -> catalog.Model:
         return next(m for m in self.models if m.key == key)
@@ -97,7 +101,8 @@ class ByModel:
 
     def pairs(self) -> list[tuple[str, str]]:
         """(model, device) with any record of the model's sites, in catalog order, devices sorted."""
-        return [(m.key, hw) for m in self.models for hw in self.hws if self.at_targets(m.key, hw)]
+        return [(m.key, hw) for m in self.models for hw in self.hws
+                if self.at_targets(m.key, hw) or (m.key, hw) in self.e2e]
 
     def combos(self, key: str, hw: str) -> list[tuple[str, str]]:
         """The (dtype, pass) the records at the model's shapes on ``hw`` hold."""
@@ -138,7 +143,7 @@ def cell(row: dict, recs: list, up: str) -> dict:
         head, note = choice, _short_margin(row) if st == "winner" else "the only eligible backend"
     elif st in ("tie", "undecided"):
         choice = ", ".join(row["ties"])
-        head = st
+        head = "undecided: measured apart" if row.get("undecided_by") == "measured apart" else st
         m = row["margin"]
         ci = f" [{m['ci'][0]:.2f}, {m['ci'][1]:.2f}]" if m.get("ci") else ""
         note = f"{' = '.join(row['ties']) if st == 'tie' else ' vs '.join(row['ties'])}: ratio {m['ratio']:.2f}{ci}"
@@ -180,6 +185,8 @@ def estimate(rows: list[dict], sites: list[catalog.Site], regime: str, recs_at) 
             if t is None:
                 if choice == "fastest per site":
                     why = {"missing": "no record", "flagged": "only flagged records"}.get(row["status"], "no record")
+                    if b and row["status"] not in ("missing", "flagged"):  # ranked by a pairing, its median noisy
+                        why = f"{b}'s record is flagged noisy: its time is not counted"
                 else:
                     had = [e for e in recs_at(row) if e.rec["config"]["backend"] == choice]
                     why = ("flagged " + ", ".join(sorted({f for e in had for f in e.rec.get("flags") or ()}))
@@ -204,6 +211,96 @@ def _estimate_view(est: list[dict]) -> list[dict]:
             "lacks": "; ".join(f"{s}: {why}" for s, why in x["lacks"]),
             "parts": " + ".join(f"{s} ({b}) {fmt_time(t)} x {n}" for s, b, t, n in x["parts"])})
     return view
+
+
+# --- the end-to-end measurement beside the estimate ---------------------------------------------------------------
+
+def catalog_regime(family: str, rec: dict) -> str | None:
+    """The catalog regime whose per-site answers stand for an endtoend record's step: its decode batch, or the
+    first prefill regime (the policy dispatches by regime bucket: docs/measurement.md, "End to end")."""
+    names = [n for n, *_ in catalog.REGIMES.get(family, ())]
+    reg = rec["config"]["regime"]
+    if reg.startswith("decode-"):
+        return reg if reg in names else next((n for n in names if n.startswith("decode-")), None)
+    return next((n for n in names if n.startswith("prefill-")), None)
+
+
+def policy_ratio(rows: list[dict], sites: list[catalog.Site], regime: str) -> float | None:
+    """The estimate's norm-time ratio at ``regime``: what the policy runs (per site: the winner, the first of a tie,
+    else eager, as ``apply_policy`` falls back) against eager everywhere. Each site's ratio is its paired one (the
+    chosen backend's time / eager's in the same rounds: ``best``'s ``backends``), weighted by eager's median x the
+    site's count; so a noisy record's decisive pairing counts (its median only weighs). None where a site has no
+    eager record or its choice no pairing with eager."""
+    by_site = {r["site"]: r for r in rows if r["regime"] == regime}
+    num = den = 0.0
+    for s in sites:
+        row = by_site.get(s.name)
+        if not row:
+            return None
+        bs = {b["backend"]: b for b in row.get("backends") or ()}
+        eager = bs.get("eager")
+        if not eager or not eager.get("time_s"):
+            return None
+        pick = (row.get("winner") or (row.get("ties") or ["eager"])[0]) if row["status"] in ANSWERED else "eager"
+        if pick == "eager":
+            ratio = 1.0
+        elif eager.get("vs") == pick and eager.get("paired") and eager.get("ratio"):
+            ratio = 1.0 / eager["ratio"]  # eager's entry is eager / the chosen one
+        else:
+            return None
+        w = eager["time_s"] * s.count
+        num += w * ratio
+        den += w
+    return num / den if den else None
+
+
+def e2e_view(rec: dict, predicted_norm_ratio: float | None, regime: str | None) -> dict:
+    """One endtoend record as the page shows it, with the estimate's prediction for the whole step and whether the
+    measurement agrees: the estimate's norm-time ratio (:func:`policy_ratio` at the catalog regime) scaled by the
+    measured norm share gives a predicted whole-step ratio ``1 - share x (1 - ratio)``; it *disagrees* when that lies
+    outside the measured paired interval."""
+    m, c = rec["metrics"], rec["config"]
+    p = m["paired"]
+    share = m.get("norm_share_original")
+    out = {"regime": c["regime"], "pass": c["pass"], "catalog_regime": regime or "",
+           "shape": (f"{c['batch']} x {c['tokens']} tokens" if c["regime"].startswith("prefill")
+                     else f"{c['batch']} sequences, 1 new token over {c['context']} cached"),
+           "original": fmt_time(m["time_original_s"]), "policy": fmt_time(m["time_policy_s"]),
+           "speedup": f"{1 / p['ratio']:.3f}x", "ci": f"[{1 / p['ci'][1]:.3f}, {1 / p['ci'][0]:.3f}]",
+           "verdict": {"faster": "policy faster", "slower": "policy slower"}.get(p["verdict"], p["verdict"]),
+           "n": p["n"], "flags": ", ".join(rec.get("flags") or ()),
+           "flag_reasons": "; ".join(f"{k}: {v}" for k, v in (rec.get("flag_reasons") or {}).items()),
+           "share": f"{100 * share:.1f}%" if share is not None else "?",
+           "share_policy": (f"{100 * m['norm_share_policy']:.1f}%" if m.get("norm_share_policy") is not None
+                            else "?"),
+           "measured_norm": "", "predicted": "", "agree": None, "id": rec["id"]}
+    no, np_ = m.get("norm_time_original_s"), m.get("norm_time_policy_s")
+    if no and np_:
+        out["measured_norm"] = f"{no / np_:.2f}x"
+    if predicted_norm_ratio is not None and share is not None:
+        step = 1 - share * (1 - predicted_norm_ratio)
+        out["predicted"] = f"{1 / step:.3f}x (norms {1 / predicted_norm_ratio:.2f}x faster at {regime})"
+        out["agree"] = p["ci"][0] <= step <= p["ci"][1]
+    return out
+
+
+def e2e_rows(bm: "ByModel", key: str, hw: str) -> list[dict]:
+    """The model's endtoend records on ``hw`` with the estimate's prediction (from ``best``'s answers at the catalog
+    regime, the record's dtype and pass; the kernel pass ``fwd`` for a ``fwd`` step, ``fwd+bwd`` for a training
+    step)."""
+    m = bm.model(key)
+    plain = [s for s in m.sites if not fused(s)]
+    out = []
+    for e in sorted(bm.e2e.get((key, hw), []), key=lambda e: (e.rec["config"]["regime"],
+                                                             PASS_ORDER.get(e.rec["config"]["pass"], 9))):
+        rec = e.rec
+        reg = catalog_regime(m.family, rec)
+        ratio = None
+        if reg:
+            rows = bm.answer(key, hw, rec["config"]["dtype"], rec["config"]["pass"])
+            ratio = policy_ratio(rows, plain, reg)
+        out.append({**e2e_view(rec, ratio, reg), "href": e.href})
+    return out
 
 
 # --- the pages' contexts ----------------------------------------------------------------------------------------------
@@ -232,6 +329,7 @@ def page_context(bm: ByModel, key: str, hw: str, up: str) -> dict:
                        "counts": counts, "estimate": est,
                        "best_command": f"normbench best --model {key} --device {hw} --dtype {dtype} --pass {pass_}"})
     return {"key": key, "name": m.name, "family": m.family, "config_url": m.config_url, "hw": hw,
+            "endtoend": e2e_rows(bm, key, hw),
             "regimes": [(r, regime_unit(m.family, r)) for r in regimes], "combos": combos,
             "plain_sites": ", ".join(s.name for s in plain), "fused_sites": ", ".join(s.name for s in fusd),
             "sites": [{"site": s.name, "norm": s.norm, "width": s.width, "count": s.count,

@@ -64,6 +64,20 @@ def command(rec: dict) -> str:
         if str(cfg.get("device", "")).startswith("cuda") and cfg.get("keep_ahead") is not True:
             parts.append("--no-keep-ahead")  # keep-ahead is the default on CUDA since issue #35
         return " ".join(parts)
+    if rec.get("kind") == "endtoend":
+        parts = ["normbench", "bench", "--model", _q(cfg.get("model", "?")), "--end-to-end", "--pass",
+                 _q(cfg.get("pass", "?"))]
+        built = cfg.get("built") or {}
+        for opt, key in (("--e2e-layers", "num_hidden_layers"), ("--e2e-layers", "n_layer")):
+            if key in built:
+                parts += [opt, _q(built[key])]
+        if str(cfg.get("regime", "")).startswith("prefill-"):
+            parts += ["--e2e-prefill", _q(f"{cfg.get('batch')}x{cfg.get('tokens')}")]
+        else:
+            parts += ["--e2e-decode", _q(f"{cfg.get('batch')}x{cfg.get('context')}")]
+        if cfg.get("threads"):
+            parts += ["--threads", _q(cfg["threads"])]
+        return " ".join(parts)
     tuned = isinstance(cfg.get("lr_search"), dict) or "tuning" in (rec.get("flags") or [])
     if tuned:
         # The learning rate came from the search on the validation split: rerunning the search reproduces it.
