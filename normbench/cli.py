@@ -105,13 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_executor_arguments(p)
     p.set_defaults(func=_cmd_check)
     for mod_name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and mod_name.startswith(exc.name):
-                continue  # that area is not built yet
-            raise
-        mod.register(sub)
+        # every area is built: a command module that fails to import is an error to see, never a command that
+        # silently vanishes (an "unrecognized arguments" error would hide the real cause)
+        importlib.import_module(mod_name).register(sub)
     return parser
 
 
