@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# The README's default set for a shared machine (see "ASV" in docs/measurement.md).
-DEFAULT_BENCH = "time_in_copies|track_perplexity|track_top1_error|track_diverged"
+# The README's default set for a shared machine: the drift-normalised kernel timings (docs/measurement.md, "ASV").
+DEFAULT_BENCH = "time_in_copies"
 
 FORWARD = ("        xf = upcast(x)\n"
            "        ms = xf.pow(2).mean(self.dim, keepdim=True)\n"
@@ -93,8 +93,31 @@ def make_repo(source: Path, root: Path) -> tuple[Path, dict[str, str]]:
     return repo, commits
 
 
+def _session(sid: int) -> list[int]:
+    """Processes of session ``sid`` (Linux ``/proc``): ASV gives each benchmark process its own process group, so
+    killing ASV's group alone would leave a benchmark running."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # after "pid (comm)": state, ppid, pgrp, session
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def _kill_session(sid: int, sig: int) -> None:
+    for pid in _session(sid) or [sid]:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def run_asv(cmd: list[str], repo: Path, env: dict, log: Path, timeout: float) -> int:
-    """Run ``cmd`` in its own process group, output to ``log``; on timeout or interrupt the whole group is killed."""
+    """Run ``cmd`` in a session of its own, output to ``log``; on timeout or interrupt the whole session (ASV and
+    every benchmark process it started) is stopped."""
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -104,12 +127,17 @@ def run_asv(cmd: list[str], repo: Path, env: dict, log: Path, timeout: float) ->
             return -1
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                _kill_session(proc.pid, signal.SIGTERM)
                 try:
                     proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                    pass
+            _kill_session(proc.pid, signal.SIGKILL)  # benchmark processes ASV left behind
+            proc.wait()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def judge(kind: str, rc: int, out: str) -> dict:
@@ -150,6 +178,9 @@ def main(argv=None) -> int:
     if not (source / "asv.conf.json").is_file():
         ap.error(f"{source} has no asv.conf.json: pass a normbench checkout as --source")
 
+    # Stop on Ctrl-C or SIGTERM alike, even when started with SIGINT ignored (a background job of a script).
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     root = Path(tempfile.mkdtemp(prefix="nb-asv-alarms-"))
     lines: list[dict] = []
     try:
