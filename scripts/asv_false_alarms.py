@@ -136,6 +136,27 @@ def run_asv(cmd: list[str], repo: Path, env: dict, log: Path, timeout: float) ->
             proc.wait()
 
 
+def ratios(asv: list[str], repo: Path, env: dict, base: str, target: str, bench: str) -> dict[str, float]:
+    """``{benchmark: target/base}`` for every benchmark of ``bench`` both commits have, from ``asv compare`` of the
+    saved results (it lists every row): the margin a run had to ``--factor``, flagged or not."""
+    try:
+        out = subprocess.run([*asv, "compare", base, target], cwd=repo, env=env, capture_output=True, text=True,
+                             timeout=300).stdout
+    except subprocess.TimeoutExpired:
+        return {}
+    pat = re.compile(bench or ".")
+    found = {}
+    for ln in out.splitlines():
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if len(cells) != 5 or not pat.search(cells[4]):
+            continue
+        try:
+            found[cells[4]] = float(cells[3].lstrip("~"))
+        except ValueError:  # the header, a rule, or n/a
+            continue
+    return found
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -210,6 +231,7 @@ def main(argv=None) -> int:
                 rc = run_asv([*base_cmd, commits["base"], commits[kind]], repo, env, log, args.timeout)
                 wall = time.monotonic() - t0
                 res = judge(kind, rc, log.read_text(errors="replace"))
+                res["ratios"] = ratios(asv, repo, env, commits["base"], commits[kind], args.bench)
                 res.update(run=i + 1, wall_s=round(wall, 1), load_before=round(load0, 2),
                            load_after=round(os.getloadavg()[0], 2))
                 lines.append(res)
@@ -248,6 +270,15 @@ def summarize(lines: list[dict], args) -> str:
         det = sum(x["detected"] for x in slow)
         out.append(f"- 5x RMSNorm forward: missed in {len(slow) - det} of {len(slow)} runs "
                    f"(other benchmarks flagged per run: {[len(x['other_flagged']) for x in slow]})")
+    spread = [max(max(v, 1 / v) for v in x["ratios"].values()) for x in null if x.get("ratios")]
+    if spread:
+        out.append(f"- comment-only commit, largest ratio of any benchmark (or its inverse) per run: "
+                   f"{', '.join(f'{v:.2f}' for v in spread)} (--factor {args.factor})")
+    for pass_ in ("'fwd')", "'fwd+bwd')"):
+        rms = [v for x in slow for k, v in x.get("ratios", {}).items() if "'rmsnorm'" in k and k.endswith(pass_)]
+        if rms:
+            out.append(f"- 5x RMSNorm forward, RMSNorm {pass_[1:-2]} ratio per run: "
+                       f"{', '.join(f'{v:.2f}' for v in rms)}")
     if walls:
         out.append(f"- wall time per asv continuous: {min(walls):.0f} to {max(walls):.0f} s; "
                    f"1-min load average {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores")
