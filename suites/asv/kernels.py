@@ -76,22 +76,25 @@ class Kernel:
 
 
 def _block_time(fn, calls: int) -> float:
-    """Seconds per call of ``fn`` over ``calls`` back-to-back calls."""
-    t0 = time.perf_counter()
+    """CPU seconds of this process per call of ``fn`` over ``calls`` back-to-back calls."""
+    t0 = time.process_time()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - t0) / calls
+    return (time.process_time() - t0) / calls
 
 
 class CopyClock:
     """A clock for ASV's ``timer`` attribute that counts in copies of the case's input, not in seconds.
 
     ASV reads a timer before and after each sample. At every reading this clock times a copy of the input
-    (``dst.copy_(x)``: the fastest of two ~2 ms blocks), and advances by the wall time since the previous reading
-    divided by the mean of the copy times measured at both ends of that interval. So a sample is the pass's time over
-    the time of a copy measured just before and just after it, in the same process: load, clock and memory-bandwidth
-    drift slow both alike and cancel (issue #40). The reading's own copy is not counted (the interval restarts after
-    it). Monotonic, as ASV asks of a timer.
+    (``dst.copy_(x)``: the fastest of two ~2 ms blocks), and advances by the time since the previous reading divided
+    by the mean of the copy times measured at both ends of that interval. So a sample is the pass's time over the
+    time of a copy measured just before and just after it, in the same process: clock and memory-bandwidth drift slow
+    both alike and cancel (issue #40). Both are the process's CPU time (``time.process_time``), not wall time: on a
+    machine with more runnable processes than cores a pass is descheduled for a whole time slice of someone else's
+    (measured at a load of 14 on 2 cores: wall-clock samples of a 1 ms pass spread from 6 to 110 copies), which no
+    reference can cancel; CPU time leaves that out. The reading's own copy is not counted (the interval restarts
+    after it). Monotonic, as ASV asks of a timer.
     """
 
     block_s = 0.002
@@ -107,19 +110,19 @@ class CopyClock:
         self.calls = max(1, int(self.block_s / max(_block_time(copy, 1), 1e-7)))
         self.value = 0.0
         self.ref = self._ref()
-        self.last = time.perf_counter()
+        self.last = time.process_time()
 
     def _ref(self) -> float:
         return min(_block_time(self.copy, self.calls) for _ in range(2))
 
     def __call__(self) -> float:
-        now = time.perf_counter()
+        now = time.process_time()
         if self.copy is None:
             raise RuntimeError("CopyClock read before start(copy): only Relative's setup starts it")
         ref = self._ref()
         self.value += (now - self.last) / ((self.ref + ref) / 2)
         self.ref = ref
-        self.last = time.perf_counter()
+        self.last = time.process_time()
         return self.value
 
 
