@@ -75,12 +75,12 @@ class Kernel:
         self.run()
 
 
-def _block_time(fn, calls: int) -> float:
-    """CPU seconds of this process per call of ``fn`` over ``calls`` back-to-back calls."""
-    t0 = time.process_time()
+def _block_time(fn, calls: int, clock) -> float:
+    """Seconds of ``clock`` per call of ``fn`` over ``calls`` back-to-back calls."""
+    t0 = clock()
     for _ in range(calls):
         fn()
-    return (time.process_time() - t0) / calls
+    return (clock() - t0) / calls
 
 
 class CopyClock:
@@ -90,10 +90,12 @@ class CopyClock:
     (``dst.copy_(x)``: the fastest of two ~2 ms blocks), and advances by the time since the previous reading divided
     by the mean of the copy times measured at both ends of that interval. So a sample is the pass's time over the
     time of a copy measured just before and just after it, in the same process: clock and memory-bandwidth drift slow
-    both alike and cancel (issue #40). Both are the process's CPU time (``time.process_time``), not wall time: on a
-    machine with more runnable processes than cores a pass is descheduled for a whole time slice of someone else's
-    (measured at a load of 14 on 2 cores: LayerNorm's forward spread from 6.1 to 109 copies, quartiles), which no
-    reference can cancel; CPU time leaves that out. The reading's own copy is not counted (the interval restarts
+    both alike and cancel (issue #40). On a CPU both are the process's CPU time (``time.process_time``), not wall
+    time: on a machine with more runnable processes than cores a pass is descheduled for a whole time slice of
+    someone else's (measured at a load of 14 on 2 cores: LayerNorm's forward spread from 6.1 to 109 copies,
+    quartiles), which no reference can cancel; CPU time leaves that out (and a pass that sleeps: no CPU cost). On a
+    GPU both are wall time around synchronised calls (``time.perf_counter``): the GPU's time is no CPU time. The
+    reading's own copy is not counted (the interval restarts
     after it). Monotonic, as ASV asks of a timer.
     """
 
@@ -102,27 +104,27 @@ class CopyClock:
     def __init__(self):
         self.copy = None
 
-    def start(self, copy) -> None:
-        """Count in units of ``copy``'s time from now on (called by the benchmark's setup)."""
-        self.copy = copy
+    def start(self, copy, clock=time.process_time) -> None:
+        """Count in units of ``copy``'s time, timed by ``clock``, from now on (called by the benchmark's setup)."""
+        self.copy, self.clock = copy, clock
         for _ in range(3):  # warm caches and the allocator
             copy()
-        self.calls = max(1, int(self.block_s / max(_block_time(copy, 1), 1e-7)))
+        self.calls = max(1, int(self.block_s / max(_block_time(copy, 1, clock), 1e-7)))
         self.value = 0.0
         self.ref = self._ref()
-        self.last = time.process_time()
+        self.last = clock()
 
     def _ref(self) -> float:
-        return min(_block_time(self.copy, self.calls) for _ in range(2))
+        return min(_block_time(self.copy, self.calls, self.clock) for _ in range(2))
 
     def __call__(self) -> float:
-        now = time.process_time()
         if self.copy is None:
             raise RuntimeError("CopyClock read before start(copy): only Relative's setup starts it")
+        now = self.clock()
         ref = self._ref()
         self.value += (now - self.last) / ((self.ref + ref) / 2)
         self.ref = ref
-        self.last = time.process_time()
+        self.last = self.clock()
         return self.value
 
 
@@ -167,7 +169,7 @@ class Relative:
             sync()
 
         self.run = run
-        COPY_CLOCK.start(copy)
+        COPY_CLOCK.start(copy, time.perf_counter if case.device.startswith("cuda") else time.process_time)
 
     def time_in_copies(self, norm, backend, shape, dtype, pass_):
         self.run()
