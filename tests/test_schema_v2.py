@@ -44,8 +44,8 @@ def test_v2_records_carry_the_new_fields_and_validate():
     assert rec["flags"] == [] and rec["flag_reasons"] == {} and rec["impl_hash"] == "" and rec["check"] is None
     assert results.validate_record(rec) == []
     assert results.is_ranked(rec) and not results.is_invalid(rec)
-    assert results.FLAGS == ("non_finite", "fell_back", "noisy", "suspect", "unchecked", "forced", "diverged",
-                             "tuning", "stale", "legacy")
+    assert results.FLAGS == ("non_finite", "fell_back", "noisy", "host_bound", "suspect", "unchecked", "forced",
+                             "diverged", "tuning", "stale", "legacy")
     assert results.INVALID_FLAGS == ("non_finite",)
 
 

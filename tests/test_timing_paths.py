@@ -1,6 +1,7 @@
 """Timing paths and labels: train/eval modes, what each record says about how it was timed, the CUDA-only pieces'
-pure logic (flush kinds, keep-ahead spin, ceiling warm-up). The CUDA paths themselves are verified on a GPU
-(docs/measurement.md, "Verify on a GPU"); nothing here asserts a timing.
+pure logic (flush kinds, keep-ahead spin, ceiling warm-up). The GPU timers run against a fake GPU timeline in
+tests/test_gpu_timer.py and are verified on a GPU (docs/measurement.md, "Verify on a GPU"); nothing here asserts a
+timing.
 """
 
 from __future__ import annotations
@@ -114,6 +115,11 @@ def test_flush_and_keep_ahead_are_recorded_and_in_the_id(monkeypatch):
     assert planning.case_id(zero, "hw") != planning.case_id(rw, "hw")
     assert ahead.config(spec)["keep_ahead"] is True and "l2_flush" not in ahead.config(spec)
     assert rw.settings(TimerSettings()).flush == "rw" and ahead.settings(TimerSettings()).keep_ahead
+    # keep-ahead is the default on CUDA (issue #35); a case timed without it has no key, as records made before
+    off = planning.Case("layernorm", "eager", shape, "float32", "fwd", "cuda", "hot", 1, keep_ahead=False)
+    assert zero.config(spec)["keep_ahead"] is True and "keep_ahead" not in off.config(spec)
+    assert planning.case_id(off, "hw") != planning.case_id(ahead, "hw")
+    assert all(not c.keep_ahead for c in planning.plan(norms=["layernorm"], device="cpu", quick=True))
     with pytest.raises(ValueError, match="unknown L2 flush"):
         planning.plan(norms=["layernorm"], device="cpu", flush="clean")
 
@@ -122,7 +128,7 @@ def test_flush_buffer_size_and_kinds():
     assert timers.flush_bytes(50 * 2**20) == 256 * 2**20          # at least 256 MiB
     assert timers.flush_bytes(200 * 2**20) == 400 * 2**20         # else twice L2
     assert timers.FLUSHES == ("zero", "rw")
-    assert timers.spin_cycles(20) > timers.spin_cycles(10) > 0
+    assert timers.spin_cycles(20e-6, 1.98e9) > timers.spin_cycles(10e-6, 1.98e9) > 0
 
 
 def test_ceiling_warmup_runs_for_the_requested_time():

@@ -1,14 +1,15 @@
-"""Shared Triton plumbing: interpreter detection and its numpy fix, device facts, block-size and autotune helpers."""
+"""Shared Triton plumbing: interpreter detection and its numpy fix, device facts, block-size and autotune helpers,
+and the launch plans (one ``Launch`` per kernel, its parameters fixed per shape, dtype and device)."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 
 import torch
 import triton
 
+from . import _env
 from ._env import INTERPRET_ENV, interpret_requested
 
 #: Fixed when this module is imported, i.e. before any kernel module decorates its kernels.
@@ -48,12 +49,13 @@ if INTERPRET:
 
 
 def check_tensor(x: torch.Tensor, what: str = "input") -> None:
-    """Raise a clear error when ``x`` cannot go through the kernels in this process."""
+    """Raise a clear error when ``x`` cannot go through the kernels in this process (called when a launch plan is
+    made, i.e. once per shape, dtype and device: the plan's key holds all this check reads of ``x``)."""
     if interpret_requested() != INTERPRET:
         raise RuntimeError(
             f"{INTERPRET_ENV} changed after normbench's Triton kernels were imported (they were built for "
             f"{'the interpreter' if INTERPRET else 'the GPU'}); set it before the first use of the triton backend")
-    if not INTERPRET and x.device.type != "cuda":
+    if not INTERPRET and x.device.type not in _env.launcher().devices:
         raise RuntimeError(
             f"the triton backend needs CUDA tensors, got a {what} on {x.device}; move the module and inputs to the "
             f"GPU, use backend='eager', or set {INTERPRET_ENV}=1 to run the kernels slowly on the CPU")
@@ -62,22 +64,41 @@ def check_tensor(x: torch.Tensor, what: str = "input") -> None:
                         f"inputs, got {x.dtype}; use backend='eager' for {x.dtype}")
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+_PROPS = _env.plan_cache()
+
+
+def device_properties(device: torch.device):
+    """The launcher's ``get_device_properties`` of ``device``, asked once per device (and launcher)."""
+    props = _PROPS.get(device)
+    if props is None:
+        index = device.index
+        if index is None:
+            index = torch.cuda.current_device() if device.type == "cuda" else 0
+        props = _PROPS[device] = _env.launcher().device_properties(torch.device(device.type, index))
+    return props
 
 
 def num_sms(device: torch.device) -> int:
     """Streaming multiprocessors on ``device``: sizes the persistent grids of the backward kernels.
 
-    The interpreter gets 2 so that the small test shapes still give each program several row tiles.
+    The interpreter gets 2 so that the small test shapes still give each program several row tiles; CPU tensors
+    outside it (a stub launcher) get the launcher's device properties of device 0.
     """
-    if INTERPRET or device.type != "cuda":
+    if INTERPRET:
         return 2
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return device_properties(device).multi_processor_count
 
 
-next_pow2 = triton.next_power_of_2
+def l2_bytes(device: torch.device) -> int:
+    """L2 cache bytes of ``device`` (the interpreter: unbounded, it has no cache to overflow)."""
+    if INTERPRET:
+        return 1 << 62
+    return int(getattr(device_properties(device), "L2_cache_size", 0) or 0)
+
+
+def next_pow2(n: int) -> int:
+    """``triton.next_power_of_2`` in plain Python (Triton 3.6's is a ``ConstexprFunction``, ~3 µs a call)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
 
 #: Per-SM limits of Hopper (sm_90; Ampere's sm_80 has the same but 164 KiB of shared memory).
 SM_MAX_THREADS = 2048
@@ -104,7 +125,7 @@ def programs_per_sm(num_warps: int, regs_per_thread: int, shared_bytes: int = 0,
     return max(1, min(by_threads, by_regs, by_shared, max_blocks))
 
 
-_OCCUPANCY: dict = {}
+_OCCUPANCY: dict = _env.plan_cache()
 
 
 def compiled_occupancy(kernel, args, meta: dict, num_warps: int, key) -> int | None:
@@ -115,14 +136,50 @@ def compiled_occupancy(kernel, args, meta: dict, num_warps: int, key) -> int | N
     if key in _OCCUPANCY:
         return _OCCUPANCY[key]
     occ = None
+    compiled = _env.launcher().compile(kernel, args, dict(meta, num_warps=num_warps))
     try:
-        compiled = kernel.warmup(*args, grid=(1,), num_warps=num_warps, **meta)
-        compiled._init_handles()
-        occ = programs_per_sm(num_warps, int(compiled.n_regs), int(getattr(compiled.metadata, "shared", 0) or 0))
-    except Exception:  # an older Triton without warmup()/n_regs: the caller keeps its fixed grid
+        if compiled is not None:
+            occ = programs_per_sm(num_warps, int(compiled.n_regs),
+                                  int(getattr(compiled.metadata, "shared", 0) or 0))
+    except (AttributeError, TypeError, ValueError):  # a Triton whose compiled kernel lacks n_regs: fixed grid
         occ = None
     _OCCUPANCY[key] = occ
     return occ
+
+
+class Launch:
+    """One kernel's launch with everything but its arguments fixed (grid, block sizes, warps: a launch plan's
+    part); calling it launches through the current launcher (``_env.Launcher``), the hook tests stub."""
+
+    __slots__ = ("kernel", "grid", "kwargs")
+
+    def __init__(self, kernel, grid: tuple, kwargs: dict):
+        self.kernel, self.grid, self.kwargs = kernel, grid, kwargs
+
+    def __call__(self, *args) -> None:
+        _env._LAUNCHER.launch(self.kernel, self.grid, args, self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"Launch({getattr(self.kernel, '__name__', self.kernel)}, grid={self.grid}, {self.kwargs})"
+
+
+def first_launch(tuner, kernel, grid_of, args, meta: dict, heuristics: dict | None = None) -> Launch:
+    """Launch ``args`` once and return the ``Launch`` that repeats it: through ``tuner`` (a ``triton.autotune``
+    launcher, which times its configurations for a new key) when autotuning is on, then directly on ``kernel``
+    with the chosen configuration, so later calls pay no autotuner, heuristics or pruning; without a tuner,
+    directly with ``meta`` (which then holds the block sizes and warps). ``grid_of(meta)`` gives the grid;
+    ``heuristics`` are the tuner's ``triton.heuristics`` (name → function of the named arguments)."""
+    if tuner is None:
+        step = Launch(kernel, grid_of(meta), meta)
+        step(*args)
+        return step
+    config = _env.launcher().tune(tuner, grid_of, args, meta)
+    kwargs = {**meta, **config.all_kwargs()}
+    if heuristics:
+        named = {**dict(zip(kernel.arg_names, args)), **kwargs}
+        for name, rule in heuristics.items():
+            kwargs[name] = named[name] = rule(named)
+    return Launch(kernel, grid_of(kwargs), kwargs)
 
 
 def cdiv(a: int, b: int) -> int:

@@ -14,7 +14,19 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, cdiv, col_block, next_pow2, num_sms, prune_by_elements_per_thread, tuned, warps_for
+from ._common import (
+    INTERPRET,
+    cdiv,
+    check_tensor,
+    col_block,
+    first_launch,
+    next_pow2,
+    num_sms,
+    prune_by_elements_per_thread,
+    tuned,
+    warps_for,
+)
+from ._env import plan_cache
 
 DYT, DERF = 0, 1
 
@@ -178,37 +190,52 @@ def _geometry(x: torch.Tensor, images: bool):
     return x.numel() // max(1, C), C, C
 
 
+# Launch plans: what a call decides from its shape, dtypes and device is decided once per key (see _rownorm).
+_FWD_PLANS = plan_cache()
+_BWD_PLANS = plan_cache()
+
+
 def forward(x, alpha, shift, weight, bias, *, kind: int, images: bool):
     """y for contiguous ``x`` (tokens [..., C] or images [N, C, H, W])."""
-    nrows, ncols, C = _geometry(x, images)
+    key = (x.shape, x.dtype, x.device, weight.dtype, bias.dtype, alpha.dtype, kind, images)
+    plan = _FWD_PLANS.get(key)
     y = torch.empty_like(x)
-    if x.numel() == 0:
+    if plan is None:
+        check_tensor(x)
+        plan = _FWD_PLANS[key] = [_geometry(x, images), None]
+    (nrows, ncols, C), step = plan
+    if nrows * ncols == 0:
+        return y
+    args = (x, weight, bias, alpha, shift if shift is not None else alpha, y, nrows, ncols, C)
+    if step is not None:
+        step(*args)
         return y
     block_c = col_block(ncols)
-    args = (x, weight, bias, alpha, shift if shift is not None else alpha, y, nrows, ncols, C)
     meta = dict(KIND=kind, CH_ON_ROWS=images, BLOCK_C=block_c)
-    grid = lambda META: (cdiv(nrows, META["BLOCK_R"]), cdiv(ncols, block_c))
-    if _pw_fwd_tuned is not None:
-        _pw_fwd_tuned[grid](*args, **meta)
-    else:
+    if _pw_fwd_tuned is None:
         block_r = _fwd_rows({"TILE": FWD_TILE, "BLOCK_C": block_c, "NROWS": nrows})
-        _pw_fwd_kernel[grid](*args, TILE=FWD_TILE, BLOCK_R=block_r, num_warps=warps_for(block_r * block_c, 16, 4),
-                             **meta)
+        meta.update(TILE=FWD_TILE, BLOCK_R=block_r, num_warps=warps_for(block_r * block_c, 16, 4))
+    plan[1] = first_launch(_pw_fwd_tuned, _pw_fwd_kernel,
+                           lambda META: (cdiv(nrows, META["BLOCK_R"]), cdiv(ncols, block_c)), args, meta,
+                           {"BLOCK_R": _fwd_rows})
     return y
 
 
-def backward(dy, x, alpha, shift, weight, *, kind: int, images: bool):
-    """(dx, dγ, dβ, dα, ds or None), parameter gradients in float32."""
+class _BwdPlan:
+    __slots__ = ("geometry", "grid", "parts", "meta", "step")
+
+    def __init__(self, geometry, grid, parts, meta):
+        self.geometry, self.grid, self.parts, self.meta, self.step = geometry, grid, parts, meta, None
+
+
+def _bwd_plan(dy, x, kind: int, images: bool) -> _BwdPlan:
+    check_tensor(dy, "gradient")
     nrows, ncols, C = _geometry(x, images)
-    dev = x.device
-    f32 = dict(device=dev, dtype=torch.float32)
-    dx = torch.empty_like(x)
     if x.numel() == 0:
-        z = torch.zeros(C, **f32)
-        return dx, z, z.clone(), torch.zeros((), **f32), torch.zeros((), **f32) if kind == DERF else None
+        return _BwdPlan((nrows, ncols, C), None, None, None)
     block_c = col_block(ncols)
     block_r = min(max(1, BWD_TILE // block_c), next_pow2(nrows))
-    sms = num_sms(dev)
+    sms = num_sms(x.device)
     if images:
         n_rb = cdiv(nrows, block_r)
         n_chunks = cdiv(ncols, block_c)
@@ -216,33 +243,53 @@ def backward(dy, x, alpha, shift, weight, *, kind: int, images: bool):
         per_split = cdiv(n_chunks, split) * block_c
         split = cdiv(ncols, per_split)
         grid = (n_rb, split)
-        dw_rows = torch.empty(nrows * split, **f32)
-        db_rows = torch.empty(nrows * split, **f32)
-        da = torch.empty(n_rb * split, **f32)
-        ds = torch.empty(n_rb * split, **f32) if kind == DERF else da
-        args = (x, weight, alpha, shift if shift is not None else alpha, dy, dx, dw_rows, db_rows, da, ds,
-                nrows, ncols, C, per_split)
-        kernel, tuned_kernel = _pw_bwd_rows_kernel, _pw_bwd_rows_tuned
+        # sizes of dγ/dβ per (plane, split) and dα (ds) per program; the extra argument: pixels per split
+        parts = (nrows * split, n_rb * split, per_split, split)
     else:
         n_tiles = cdiv(nrows, block_r)
         n_cb = cdiv(ncols, block_c)
         P = max(1, min(n_tiles, cdiv(PROGRAMS_PER_SM * sms, n_cb)))
         grid = (P, n_cb)
-        dw_part = torch.empty(P, C, **f32)
-        db_part = torch.empty(P, C, **f32)
-        da = torch.empty(P * n_cb, **f32)
-        ds = torch.empty(P * n_cb, **f32) if kind == DERF else da
-        args = (x, weight, alpha, shift if shift is not None else alpha, dy, dx, dw_part, db_part, da, ds,
-                nrows, C, n_tiles)
-        kernel, tuned_kernel = _pw_bwd_cols_kernel, _pw_bwd_cols_tuned
+        parts = ((P, C), P * n_cb, n_tiles, None)
     meta = dict(KIND=kind, BLOCK_R=block_r, BLOCK_C=block_c)
-    if tuned_kernel is not None:
-        tuned_kernel[grid](*args, **meta)
-    else:
-        kernel[grid](*args, num_warps=warps_for(block_r * block_c, 8, 2), **meta)
+    return _BwdPlan((nrows, ncols, C), grid, parts, meta)
+
+
+def backward(dy, x, alpha, shift, weight, *, kind: int, images: bool):
+    """(dx, dγ, dβ, dα, ds or None), parameter gradients in float32."""
+    key = (x.shape, x.dtype, x.device, dy.dtype, weight.dtype, alpha.dtype, kind, images)
+    plan = _BWD_PLANS.get(key)
+    if plan is None:
+        plan = _BWD_PLANS[key] = _bwd_plan(dy, x, kind, images)
+    nrows, ncols, C = plan.geometry
+    f32 = dict(device=x.device, dtype=torch.float32)
+    dx = torch.empty_like(x)
+    if plan.grid is None:
+        z = torch.zeros(C, **f32)
+        return dx, z, z.clone(), torch.zeros((), **f32), torch.zeros((), **f32) if kind == DERF else None
+    w_size, a_size, last, split = plan.parts
+    dw_part = torch.empty(w_size, **f32)
+    db_part = torch.empty(w_size, **f32)
+    da = torch.empty(a_size, **f32)
+    ds = torch.empty(a_size, **f32) if kind == DERF else da
+    sh = shift if shift is not None else alpha
     if images:
-        dw = dw_rows.view(-1, C, split).sum((0, 2))
-        db = db_rows.view(-1, C, split).sum((0, 2))
+        args = (x, weight, alpha, sh, dy, dx, dw_part, db_part, da, ds, nrows, ncols, C, last)
+    else:
+        args = (x, weight, alpha, sh, dy, dx, dw_part, db_part, da, ds, nrows, C, last)
+    if plan.step is not None:
+        plan.step(*args)
+    else:
+        kernel, tuner = ((_pw_bwd_rows_kernel, _pw_bwd_rows_tuned) if images
+                         else (_pw_bwd_cols_kernel, _pw_bwd_cols_tuned))
+        meta = plan.meta
+        if tuner is None:
+            meta = dict(meta, num_warps=warps_for(meta["BLOCK_R"] * meta["BLOCK_C"], 8, 2))
+        grid = plan.grid
+        plan.step = first_launch(tuner, kernel, lambda META: grid, args, meta)
+    if images:
+        dw = dw_part.view(-1, C, split).sum((0, 2))
+        db = db_part.view(-1, C, split).sum((0, 2))
     else:
         dw, db = dw_part.sum(0), db_part.sum(0)
     return dx, dw, db, da.sum(), ds.sum() if kind == DERF else None

@@ -28,13 +28,17 @@ import triton.language as tl
 from ._common import (
     INTERPRET,
     cdiv,
+    check_tensor,
     compiled_occupancy,
+    first_launch,
+    l2_bytes,
     next_pow2,
     num_sms,
     prune_by_elements_per_thread,
     tuned,
     warps_for,
 )
+from ._env import plan_cache
 
 LAYERNORM, RMSNORM, CRMSNORM, SCALENORM = 0, 1, 2, 3
 
@@ -139,7 +143,8 @@ def _row_fwd_kernel(X, R, W, B, Y, S, AUX, RSTD, M, C, HW, eps,
     else:
         aux, rstd = _stats(x, mask, C, eps, MODE)
         if STORE_STATS:
-            tl.store(AUX + srow, aux, mask=rmask)
+            if MODE != 1:  # RMSNorm has no aux statistic: its caller passes rstd for both
+                tl.store(AUX + srow, aux, mask=rmask)
             tl.store(RSTD + srow, rstd, mask=rmask)
     y = _xhat(x, aux, rstd, MODE)
     if HAS_W:
@@ -193,7 +198,8 @@ def _row_stats_kernel(X, R, S, AUX, RSTD, C, eps,
         nrm = tl.sqrt(s2)
         rstd = 1.0 / tl.maximum(nrm, eps)
         aux = (nrm >= eps).to(tl.float32)
-    tl.store(AUX + row, aux)
+    if MODE != 1:
+        tl.store(AUX + row, aux)
     tl.store(RSTD + row, rstd)
 
 
@@ -329,14 +335,16 @@ _row_fwd_tuned = tuned(
 _row_bwd_tuned = tuned(
     _row_bwd_kernel, _BWD_CONFIGS, key=["BLOCK_R", "BLOCK_C", "MODE", "IMAGES", "HAS_COEF"],
     prune=prune_by_elements_per_thread(lambda cfg, a: a["BLOCK_R"] * a["BLOCK_C"], 4, 16))
+_FWD_HEURISTICS = {"BLOCK_R": _fwd_rows}
 
 
-def _launch_fwd(grid, args, M: int, HW: int, **meta):
+def _fwd_meta(M: int, HW: int, **meta) -> dict:
+    """The forward tile kernel's launch parameters: the flags alone when autotuned (the tuner picks TILE and warps
+    and the heuristic BLOCK_R), else the fixed tile, its rows and warps."""
     if _row_fwd_tuned is not None:
-        return _row_fwd_tuned[grid](*args, **meta)
+        return meta
     block_r = _fwd_rows({**meta, "M": M, "HW": HW, "TILE": FWD_TILE})
-    warps = warps_for(block_r * meta["BLOCK_C"], 16, 4)
-    return _row_fwd_kernel[grid](*args, TILE=FWD_TILE, BLOCK_R=block_r, num_warps=warps, **meta)
+    return dict(meta, TILE=FWD_TILE, BLOCK_R=block_r, num_warps=warps_for(block_r * meta["BLOCK_C"], 16, 4))
 
 
 def _bwd_warps(meta) -> int:
@@ -350,14 +358,8 @@ def _bwd_programs_per_sm(args, meta) -> int:
     if _row_bwd_tuned is not None:
         return PROGRAMS_PER_SM
     warps = _bwd_warps(meta)
-    key = ("row_bwd", warps, args[0].dtype, args[0].device.index, tuple(sorted(meta.items())))
+    key = ("row_bwd", warps, args[0].dtype, args[0].device, tuple(sorted(meta.items())))
     return compiled_occupancy(_row_bwd_kernel, args, meta, warps, key) or PROGRAMS_PER_SM
-
-
-def _launch_bwd(grid, args, **meta):
-    if _row_bwd_tuned is not None:
-        return _row_bwd_tuned[grid](*args, **meta)
-    return _row_bwd_kernel[grid](*args, num_warps=_bwd_warps(meta), **meta)
 
 
 def _geometry(x: torch.Tensor, images: bool):
@@ -442,6 +444,7 @@ def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART
             tl.store(DSW_PART + pid + tl.arange(0, 1), acc_sw)
 
 
+
 #: "fused3": the one-kernel wide backward (three HBM passes); "split5": reductions kernel + tile kernel (five).
 #: Kept selectable so a GPU can measure both (docs/kernels.md).
 WIDE_BWD = "fused3"
@@ -450,12 +453,6 @@ WIDE_BWD = "fused3"
 WIDE_PROGRAMS_PER_SM = 1
 #: Share of the L2 the fused wide backward may count on (the rest: other traffic, set-associativity).
 WIDE_L2_SHARE = 0.6
-
-
-def _l2_bytes(dev) -> int:
-    if INTERPRET or dev.type != "cuda":
-        return 1 << 62  # the interpreter has no cache to overflow: always the fused path (the tests cover it)
-    return int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
 
 
 def _wide_fused_fits(P: int, C: int, elem: int, has_w: bool, has_b: bool, l2: int) -> bool:
@@ -469,59 +466,106 @@ def _wide(C: int, images: bool, limit: int) -> bool:
     return not images and next_pow2(C) > limit
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Launch plans. Everything a call decides from its shape, dtypes and device (path, grid, block sizes, warps, the
+# autotuner's choice) is decided once per key and kept: a later call allocates its outputs and launches. The
+# module-level limits are in the keys, so a test that changes one gets a fresh plan.
+# ---------------------------------------------------------------------------------------------------------------
+_FWD_PLANS = plan_cache()
+_BWD_PLANS = plan_cache()
+
+
+class _Plan:
+    __slots__ = ("M", "C", "HW", "wide", "steps", "need_dw", "has_w", "P", "n_cb", "meta", "n_tiles", "path")
+
+    def __init__(self, **kw):
+        self.steps = None
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
 def forward(x, residual, weight, bias, *, mode: int, eps: float, images: bool = False, scalar_weight: bool = False,
             store_stats: bool = True):
-    """y (and s = x + residual) for contiguous ``x``; returns (y, s or None, aux, rstd)."""
-    M, C, HW = _geometry(x, images)
-    if images and next_pow2(C) > MAX_IMAGES_C:
-        raise ValueError(f"images kernel takes C <= {MAX_IMAGES_C}; the caller permutes wider inputs to channels-last")
+    """y (and s = x + residual) for contiguous ``x``; returns (y, s or None, aux, rstd). RMSNorm has no ``aux``
+    (its backward does not read it): ``aux`` is then ``rstd``, and both are None when no statistics are kept."""
+    key = (x.shape, x.dtype, x.device, mode, images, scalar_weight, store_stats,
+           None if residual is None else residual.dtype, None if weight is None else weight.dtype,
+           None if bias is None else bias.dtype, MAX_FUSED_C, MAX_IMAGES_C, WIDE_CHUNK)
+    plan = _FWD_PLANS.get(key)
+    if plan is None:
+        check_tensor(x)
+        if residual is not None:
+            check_tensor(residual, "residual")
+        M, C, HW = _geometry(x, images)
+        if images and next_pow2(C) > MAX_IMAGES_C:
+            raise ValueError(f"images kernel takes C <= {MAX_IMAGES_C}; the caller permutes wider inputs to "
+                             "channels-last")
+        plan = _FWD_PLANS[key] = _Plan(M=M, C=C, HW=HW, wide=_wide(C, images, MAX_FUSED_C))
+    M = plan.M
     y = torch.empty_like(x)
     s = torch.empty_like(x) if residual is not None else None
-    aux = torch.empty(M, device=x.device, dtype=torch.float32)
-    rstd = torch.empty(M, device=x.device, dtype=torch.float32)
-    if x.numel() == 0:
+    aux = rstd = None
+    if store_stats or plan.wide:
+        rstd = torch.empty(M, device=x.device, dtype=torch.float32)
+        aux = rstd if mode == RMSNORM else torch.empty(M, device=x.device, dtype=torch.float32)
+    if M == 0:
         return y, s, aux, rstd
-    flags = dict(MODE=mode, IMAGES=images, HAS_W=weight is not None and not scalar_weight, HAS_B=bias is not None,
-                 SCALAR_W=scalar_weight)
     w = weight if weight is not None else x
     b = bias if bias is not None else x
     r = residual if residual is not None else x
-    if not _wide(C, images, MAX_FUSED_C):
-        N = M // HW
+    steps = plan.steps
+    if not plan.wide:
+        st = rstd if rstd is not None else x
+        args = (x, r, w, b, y, s if s is not None else x, aux if aux is not None else x, st, M, plan.C, plan.HW, eps)
+        if steps is not None:
+            steps[0](*args)
+            return y, s, aux, rstd
+        C, HW = plan.C, plan.HW
+        meta = _fwd_meta(M, HW, MODE=mode, IMAGES=images, HAS_W=weight is not None and not scalar_weight,
+                         HAS_B=bias is not None, SCALAR_W=scalar_weight, HAS_RES=residual is not None,
+                         HAS_STATS=False, STORE_STATS=store_stats, BLOCK_C=next_pow2(C))
         if images:
-            grid = lambda META: (N * cdiv(HW, META["BLOCK_R"]), 1)
+            N = M // HW
+            grid_of = lambda META: (N * cdiv(HW, META["BLOCK_R"]), 1)  # noqa: E731
         else:
-            grid = lambda META: (cdiv(M, META["BLOCK_R"]), 1)
-        args = (x, r, w, b, y, s if s is not None else x, aux, rstd, M, C, HW, eps)
-        _launch_fwd(grid, args, M, HW, HAS_RES=residual is not None, HAS_STATS=False, STORE_STATS=store_stats,
-                    BLOCK_C=next_pow2(C), **flags)
+            grid_of = lambda META: (cdiv(M, META["BLOCK_R"]), 1)  # noqa: E731
+        plan.steps = (first_launch(_row_fwd_tuned, _row_fwd_kernel, grid_of, args, meta, _FWD_HEURISTICS),)
         return y, s, aux, rstd
-    _row_stats_kernel[(M,)](x, r, s if s is not None else x, aux, rstd, C, eps,
-                            MODE=mode, HAS_RES=residual is not None, BLOCK_C=WIDE_CHUNK, num_warps=8)
+    # wide rows: a statistics pass, then the tile kernel column-blocked over the stored statistics
     src = s if s is not None else x
-    args = (src, src, w, b, y, src, aux, rstd, M, C, HW, eps)
-    _launch_fwd(lambda META: (cdiv(M, META["BLOCK_R"]), cdiv(C, WIDE_CHUNK)), args, M, HW,
-                HAS_RES=False, HAS_STATS=True, STORE_STATS=False, BLOCK_C=WIDE_CHUNK, **flags)
+    stats_args = (x, r, src, aux, rstd, plan.C, eps)
+    tile_args = (src, src, w, b, y, src, aux, rstd, M, plan.C, plan.HW, eps)
+    if steps is not None:
+        steps[0](*stats_args)
+        steps[1](*tile_args)
+        return y, s, aux, rstd
+    C = plan.C
+    stats = first_launch(None, _row_stats_kernel, lambda META: (M,), stats_args,
+                         dict(MODE=mode, HAS_RES=residual is not None, BLOCK_C=WIDE_CHUNK, num_warps=8))
+    meta = _fwd_meta(M, plan.HW, MODE=mode, IMAGES=images, HAS_W=weight is not None and not scalar_weight,
+                     HAS_B=bias is not None, SCALAR_W=scalar_weight, HAS_RES=False, HAS_STATS=True,
+                     STORE_STATS=False, BLOCK_C=WIDE_CHUNK)
+    tile = first_launch(_row_fwd_tuned, _row_fwd_kernel, lambda META: (cdiv(M, META["BLOCK_R"]), cdiv(C, WIDE_CHUNK)),
+                        tile_args, meta, _FWD_HEURISTICS)
+    plan.steps = (stats, tile)
     return y, s, aux, rstd
 
 
-def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, scalar_weight: bool = False,
-             has_bias: bool = False, need_dw: bool = True):
-    """dx (+ ds when given) and the float32 parameter gradients (dγ or dg, dβ; None where absent)."""
+def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_bias, need_dw) -> _Plan:
+    check_tensor(dy, "gradient")
     M, C, HW = _geometry(x, images)
-    dx = torch.empty_like(x)
     has_w = weight is not None and not scalar_weight
     need_dw = need_dw and (weight is not None or has_bias)
+    plan = _Plan(M=M, C=C, HW=HW, has_w=has_w, need_dw=need_dw, path="empty" if x.numel() == 0 else "tile")
+    if plan.path == "empty":
+        return plan
     dev = x.device
-    if x.numel() == 0:
-        z = torch.zeros(C, device=dev, dtype=torch.float32)
-        return dx, (z if has_w else torch.zeros((), device=dev) if scalar_weight else None), (z if has_bias else None)
-    wide = _wide(C, images, MAX_FUSED_C_BWD)
+    wide = plan.wide = _wide(C, images, MAX_FUSED_C_BWD)
     if wide and WIDE_BWD == "fused3":
         P = max(1, min(M, WIDE_PROGRAMS_PER_SM * num_sms(dev)))
-        if _wide_fused_fits(P, C, x.element_size(), has_w and need_dw, has_bias and need_dw, _l2_bytes(dev)):
-            return _backward_wide_fused(dy, ds, x, weight, aux, rstd, dx, P, M, C, mode=mode,
-                                        scalar_weight=scalar_weight, has_w=has_w, has_bias=has_bias, need_dw=need_dw)
+        if _wide_fused_fits(P, C, x.element_size(), has_w and need_dw, has_bias and need_dw, l2_bytes(dev)):
+            plan.path, plan.P, plan.n_cb = "fused3", P, 1
+            return plan
     block_c = WIDE_CHUNK if wide else next_pow2(C)
     n_cb = cdiv(C, block_c)
     if images:
@@ -531,41 +575,73 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
     else:
         block_r = min(max(1, BWD_TILE // block_c), next_pow2(M))
         n_tiles = cdiv(M, block_r)
-    c1 = c2 = aux
-    if wide:
-        c1 = torch.empty(M, device=dev, dtype=torch.float32)
-        c2 = torch.empty(M, device=dev, dtype=torch.float32)
-        _row_coef_kernel[(M,)](x, weight if weight is not None else x, dy, aux, rstd, c1, c2, C, MODE=mode,
-                               HAS_W=has_w, SCALAR_W=scalar_weight, BLOCK_C=WIDE_CHUNK, num_warps=8)
     meta = dict(MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
                 HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
-    probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, dx, aux, rstd, c1, c2,
+    probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, x, aux, rstd, aux, aux,
              aux, aux, aux, M, C, HW, n_tiles)
-    P = max(1, min(n_tiles, cdiv(_bwd_programs_per_sm(probe, meta) * num_sms(dev), n_cb)))
-    f32 = dict(device=dev, dtype=torch.float32)
-    dw_part = torch.empty(P, C, **f32) if need_dw and has_w else aux
-    db_part = torch.empty(P, C, **f32) if need_dw and has_bias else aux
-    dsw_part = torch.empty(P * n_cb, **f32) if need_dw and scalar_weight else aux
-    args = (x, weight if weight is not None else x, dy, ds if ds is not None else x, dx, aux, rstd, c1, c2,
-            dw_part, db_part, dsw_part, M, C, HW, n_tiles)
-    _launch_bwd((P, n_cb), args, **meta)
-    if not need_dw:
-        return dx, None, None
-    dw = dw_part.sum(0) if has_w else dsw_part.sum() if scalar_weight else None
-    db = db_part.sum(0) if has_bias else None
-    return dx, dw, db
+    plan.P = max(1, min(n_tiles, cdiv(_bwd_programs_per_sm(probe, meta) * num_sms(dev), n_cb)))
+    plan.n_cb, plan.meta, plan.n_tiles = n_cb, meta, n_tiles
+    return plan
 
 
-def _backward_wide_fused(dy, ds, x, weight, aux, rstd, dx, P, M, C, *, mode, scalar_weight, has_w, has_bias,
-                         need_dw):
+def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, scalar_weight: bool = False,
+             has_bias: bool = False, need_dw: bool = True):
+    """dx (+ ds when given) and the float32 parameter gradients (dγ or dg, dβ; None where absent)."""
+    key = (x.shape, x.dtype, x.device, dy.dtype, None if ds is None else ds.dtype,
+           None if weight is None else weight.dtype, mode, images, scalar_weight, has_bias, need_dw,
+           MAX_FUSED_C_BWD, WIDE_CHUNK, WIDE_BWD)
+    plan = _BWD_PLANS.get(key)
+    if plan is None:
+        plan = _BWD_PLANS[key] = _bwd_plan(dy, ds, x, weight, aux, rstd, mode=mode, images=images,
+                                           scalar_weight=scalar_weight, has_bias=has_bias, need_dw=need_dw)
+    dx = torch.empty_like(x)
+    need_dw, has_w, C = plan.need_dw, plan.has_w, plan.C
+    if plan.path == "empty":
+        dev = x.device
+        z = torch.zeros(C, device=dev, dtype=torch.float32)
+        return dx, (z if has_w else torch.zeros((), device=dev) if scalar_weight else None), (z if has_bias else None)
+    P, n_cb, M = plan.P, plan.n_cb, plan.M
     f32 = dict(device=x.device, dtype=torch.float32)
-    dw_part = torch.zeros(P, C, **f32) if need_dw and has_w else aux
-    db_part = torch.zeros(P, C, **f32) if need_dw and has_bias else aux
-    dsw_part = torch.zeros(P, **f32) if need_dw and scalar_weight else aux
-    _row_bwd_wide_kernel[(P,)](x, weight if weight is not None else x, dy, ds if ds is not None else x, dx, aux, rstd,
-                               dw_part, db_part, dsw_part, M, C, MODE=mode, HAS_W=has_w, HAS_B=has_bias,
-                               SCALAR_W=scalar_weight, HAS_DS=ds is not None, COMPUTE_DW=need_dw,
-                               BLOCK_C=WIDE_CHUNK, num_warps=8)
+    w = weight if weight is not None else x
+    dsx = ds if ds is not None else x
+    if plan.path == "fused3":
+        # the kernel adds each row's dγ/dβ into its program's partial row: they start at zero
+        dw_part = torch.zeros(P, C, **f32) if need_dw and has_w else aux
+        db_part = torch.zeros(P, C, **f32) if need_dw and has_bias else aux
+        dsw_part = torch.zeros(P, **f32) if need_dw and scalar_weight else aux
+        args = (x, w, dy, dsx, dx, aux, rstd, dw_part, db_part, dsw_part, M, C)
+        if plan.steps is None:
+            plan.steps = (first_launch(None, _row_bwd_wide_kernel, lambda META: (P,), args,
+                                       dict(MODE=mode, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
+                                            HAS_DS=ds is not None, COMPUTE_DW=need_dw, BLOCK_C=WIDE_CHUNK,
+                                            num_warps=8)),)
+        else:
+            plan.steps[0](*args)
+    else:
+        c1 = c2 = aux
+        if plan.wide:
+            c1 = torch.empty(M, **f32)
+            c2 = torch.empty(M, **f32)
+        dw_part = torch.empty(P, C, **f32) if need_dw and has_w else aux
+        db_part = torch.empty(P, C, **f32) if need_dw and has_bias else aux
+        dsw_part = torch.empty(P * n_cb, **f32) if need_dw and scalar_weight else aux
+        args = (x, w, dy, dsx, dx, aux, rstd, c1, c2, dw_part, db_part, dsw_part, M, C, plan.HW, plan.n_tiles)
+        coef_args = (x, w, dy, aux, rstd, c1, c2, C)
+        steps = plan.steps
+        if steps is not None:
+            if plan.wide:
+                steps[1](*coef_args)
+            steps[0](*args)
+        else:
+            coef = None
+            if plan.wide:
+                coef = first_launch(None, _row_coef_kernel, lambda META: (M,), coef_args,
+                                    dict(MODE=mode, HAS_W=has_w, SCALAR_W=scalar_weight, BLOCK_C=WIDE_CHUNK,
+                                         num_warps=8))
+            meta = plan.meta
+            if _row_bwd_tuned is None:
+                meta = dict(meta, num_warps=_bwd_warps(meta))
+            plan.steps = (first_launch(_row_bwd_tuned, _row_bwd_kernel, lambda META: (P, n_cb), args, meta), coef)
     if not need_dw:
         return dx, None, None
     dw = dw_part.sum(0) if has_w else dsw_part.sum() if scalar_weight else None

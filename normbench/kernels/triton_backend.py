@@ -14,14 +14,21 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-# the probe, the input check and the device guard are shared with the softmax kernels (``softmax_backend``)
-from normbench.kernels._env import NO_GPU, NO_TRITON, _check, _on, unavailable  # noqa: F401
+# the probe and the input check are shared with the softmax kernels (``softmax_backend``); launches go through
+# ``_env.Launcher``, which also launches on the tensors' device
+from normbench.kernels._env import NO_GPU, NO_TRITON, _check, unavailable  # noqa: F401
 from normbench.norms._base import check_input
 from normbench.registry import adopt_state
 
+_KERNELS: dict = {}
+
 
 def _mod(name: str):
-    return importlib.import_module(f"normbench.kernels.{name}")
+    """A kernel module, imported on first use (this module never imports Triton itself) and kept."""
+    mod = _KERNELS.get(name)
+    if mod is None:
+        mod = _KERNELS[name] = importlib.import_module(f"normbench.kernels.{name}")
+    return mod
 
 
 def _c(p):
@@ -64,13 +71,15 @@ def _back(t: torch.Tensor, how: str) -> torch.Tensor:
 class _RowNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, mode, eps, layout, scalar_weight):
-        R = _mod("_rownorm")
-        _check(x)
-        C = x.shape[-1] if layout == "tokens" else x.shape[1]
-        xk, how = _rows_view(x, layout, R.next_pow2(C) <= R.MAX_IMAGES_C)
-        with _on(x):
-            y, _, aux, rstd = R.forward(xk, None, weight, bias, mode=mode, eps=eps, images=how == "images",
-                                        scalar_weight=scalar_weight, store_stats=any(ctx.needs_input_grad))
+        # The kernel module checks the inputs (device, dtype) when it first plans a launch for their shape, dtype
+        # and device, and launches through the launcher (on the tensors' device): no per-call check or guard here.
+        R = _KERNELS.get("_rownorm") or _mod("_rownorm")
+        if layout == "tokens":
+            xk, how = x.contiguous(), "tokens"
+        else:
+            xk, how = _rows_view(x, layout, R.next_pow2(x.shape[1]) <= R.MAX_IMAGES_C)
+        y, _, aux, rstd = R.forward(xk, None, weight, bias, mode=mode, eps=eps, images=how == "images",
+                                    scalar_weight=scalar_weight, store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(xk, weight, aux, rstd)
         ctx.cfg = (mode, how, scalar_weight, _dtype(bias))
         return _back(y, how)
@@ -81,8 +90,7 @@ class _RowNormFn(torch.autograd.Function):
         xk, weight, aux, rstd = ctx.saved_tensors
         mode, how, scalar_weight, bias_dtype = ctx.cfg
         need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        with _on(xk):
-            dx, dw, db = _mod("_rownorm").backward(_grad_view(dy, how), None, xk, weight, aux, rstd, mode=mode,
+        dx, dw, db = _KERNELS["_rownorm"].backward(_grad_view(dy, how), None, xk, weight, aux, rstd, mode=mode,
                                                    images=how == "images", scalar_weight=scalar_weight,
                                                    has_bias=bias_dtype is not None, need_dw=need_dw)
         return _back(dx, how), _f(dw, weight), _f(db, bias_dtype), None, None, None, None
@@ -91,12 +99,10 @@ class _RowNormFn(torch.autograd.Function):
 class _AddRowNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, weight, bias, mode, eps):
-        dt = torch.promote_types(x.dtype, residual.dtype)
+        dt = x.dtype if x.dtype == residual.dtype else torch.promote_types(x.dtype, residual.dtype)
         xk, rk = x.to(dt).contiguous(), residual.to(dt).contiguous()
-        _check(xk, rk)
-        with _on(xk):
-            y, s, aux, rstd = _mod("_rownorm").forward(xk, rk, weight, bias, mode=mode, eps=eps,
-                                                       store_stats=any(ctx.needs_input_grad))
+        y, s, aux, rstd = (_KERNELS.get("_rownorm") or _mod("_rownorm")).forward(
+            xk, rk, weight, bias, mode=mode, eps=eps, store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(s, weight, aux, rstd)
         ctx.cfg = (mode, _dtype(bias), x.dtype, residual.dtype)
         ctx.set_materialize_grads(False)  # an unused s (or y) then costs no zero tensor and no read
@@ -111,8 +117,7 @@ class _AddRowNormFn(torch.autograd.Function):
             dx, dw, db = ds, None, None
         else:
             need_dw = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
-            with _on(s):
-                dx, dw, db = _mod("_rownorm").backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
+            dx, dw, db = _KERNELS["_rownorm"].backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
                                                        s, weight, aux, rstd, mode=mode,
                                                        has_bias=bias_dtype is not None, need_dw=need_dw)
         if dx is None:
@@ -124,16 +129,14 @@ class _AddRowNormFn(torch.autograd.Function):
 class _PointwiseFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, alpha, shift, weight, bias, kind, layout):
-        P = _mod("_pointwise")
-        _check(x)
+        P = _KERNELS.get("_pointwise") or _mod("_pointwise")
         if layout == "tokens":
             xk, how = x.contiguous(), "tokens"
         elif x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
             xk, how = x.permute(0, 2, 3, 1), "nhwc"  # a free view: channels are already the fastest axis
         else:
             xk, how = x.contiguous(), "images"
-        with _on(x):
-            y = P.forward(xk, alpha, shift, weight, bias, kind=kind, images=how == "images")
+        y = P.forward(xk, alpha, shift, weight, bias, kind=kind, images=how == "images")
         ctx.save_for_backward(xk, alpha, shift, weight)
         ctx.cfg = (kind, how, bias.dtype)
         return _back(y, how)
@@ -143,8 +146,7 @@ class _PointwiseFn(torch.autograd.Function):
     def backward(ctx, dy):
         xk, alpha, shift, weight = ctx.saved_tensors
         kind, how, bias_dtype = ctx.cfg
-        with _on(xk):
-            dx, dw, db, da, ds = _mod("_pointwise").backward(_grad_view(dy, how), xk, alpha, shift, weight,
+        dx, dw, db, da, ds = _KERNELS["_pointwise"].backward(_grad_view(dy, how), xk, alpha, shift, weight,
                                                              kind=kind, images=how == "images")
         return _back(dx, how), _f(da, alpha), _f(ds, shift), _f(dw, weight), _f(db, bias_dtype), None, None
 
@@ -154,9 +156,8 @@ class _GroupNormFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, num_groups, eps):
         _check(x)
         xk = x.contiguous()  # channels_last inputs are copied to NCHW: groups are contiguous there
-        with _on(xk):
-            y, mean, rstd = _mod("_groupnorm").forward(xk, num_groups, weight, bias, eps,
-                                                       store_stats=any(ctx.needs_input_grad))
+        y, mean, rstd = _mod("_groupnorm").forward(xk, num_groups, weight, bias, eps,
+                                                   store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(xk, weight, mean, rstd)
         ctx.cfg = (num_groups, _dtype(bias))
         return y
@@ -167,9 +168,8 @@ class _GroupNormFn(torch.autograd.Function):
         xk, weight, mean, rstd = ctx.saved_tensors
         num_groups, bias_dtype = ctx.cfg
         need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        with _on(xk):
-            dx, dw, db = _mod("_groupnorm").backward(dy.contiguous(), xk, num_groups, weight, mean, rstd,
-                                                     bias_dtype is not None, need_dw=need_dw)
+        dx, dw, db = _mod("_groupnorm").backward(dy.contiguous(), xk, num_groups, weight, mean, rstd,
+                                                 bias_dtype is not None, need_dw=need_dw)
         return dx, _f(dw, weight), _f(db, bias_dtype), None, None
 
 
@@ -227,28 +227,34 @@ def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
 # ---------------------------------------------------------------------------------------------------------------
 # Modules
 # ---------------------------------------------------------------------------------------------------------------
+# Settings (eps, layout, widths) are read from ``m.eager`` (an instance attribute) rather than through
+# ``TritonNorm.__getattr__``'s fallback, which costs a caught AttributeError per name per call.
 def _run_layernorm(m, x):
-    check_input(x, m.num_features, m.layout, "LayerNorm")
-    return layer_norm(x, m.weight, m.bias, m.eps, m.layout)
+    e = m.eager
+    check_input(x, e.num_features, e.layout, "LayerNorm")
+    return layer_norm(x, m.weight, m.bias, e.eps, e.layout)
 
 
 def _run_rmsnorm(m, x):
-    check_input(x, m.num_features, m.layout, "RMSNorm")
-    return rms_norm(x, m.weight, m.eps, m.layout)
+    e = m.eager
+    check_input(x, e.num_features, e.layout, "RMSNorm")
+    return rms_norm(x, m.weight, e.eps, e.layout)
 
 
 def _run_crmsnorm(m, x):
-    check_input(x, m.num_features, m.layout, "CRMSNorm")
-    return crms_norm(x, m.weight, m.eps, m.layout)
+    e = m.eager
+    check_input(x, e.num_features, e.layout, "CRMSNorm")
+    return crms_norm(x, m.weight, e.eps, e.layout)
 
 
 def _run_scalenorm(m, x):
-    check_input(x, m.num_features, m.layout, "ScaleNorm")
-    return scale_norm(x, m.g, m.eps, m.layout)
+    e = m.eager
+    check_input(x, e.num_features, e.layout, "ScaleNorm")
+    return scale_norm(x, m.g, e.eps, e.layout)
 
 
 def _check_pair(m, x, residual, name):
-    check_input(x, m.num_features, "tokens", name)
+    check_input(x, m.eager.num_features, "tokens", name)
     if residual.shape != x.shape:
         raise ValueError(f"{name} needs x and residual of the same shape, got {tuple(x.shape)} and "
                          f"{tuple(residual.shape)}")
@@ -256,22 +262,24 @@ def _check_pair(m, x, residual, name):
 
 def _run_add_layernorm(m, x, residual):
     _check_pair(m, x, residual, "AddLayerNorm")
-    return add_layer_norm(x, residual, m.weight, m.bias, m.eps)
+    return add_layer_norm(x, residual, m.weight, m.bias, m.eager.eps)
 
 
 def _run_add_rmsnorm(m, x, residual):
     _check_pair(m, x, residual, "AddRMSNorm")
-    return add_rms_norm(x, residual, m.weight, m.eps)
+    return add_rms_norm(x, residual, m.weight, m.eager.eps)
 
 
 def _run_dyt(m, x):
-    check_input(x, m.num_features, m.layout, "DyT")
-    return dyt(x, m.alpha, m.weight, m.bias, m.layout)
+    e = m.eager
+    check_input(x, e.num_features, e.layout, "DyT")
+    return dyt(x, m.alpha, m.weight, m.bias, e.layout)
 
 
 def _run_derf(m, x):
-    check_input(x, m.num_features, m.layout, "Derf")
-    return derf(x, m.alpha, m.shift, m.weight, m.bias, m.layout)
+    e = m.eager
+    check_input(x, e.num_features, e.layout, "Derf")
+    return derf(x, m.alpha, m.shift, m.weight, m.bias, e.layout)
 
 
 def _run_groupnorm(m, x):

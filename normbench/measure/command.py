@@ -60,9 +60,11 @@ def register(subparsers) -> None:
     p.add_argument("--flush", choices=("zero", "rw"), default="zero",
                    help="cold timing's L2 flush: zero_() of a buffer > L2 (default, as Triton's do_bench) or rw "
                         "(write then read it back, leaving clean lines); recorded as config.l2_flush")
-    p.add_argument("--keep-ahead", action="store_true",
-                   help="CUDA: queue a spin kernel before each batch of repetitions so small kernels are not timed "
-                        "at the host's launch rate; recorded as config.keep_ahead")
+    p.add_argument("--keep-ahead", action=argparse.BooleanOptionalAction, default=True,
+                   help="CUDA (default on): queue a calibrated spin before each batch of repetitions and check that "
+                        "the host enqueued the batch while it ran, so the events time the GPU and not the host's "
+                        "launches (a timing that could not be kept ahead is flagged host_bound); recorded as "
+                        "config.keep_ahead. --no-keep-ahead times as before (the host's time may be in the events)")
     p.add_argument("--mode", nargs="+", action=_ExtendSplit, metavar="M",
                    help="train and/or eval for norms with running statistics (default: both; others: train)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's current setting)")

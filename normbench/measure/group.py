@@ -22,7 +22,7 @@ from normbench.measure import bytes_model as bm
 from normbench.measure.planning import DTYPES, Case, backends_for
 from normbench.measure.shapes import Shape, input_shape
 from normbench.measure.stats import summarize
-from normbench.measure.timers import TimerSettings, cpu_time, cuda_time
+from normbench.measure.timers import TimerSettings, cpu_time, cuda_timing
 from normbench.records.schema import FAR_ABOVE_CEILING, above_reference, make_record
 
 
@@ -279,15 +279,17 @@ def refresh_context(ctx: Context, device: str, every_s: float | None = None, now
 
 
 def time_pass(prep: Prepared, case: Case, settings: TimerSettings,
-              faults: list | None = None) -> tuple[list[float], bool]:
-    """(seconds per repetition, whether a CUDA graph was used); on a CPU ``faults`` receives each repetition's
-    minor page faults (see ``timers.cpu_time``)."""
+              faults: list | None = None) -> tuple[list[float], bool, dict | None]:
+    """(seconds per repetition, whether a CUDA graph was used, on a GPU the host's time per call and the keep-ahead
+    check: ``timers.CudaTiming.host_info``); on a CPU ``faults`` receives each repetition's minor page faults (see
+    ``timers.cpu_time``)."""
     fn, pre = prep.pass_fns(case.pass_)
     settings = case.settings(settings)
     if case.device.startswith("cuda"):
-        return cuda_time(fn, settings, case.device, cold=case.timing == "cold", pre=pre,
-                         graphs=case.graphs and case.pass_ != "bwd")
-    return cpu_time(fn, settings, pre, faults), False
+        t = cuda_timing(fn, settings, case.device, cold=case.timing == "cold", pre=pre,
+                        graphs=case.graphs and case.pass_ != "bwd")
+        return t.samples, t.used_graph, t.host_info()
+    return cpu_time(fn, settings, pre, faults), False, None
 
 
 def peak_memory(prep: Prepared, pass_: str) -> int | None:
@@ -333,11 +335,14 @@ def cache_metrics(case: Case, nbytes: int, memory_bound: bool, ctx: Context,
 
 def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float], used_graph: bool,
                  err: dict, peak: int | None, saved: int | None, load: dict | None = None,
-                 compile_report=None, faults: list[int] | None = None, copy_ref: dict | None = None) -> dict:
+                 compile_report=None, faults: list[int] | None = None, copy_ref: dict | None = None,
+                 host: dict | None = None) -> dict:
     """The record of one timed case. Flags (schema v2): ``suspect`` above the copy ceiling, ``non_finite`` when the
     output or a gradient this pass computes is NaN/inf (the record is then invalid: kept, shown failed, never
-    ranked), ``noisy`` when the machine was busy (``normbench.measure.noise``), ``fell_back`` when torch.compile
-    did not stay compiled.
+    ranked), ``noisy`` when the machine was busy or the repetitions spread (``normbench.measure.noise``; GPU records
+    by their own limit), ``host_bound`` when a GPU timing could not keep the GPU ahead of the host (``host``:
+    ``timers.CudaTiming.host_info``, whose ``host_s`` and ``keep_ahead`` the metrics keep), ``fell_back`` when
+    torch.compile did not stay compiled.
 
     Beside the DRAM ceiling's percentage: the run's same-size copy reference (``copy_ref``, else timed here in the
     case's timing mode, shared per size, dtype and mode) with ``pct_of_same_size_copy``, and ``cache_resident``."""
@@ -378,9 +383,11 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     noise_info = {**load, "ceiling_spread": ctx.ceiling_spread,
                   "ceiling_drop": (1.0 - ctx.ceiling_gbps / best) if best and best > 0 else None,
                   "rel_iqr": st["iqr"] / st["median"] if st["median"] > 0 else None}
-    why = noise.reasons(noise_info)
+    why = noise.reasons(noise_info, case.device, st["iqr"])
     if why:
         flags["noisy"] = "; ".join(why)
+    if host and host.get("host_bound"):
+        flags["host_bound"] = host["host_bound"]
     metrics = {
         "time_median_s": st["median"],
         "time_iqr_s": st["iqr"],
@@ -406,6 +413,9 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         "graph_used": used_graph,
         "noise": noise_info,
     }
+    if host is not None:  # GPU timings: the host's time in one call beside the GPU's, and the keep-ahead check
+        metrics["host_s"] = host.get("host_s")
+        metrics["keep_ahead"] = host.get("keep_ahead")
     if spec.kind == "softmax":  # reads of each row beside the GB/s (None: an implementation normbench does not own)
         from normbench.softmax import row_passes
 
@@ -461,7 +471,7 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
             watch.mark()  # the report covers exactly the timed repetitions (and their warm-up)
         try:
             faults: list[int] = []
-            samples, used_graph = time_pass(prep, case, ctx.settings, faults)
+            samples, used_graph, host = time_pass(prep, case, ctx.settings, faults)
         except Unsupported as exc:  # e.g. bwd of a forward-only baseline; the group's other passes still run
             if refused is None:
                 raise
@@ -473,7 +483,7 @@ def measure_group(cases: list[Case], ctx: Context, refused: list | None = None) 
         peak = peak_memory(prep, case.pass_)
         try:
             records.append(build_record(prep, case, ctx, samples, used_graph, err, peak, saved, load, report,
-                                        faults=faults))
+                                        faults=faults, host=host))
         except FarAboveCeiling as exc:
             if refused is None:
                 raise

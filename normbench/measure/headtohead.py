@@ -2,7 +2,7 @@
 
 A *set* is the cases that differ only in backend (and pass): :func:`set_key`. :func:`measure_set` builds every
 backend's module on the same inputs (one set of tensors, copied to each), checks each against float64 (which also
-compiles and warms it up), then times each pass with :func:`normbench.measure.timers.interleaved_time`: every round
+compiles and warms it up), then times each pass with :func:`normbench.measure.timers.interleaved_timing`: every round
 runs each backend once in a freshly shuffled order, so round ``i`` of one backend pairs with round ``i`` of another
 and drift on a shared machine cancels in their ratio. Each record keeps its own samples' summary (as a group's) and,
 in ``metrics.paired``, one entry per partner: the partner's record id and backend, the median per-round ratio
@@ -26,7 +26,7 @@ from normbench.measure.group import (
     peak_memory,
 )
 from normbench.measure.planning import Case
-from normbench.measure.timers import TimerSettings, interleaved_time
+from normbench.measure.timers import TimerSettings, interleaved_timing
 
 #: Paired rounds: at least this many (the sign-test interval of a median needs them: 50 rounds give ranks 17 and
 #: 32), at most ``MAX_ROUNDS``, and at least ``MIN_TIME`` seconds of each backend's work (docs/measurement.md,
@@ -147,8 +147,9 @@ def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, se
         if copy is not None:
             fns[COPY] = copy[0]
         order: list = []
-        samples = interleaved_time(fns, here[next(iter(fns))].settings(settings), pres, first.device, seed, order,
+        timed = interleaved_timing(fns, here[next(iter(fns))].settings(settings), pres, first.device, seed, order,
                                    slow_rounds=SLOW_ROUNDS)
+        samples = timed.samples
         copy_ref = _copy_reference(samples.pop(COPY), copy[1], first) if copy is not None else None
         fns.pop(COPY, None)
         reports = {b: preps[b].watch.report() if preps[b].watch is not None else None for b in fns}
@@ -157,7 +158,8 @@ def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, se
         for b in fns:
             try:
                 built[b] = build_record(preps[b], here[b], ctx, samples[b], False, errs[b],
-                                        peak_memory(preps[b], pass_), saved[b], load, reports[b], copy_ref=copy_ref)
+                                        peak_memory(preps[b], pass_), saved[b], load, reports[b], copy_ref=copy_ref,
+                                        host=timed.host_info(b))
             except FarAboveCeiling as exc:
                 refused.append((here[b], str(exc)))
         for b, rec in built.items():

@@ -41,7 +41,8 @@ class Case:
     harness: str = "cli"
     mode: str = "train"
     flush: str = "zero"
-    keep_ahead: bool = False
+    #: CUDA only (ignored on a CPU): each batch of repetitions runs behind a spin and is checked (``timers.KeepAhead``)
+    keep_ahead: bool = True
 
     @property
     def group(self) -> tuple:
@@ -86,7 +87,7 @@ class Case:
         if self.timing == "cold":
             cfg["l2_flush"] = self.flush     # how L2 was flushed between repetitions
         if self.device.startswith("cuda") and self.keep_ahead:
-            cfg["keep_ahead"] = True         # a spin kernel kept the GPU ahead of the host
+            cfg["keep_ahead"] = True         # a checked spin kept the GPU ahead of the host (absent: not kept ahead)
         return cfg
 
 
@@ -114,7 +115,7 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
          layouts: Iterable[str] | None = None, shapes: Iterable[Shape] | None = None, quick: bool = False,
          shape_class: str | None = None, device: str | None = None, timings: Iterable[str] | None = None,
          threads: int | None = None, graphs: bool = False, harness: str = "cli",
-         modes: Iterable[str] | None = None, flush: str = "zero", keep_ahead: bool = False,
+         modes: Iterable[str] | None = None, flush: str = "zero", keep_ahead: bool = True,
          here: bool = True) -> list[Case]:
     """Every case of a sweep, grouped by norm; availability is checked when a case runs, not here.
 

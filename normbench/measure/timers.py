@@ -1,12 +1,19 @@
-"""Timers: CUDA events with warm-up, L2 flush (cold) and optional CUDA graphs; ``perf_counter`` on CPU.
+"""Timers: CUDA events kept ahead of the host, with warm-up, L2 flush (cold) and optional CUDA graphs; ``perf_counter``
+on CPU.
 
-Both return the per-repetition samples; :func:`normbench.measure.stats.summarize` turns them into median and IQR.
-The CUDA paths (flush kinds, keep-ahead, graphs) are unit-tested on the CPU only as far as their pure logic goes;
-their effect on the figures must be verified on a GPU (docs/measurement.md, "Verify on a GPU").
+Both return the per-repetition samples; :func:`normbench.measure.stats.summarize` turns them into median and IQR. On a
+GPU the events time the GPU only while its queue is ahead of the host: :class:`KeepAhead` queues a calibrated spin
+before each batch and checks that the host enqueued the whole batch while it ran; the host's own time per call is kept
+beside the GPU time (``CudaTiming.host_s``), and a timing that could not be kept ahead says so
+(:func:`host_bound_reason`). Every CUDA operation goes through :class:`CudaOps`, so the tests drive these timers with a
+fake GPU timeline (``tests/fake_gpu.py``); their effect on real figures is verified on a GPU (docs/measurement.md,
+"GPU time and host time").
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -32,8 +39,8 @@ class TimerSettings:
     #: read back, a buffer larger than L2, so the lines left behind are clean: see :class:`L2Flusher`).
     flush: str = "zero"
     #: CUDA only: before each batch of repetitions, queue a spin kernel long enough for the host to enqueue the
-    #: whole batch, so small kernels are timed back to back on the GPU rather than at the host's launch rate.
-    keep_ahead: bool = False
+    #: whole batch, and check that it was (:class:`KeepAhead`), so the events time the GPU, not the host's launches.
+    keep_ahead: bool = True
 
     @classmethod
     def quick(cls) -> "TimerSettings":
@@ -116,13 +123,201 @@ class L2Flusher:
             torch.sum(self.buf, out=self._sink)
 
 
-def spin_cycles(batch: int, launch_s: float = 20e-6, clock_hz: float = 1.5e9) -> int:
-    """Cycles for ``torch.cuda._sleep`` to cover the host enqueueing ``batch`` repetitions (keep-ahead).
+# --- GPU timing: CUDA events, the GPU's queue kept ahead of the host ------------------------------------------------
 
-    About 20 µs of host time per repetition (event records, the call, a flush) at a conservative clock; the
-    spin only has to outlast the enqueueing, and time spent spinning is outside every event pair.
+#: Repetitions per keep-ahead batch, at most. The host must enqueue a whole batch before the spin ends, and a CUDA
+#: stream holds about a thousand pending launches before the next launch blocks the host (a host launching small
+#: kernels back to back stalls after ~1000 of them: Stack Overflow question 53970187, NVIDIA's forum thread 68937);
+#: a blocked host waits for the spin to run out. A repetition queues the flush, two events, the untimed ``pre`` and
+#: the call's own kernels, so 8 repetitions stay under the limit for calls of up to ~120 launches each (an eager
+#: backward launches 10-30). A call with more fails the check, whose retry halves the batch (down to 1).
+KEEP_AHEAD_BATCH = 8
+#: The spin lasts this many times the host's measured enqueue time of the previous batch (scaled to this batch's
+#: repetitions): the 2x is room for the host's jitter between one batch and the next.
+SPIN_FACTOR = 2.0
+#: A batch that failed the check is timed again once, with a spin this many times the failed batch's own (longer)
+#: enqueue time and half as many repetitions; when that fails too, the record is flagged ``host_bound``.
+RETRY_FACTOR = 4.0
+#: The least host time per repetition a spin plans for, and the guess before any was measured.
+MIN_HOST_S = 20e-6
+#: A batch is cut to fewer repetitions where its spin would last longer than this (a slow host path): an interrupt
+#: waits for the spin at most about this long.
+MAX_SPIN_S = 2.0
+#: Cycles of each calibration spin: ~0.5 ms at an H200's 1980 MHz boost clock, ~2.9 ms at its 345 MHz idle clock.
+CALIBRATION_CYCLES = 1_000_000
+#: Without keep-ahead nothing checks that the GPU never waited for the host inside the events: the record is flagged
+#: ``host_bound`` when the host's time per call is at least this share of the GPU time the events measured.
+HOST_SHARE_LIMIT = 0.5
+
+
+def spin_cycles(seconds: float, clock_hz: float) -> int:
+    """Cycles for ``torch.cuda._sleep`` to spin ``seconds`` at ``clock_hz`` (the calibrated, fastest seen, clock:
+    at a slower clock the spin only lasts longer)."""
+    if not clock_hz or clock_hz <= 0:
+        raise ValueError(f"the spin's clock rate must be calibrated first (got {clock_hz!r})")
+    return max(1, math.ceil(seconds * clock_hz))
+
+
+class CudaOps:
+    """The CUDA operations the GPU timers use: the device context, timing events, the spin kernel, a device
+    synchronisation, the L2 flush, graph capture and the host clock. These are the real ones; the tests drive the same
+    timers through a fake GPU timeline with this interface (``tests/fake_gpu.py``)."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+    def context(self):
+        return torch.cuda.device(self.device)
+
+    def event(self):
+        return torch.cuda.Event(enable_timing=True)
+
+    def spin(self, cycles: int) -> None:
+        torch.cuda._sleep(int(cycles))
+
+    def sync(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def flusher(self, kind: str) -> Callable[[], object]:
+        return L2Flusher(self.device, kind)
+
+    def capture(self, fn: Callable[[], object]) -> Callable[[], object]:
+        return _capture_graph(fn, self.device)
+
+    @staticmethod
+    def clock() -> float:
+        return time.perf_counter()
+
+
+class KeepAhead:
+    """Keeps the GPU's queue ahead of the host for each batch of timed calls, and checks that it did.
+
+    Before a batch the GPU is idle (the previous batch was synchronised). A spin kernel is queued first, lasting
+    :data:`SPIN_FACTOR` times the host's enqueue time of the previous batch, then an event (``spun``); while the GPU
+    spins, the host enqueues the whole batch. If ``spun`` is still pending once the last call is enqueued, every
+    repetition was queued before the GPU reached it, so no event pair contains time the GPU waited for the host. If
+    it completed, the batch is timed again with a longer spin and half the repetitions; a second failure counts in
+    ``failed`` (the record is flagged ``host_bound``). The spin's clock rate is calibrated with events after warm-up
+    (GPU clocks boost with load: 345 -> 1980 MHz on an H200) and again from every batch's own spin; the fastest rate
+    seen is used, so a slower clock only makes a spin longer.
     """
-    return int(batch * launch_s * clock_hz)
+
+    def __init__(self, ops: CudaOps, per_unit_s: float = MIN_HOST_S):
+        self.ops = ops
+        self.per_unit_s = max(float(per_unit_s), MIN_HOST_S)  # host enqueue time of one unit (repetition or round)
+        self.rate_hz: float | None = None
+        self.batches = self.retries = self.failed = 0
+        self.spin_s = 0.0  # GPU seconds spent spinning, as planned
+        self.cap = KEEP_AHEAD_BATCH  # units per batch; a retry that passed with fewer lowers it (a fuller queue)
+
+    def _observe(self, cycles: int, seconds: float) -> None:
+        if seconds > 0:
+            self.rate_hz = max(self.rate_hz or 0.0, cycles / seconds)
+
+    def calibrate(self, spins: int = 2) -> float:
+        """Time ``spins`` spins of :data:`CALIBRATION_CYCLES` with events; returns the clock rate (cycles/s)."""
+        for _ in range(spins):
+            a, b = self.ops.event(), self.ops.event()
+            a.record()
+            self.ops.spin(CALIBRATION_CYCLES)
+            b.record()
+            self.ops.sync()
+            self._observe(CALIBRATION_CYCLES, a.elapsed_time(b) / 1e3)
+        if not self.rate_hz:
+            raise RuntimeError("the spin kernel's clock rate could not be calibrated (its events measured no time)")
+        return self.rate_hz
+
+    def _attempt(self, units: int, enqueue: Callable[[int], object], factor: float) -> tuple[bool, object]:
+        seconds = factor * self.per_unit_s * units
+        cycles = spin_cycles(seconds, self.rate_hz)
+        t0 = self.ops.clock()
+        begin, spun = self.ops.event(), self.ops.event()
+        begin.record()
+        self.ops.spin(cycles)
+        spun.record()
+        out = enqueue(units)
+        t1 = self.ops.clock()
+        ahead = not spun.query()  # still spinning: the host enqueued the whole batch before the GPU needed it
+        self.ops.sync()
+        self._observe(cycles, begin.elapsed_time(spun) / 1e3)
+        self.per_unit_s = max((t1 - t0) / units, MIN_HOST_S)
+        self.spin_s += seconds
+        return ahead, out
+
+    def run(self, units: int, enqueue: Callable[[int], object], halve: bool = True) -> object:
+        """``enqueue(n)`` queues ``n`` units behind a spin; checked, synchronised, and retried once on failure (with
+        half the units where ``halve``). Returns what the last ``enqueue`` returned; its events are complete."""
+        if halve:  # a slow host path: fewer units per batch rather than a spin of many seconds
+            units = max(1, min(units, int(MAX_SPIN_S / (SPIN_FACTOR * self.per_unit_s))))
+        ok, out = self._attempt(units, enqueue, SPIN_FACTOR)
+        if not ok:
+            self.retries += 1
+            units = max(1, units // 2) if halve else units
+            ok, out = self._attempt(units, enqueue, RETRY_FACTOR)
+            if ok:
+                self.cap = min(self.cap, units)
+            else:
+                self.failed += 1
+        self.batches += 1
+        return out
+
+    def info(self) -> dict:
+        """What a record keeps of it (``metrics.keep_ahead``)."""
+        return {"batches": self.batches, "retries": self.retries, "failed": self.failed,
+                "spin_clock_hz": self.rate_hz, "spin_s": self.spin_s}
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def host_bound_reason(gpu_s: list[float], host_s: list[float], keep_ahead: dict | None) -> str | None:
+    """Why a GPU timing measured the host rather than the GPU (the ``host_bound`` flag's reason), or None.
+
+    With keep-ahead: some batch failed its check even after the retry. Without: the host's median time per call is at
+    least :data:`HOST_SHARE_LIMIT` of the events' median, and nothing checked that the GPU never waited for it."""
+    if not gpu_s or not host_s:
+        return None
+    gpu, host = statistics.median(gpu_s), statistics.median(host_s)
+    if keep_ahead is not None:
+        if not keep_ahead.get("failed"):
+            return None
+        return (f"the GPU's queue ran dry before the host had enqueued the batch in {keep_ahead['failed']} of "
+                f"{keep_ahead['batches']} batches, even after a retry with a spin {RETRY_FACTOR:g}x the host's "
+                f"enqueue time: those repetitions include time the GPU waited for the host (host {_us(host)} per "
+                f"call, events {_us(gpu)}); the call synchronises with the GPU, or its host path varies too much to "
+                "keep ahead of")
+    if host >= HOST_SHARE_LIMIT * gpu:
+        return (f"timed without keep-ahead while the host spent {_us(host)} per call, at least "
+                f"{100 * HOST_SHARE_LIMIT:.0f}% of the {_us(gpu)} the events measured: the GPU may have waited for "
+                "the host inside the events; time it with keep-ahead (the default on CUDA)")
+    return None
+
+
+def host_info(gpu_s: list[float], host_s: list[float], keep_ahead: dict | None) -> dict:
+    """``{"host_s": median host seconds per call (None if none was > 0), "keep_ahead": the check or None,
+    "host_bound": the flag's reason or None}``."""
+    host = statistics.median(host_s) if host_s else None
+    return {"host_s": host if host and host > 0 else None, "keep_ahead": keep_ahead,
+            "host_bound": host_bound_reason(gpu_s, host_s, keep_ahead)}
+
+
+@dataclass
+class CudaTiming:
+    """What :func:`cuda_timing` measured: GPU seconds per repetition (events), whether a CUDA graph was replayed,
+    the host's seconds in each timed call (no synchronisation inside), and the keep-ahead check (None when off)."""
+
+    samples: list[float]
+    used_graph: bool
+    host_s: list[float]
+    keep_ahead: dict | None
+
+    def host_bound(self) -> str | None:
+        return host_bound_reason(self.samples, self.host_s, self.keep_ahead)
+
+    def host_info(self) -> dict:
+        """What a record keeps of it beside the GPU time (``normbench.measure.group.build_record``'s ``host``)."""
+        return host_info(self.samples, self.host_s, self.keep_ahead)
 
 
 def _capture_graph(fn: Callable[[], object], device) -> Callable[[], object]:
@@ -143,59 +338,85 @@ def _capture_graph(fn: Callable[[], object], device) -> Callable[[], object]:
 
 def cuda_time(fn: Callable[[], object], settings: TimerSettings, device, *, cold: bool = True,
               pre: Callable[[], object] | None = None, graphs: bool = False) -> tuple[list[float], bool]:
-    """Seconds per call of ``fn`` from CUDA events; returns (samples, whether a CUDA graph was used).
+    """(seconds per call of ``fn`` from CUDA events, whether a CUDA graph was used): :func:`cuda_timing`'s samples."""
+    t = cuda_timing(fn, settings, device, cold=cold, pre=pre, graphs=graphs)
+    return t.samples, t.used_graph
+
+
+def cuda_timing(fn: Callable[[], object], settings: TimerSettings, device, *, cold: bool = True,
+                pre: Callable[[], object] | None = None, graphs: bool = False,
+                ops: CudaOps | None = None) -> CudaTiming:
+    """Time ``fn`` on a GPU with CUDA events, one pair per repetition (see :class:`CudaTiming`).
 
     ``cold`` flushes L2 (``settings.flush``) before each repetition (outside the events); ``pre`` runs untimed
     before the flush. ``graphs`` replays ``fn`` as a CUDA graph (not with ``pre``); if capture fails it falls back
-    to plain calls. Events, streams and the flush buffer live on ``device`` (made current for the whole timing),
-    not on whatever device happens to be current.
+    to plain calls. With ``settings.keep_ahead`` (the default) each batch of repetitions runs behind a spin and is
+    checked (:class:`KeepAhead`). Events, streams and the flush buffer live on ``device`` (made current for the
+    whole timing), not on whatever device happens to be current. ``ops``: the CUDA operations (tests pass a fake).
     """
-    device = torch.device(device)
-    with torch.cuda.device(device):
-        return _cuda_time(fn, settings, device, cold, pre, graphs)
+    ops = ops or CudaOps(device)
+    with ops.context():
+        return _cuda_timing(fn, settings, ops, cold, pre, graphs)
 
 
-def _cuda_time(fn, settings, device, cold, pre, graphs):
-    flush = L2Flusher(device, settings.flush) if cold else None
+def _cuda_timing(fn, settings, ops, cold, pre, graphs) -> CudaTiming:
+    flush = ops.flusher(settings.flush) if cold else None
     used_graph = False
     call = fn
     if graphs and pre is None:
         try:
-            call = _capture_graph(fn, device)
+            call = ops.capture(fn)
             used_graph = True
         except Exception:  # some ops cannot be captured; timing them without a graph is still correct
-            torch.cuda.synchronize(device)
+            ops.sync()
             call = fn
-    for _ in range(settings.warmup):
+    last = None
+    for _ in range(max(settings.warmup, 1 if settings.keep_ahead else 0)):  # keep-ahead needs one host time
+        t0 = ops.clock()
         if pre is not None:
             pre()
         call()
-    torch.cuda.synchronize(device)
-    samples: list[float] = []
-    total = 0.0
-    while len(samples) < settings.max_reps:
-        batch = min(settings.max_reps - len(samples), max(settings.min_reps, 10))
-        if settings.keep_ahead:
-            torch.cuda._sleep(spin_cycles(batch))
-        events = []
-        for _ in range(batch):
+        last = ops.clock() - t0
+    ops.sync()
+    ahead = None
+    if settings.keep_ahead:
+        ahead = KeepAhead(ops, last or MIN_HOST_S)
+        ahead.calibrate()
+
+    def enqueue(n: int):
+        events, hosts = [], []
+        for _ in range(n):
             if pre is not None:
                 pre()
             if flush is not None:
                 flush()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = ops.event(), ops.event()
             start.record()
+            h0 = ops.clock()
             call()
+            hosts.append(ops.clock() - h0)
             end.record()
             events.append((start, end))
-        torch.cuda.synchronize(device)
+        return events, hosts
+
+    samples: list[float] = []
+    host_s: list[float] = []
+    total = 0.0
+    while len(samples) < settings.max_reps:
+        left = settings.max_reps - len(samples)
+        if ahead is not None:
+            events, hosts = ahead.run(min(left, ahead.cap), enqueue)
+        else:
+            events, hosts = enqueue(min(left, max(settings.min_reps, 10)))
+            ops.sync()
+        host_s += hosts
         for start, end in events:
             dt = start.elapsed_time(end) / 1e3
             samples.append(dt)
             total += dt
         if settings.done(len(samples), total):
             break
-    return samples, used_graph
+    return CudaTiming(samples, used_graph, host_s, ahead.info() if ahead is not None else None)
 
 
 def timing_label(device: str, harness_timer: str, cold: bool) -> str:
@@ -212,56 +433,116 @@ def timing_label(device: str, harness_timer: str, cold: bool) -> str:
     return "host"
 
 
+@dataclass
+class Interleaved:
+    """What :func:`interleaved_timing` measured: ``{key: [seconds per round]}`` (equal lengths); on CUDA also
+    ``{key: [host seconds per call]}`` and the keep-ahead check shared by every key (None when off or on a CPU)."""
+
+    samples: dict
+    host_s: dict
+    keep_ahead: dict | None
+
+    def host_bound(self, key) -> str | None:
+        return host_bound_reason(self.samples[key], self.host_s.get(key) or [], self.keep_ahead)
+
+    def host_info(self, key) -> dict | None:
+        """As :meth:`CudaTiming.host_info`, for ``key``; None on a CPU."""
+        if key not in self.host_s:
+            return None
+        return host_info(self.samples[key], self.host_s[key], self.keep_ahead)
+
+
 def interleaved_time(fns: dict, settings: TimerSettings, pres: dict | None = None, device: str = "cpu",
                      seed: int = 0, order_log: list | None = None, slow_rounds: int = 3) -> dict:
+    """``{key: [seconds per round]}``: :func:`interleaved_timing`'s samples."""
+    return interleaved_timing(fns, settings, pres, device, seed, order_log, slow_rounds).samples
+
+
+def interleaved_timing(fns: dict, settings: TimerSettings, pres: dict | None = None, device: str = "cpu",
+                       seed: int = 0, order_log: list | None = None, slow_rounds: int = 3,
+                       ops: CudaOps | None = None) -> Interleaved:
     """Time several callables head to head: every one warmed up, then rounds in which each runs once, in an order
     shuffled every round (as Google Benchmark's random interleaving), so all of them see the same stretch of the
-    machine's state and round ``i`` of one pairs with round ``i`` of another. Returns ``{key: [seconds per round]}``
-    (equal lengths). ``pres[key]`` (untimed) runs right before its callable, as in :func:`cpu_time`. On CUDA each
-    call is timed with its own pair of events and a round ends with a synchronisation (hot: nothing is flushed).
+    machine's state and round ``i`` of one pairs with round ``i`` of another. ``pres[key]`` (untimed) runs right
+    before its callable, as in :func:`cpu_time`. On CUDA each call is timed with its own pair of events (hot: nothing
+    is flushed), its host time is kept, and a round ends with a synchronisation; with ``settings.keep_ahead`` (the
+    default) each round is queued behind a spin and checked, as a batch of :func:`cuda_timing` is (a round that fails
+    is timed again once with a longer spin: :class:`KeepAhead`). ``ops``: the CUDA operations (tests pass a fake).
 
     Rounds stop by ``settings.done`` applied to the rounds taken and the mean time per callable accumulated, except
     that slow calls stop at ``settings.max_time`` only after ``slow_rounds`` rounds (a paired interval needs them).
     ``seed`` fixes the shuffles (recorded); ``order_log`` receives each round's order.
     """
+    cuda = ops is not None or str(device).startswith("cuda")
+    if not cuda:
+        return _interleaved(fns, settings, pres or {}, None, seed, order_log, slow_rounds)
+    ops = ops or CudaOps(device)
+    with ops.context():
+        return _interleaved(fns, settings, pres or {}, ops, seed, order_log, slow_rounds)
+
+
+def _interleaved(fns, settings, pres, ops, seed, order_log, slow_rounds) -> Interleaved:
     import random
 
-    pres = pres or {}
     keys = list(fns)
     rng = random.Random(seed)
-    cuda = str(device).startswith("cuda")
-    for _ in range(settings.warmup):
+    cuda = ops is not None
+    clock = ops.clock if cuda else time.perf_counter
+    last = None
+    for _ in range(max(settings.warmup, 1 if cuda and settings.keep_ahead else 0)):
+        t0 = clock()
         for k in keys:
             if pres.get(k) is not None:
                 pres[k]()
             fns[k]()
+        last = clock() - t0
+    ahead = None
     if cuda:
-        torch.cuda.synchronize(device)
+        ops.sync()
+        if settings.keep_ahead:
+            ahead = KeepAhead(ops, last or MIN_HOST_S * len(keys))
+            ahead.calibrate()
     samples: dict = {k: [] for k in keys}
+    host_s: dict = {k: [] for k in keys} if cuda else {}
     total = 0.0
     rounds = 0
+
+    def enqueue(order):
+        took, hosts = {}, {}
+        for k in order:
+            if pres.get(k) is not None:
+                pres[k]()
+            start, end = ops.event(), ops.event()
+            start.record()
+            h0 = clock()
+            fns[k]()
+            hosts[k] = clock() - h0
+            end.record()
+            took[k] = (start, end)
+        return took, hosts
+
     while rounds < settings.max_reps:
         order = keys[:]
         rng.shuffle(order)
         if order_log is not None:
             order_log.append(order)
-        took = {}
-        for k in order:
-            if pres.get(k) is not None:
-                pres[k]()
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fns[k]()
-                end.record()
-                took[k] = (start, end)
+        if cuda:
+            if ahead is not None:
+                took, hosts = ahead.run(1, lambda _n: enqueue(order), halve=False)
             else:
+                took, hosts = enqueue(order)
+                ops.sync()
+            took = {k: s.elapsed_time(e) / 1e3 for k, (s, e) in took.items()}
+            for k in keys:
+                host_s[k].append(hosts[k])
+        else:
+            took = {}
+            for k in order:
+                if pres.get(k) is not None:
+                    pres[k]()
                 t0 = time.perf_counter()
                 fns[k]()
                 took[k] = time.perf_counter() - t0
-        if cuda:
-            torch.cuda.synchronize(device)
-            took = {k: s.elapsed_time(e) / 1e3 for k, (s, e) in took.items()}
         for k in keys:
             samples[k].append(took[k])
         rounds += 1
@@ -269,4 +550,4 @@ def interleaved_time(fns: dict, settings: TimerSettings, pres: dict | None = Non
         if rounds >= settings.max_reps or (rounds >= settings.min_reps and total >= settings.min_time) \
                 or (rounds >= max(3, slow_rounds) and total >= settings.max_time):
             break
-    return samples
+    return Interleaved(samples, host_s, ahead.info() if ahead is not None else None)

@@ -26,11 +26,14 @@ from normbench.records.cache import RESIDENCIES
 
 SCHEMA = "normbench.record"
 SCHEMA_VERSION = 2
-#: Every flag a record may carry; who sets each: non_finite, suspect, noisy (the kernel core), fell_back (the compile
-#: backend), unchecked, forced (the check gate), diverged, tuning (accuracy runs); stale and legacy (never written:
-#: the one reader that ranks, ``normbench.results.records_that_count``, marks a record whose code has since changed
-#: and a record without a check verdict, a migrated schema-v1 one, when it reads them; the file is not changed).
-FLAGS = ("non_finite", "fell_back", "noisy", "suspect", "unchecked", "forced", "diverged", "tuning", "stale", "legacy")
+#: Every flag a record may carry; who sets each: non_finite, suspect, noisy, host_bound (the kernel core: host_bound
+#: when a GPU timing could not keep the GPU's queue ahead of the host, so its events may hold the host's launch time:
+#: ``normbench.measure.timers.host_bound_reason``), fell_back (the compile backend), unchecked, forced (the check
+#: gate), diverged, tuning (accuracy runs); stale and legacy (never written: the one reader that ranks,
+#: ``normbench.results.records_that_count``, marks a record whose code has since changed and a record without a check
+#: verdict, a migrated schema-v1 one, when it reads them; the file is not changed).
+FLAGS = ("non_finite", "fell_back", "noisy", "host_bound", "suspect", "unchecked", "forced", "diverged", "tuning",
+         "stale", "legacy")
 #: Flags that make a record invalid: it is kept and shown as failed, never ranked.
 INVALID_FLAGS = ("non_finite",)
 CHECK_STATUSES = ("passed", "failed", "not_run")
@@ -154,6 +157,17 @@ def record_flags(record: dict) -> list[str]:
 def is_ranked(record: dict) -> bool:
     """False when the record carries any flag: only clean records are ranked."""
     return not record_flags(record)
+
+
+def bound_by(record: dict) -> str | None:
+    """What bounds a GPU kernel record's call: ``"host"`` when the host's median time in one call (``metrics.host_s``,
+    measured without a synchronisation) exceeds the GPU's median time (``time_median_s``), so calls issued one after
+    another (a decode step without CUDA graphs) run at the host's pace; ``"gpu"`` otherwise; None without ``host_s``."""
+    met = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    host, gpu = met.get("host_s"), met.get("time_median_s")
+    if not _is_num(host) or not _is_num(gpu) or host <= 0 or gpu <= 0:
+        return None
+    return "host" if host > gpu else "gpu"
 
 
 def is_invalid(record: dict) -> bool:
@@ -298,7 +312,14 @@ def json_schema() -> dict:
             "cache_bytes": _js_obj((), {"l2_bytes": _js_num(1, integer=True, nullable=True),
                                         "llc_bytes": _js_num(1, integer=True, nullable=True),
                                         "source": {"type": "string"}}, nullable=True),
-            "cache_resident": _js_str(choices=RESIDENCIES, nullable=True)}),
+            "cache_resident": _js_str(choices=RESIDENCIES, nullable=True),
+            # Issue #35 (optional: older records and CPU records lack them): the host's median seconds in one call,
+            # measured without a synchronisation (GPU records), and the keep-ahead check of the GPU timing.
+            "host_s": _js_num(0, exclusive=True, nullable=True),
+            "keep_ahead": _js_obj(("batches", "retries", "failed"), {
+                "batches": _js_num(0, integer=True), "retries": _js_num(0, integer=True),
+                "failed": _js_num(0, integer=True), "spin_clock_hz": _js_num(0, exclusive=True, nullable=True),
+                "spin_s": _js_num(0)}, nullable=True)}),
     }
     curve_value = {"type": ["number", "null"], "description": "null where training diverged"}
     curve_point = {"type": "array", "minItems": 3, "maxItems": 3, "description": "[step, train_loss, eval_metric]",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from normbench import stats as S
 from normbench.records.cache import known_caches, ranked_against_dram, record_residency
-from normbench.records.schema import INVALID_FLAGS, implied_flags
+from normbench.records.schema import INVALID_FLAGS, bound_by, implied_flags
 from normbench.site.fmt import num
 from normbench.site.records import Entry
 
@@ -73,6 +73,9 @@ def kernel_row(e: Entry) -> dict:
         "harness": _s(cfg.get("harness"), "cli"),
         "shape_class": _s(cfg.get("shape_class"), "?"),
         "time": num(met.get("time_median_s")),
+        # Issue #35: the host's time in one call (GPU records) and which of the two bounds a stream of calls.
+        "host": num(met.get("host_s")),
+        "bound": bound_by(rec),
         "iqr": num(met.get("time_iqr_s")),
         "reps": num(met.get("reps")),
         "bytes": num(met.get("bytes_moved")),

@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from normbench import stats as S
 from normbench.gendocs import MARKER_LINE
-from normbench.records.schema import FLAGS, INVALID_FLAGS
+from normbench.records.schema import FLAGS, INVALID_FLAGS, bound_by
 from normbench.site import aggregate as agg
 from normbench.site import markdown
 from normbench.site import tables as _tables
@@ -43,7 +43,7 @@ from normbench.site.tables import Col, Table, cell
 #: The flag the reader (``normbench.results.records_that_count``) gives a migrated v1 record (``check: null``): it
 #: never passed ``normbench check``, so it is shown and never ranked.
 LEGACY = "legacy"
-FLAG_LABELS = {LEGACY: "unchecked (legacy)", "stale": "stale code"}
+FLAG_LABELS = {LEGACY: "unchecked (legacy)", "stale": "stale code", "host_bound": "host-bound"}
 #: A norm's page shows its figures for every device while they hold at most this many points in all (each point
 #: is in the SVG and in the spec); beyond that each device's figures are one click away on their own page.
 INLINE_POINTS = 1500
@@ -100,6 +100,23 @@ def _s(v) -> str:
 def flag_badges(flags: dict) -> list[tuple[str, str, str]]:
     """(label, flag, reason) per flag, for the templates' badges."""
     return [(FLAG_LABELS.get(f, f), f, why) for f, why in sorted(flags.items())]
+
+
+def bound_text(r: dict) -> str | None:
+    """A kernel row's GPU time against its host time, and which bounds the call (None without a host time)."""
+    if not r.get("host"):
+        return None
+    who = ("the host bounds the call: issued one after another (a decode step without CUDA graphs) these calls run "
+           "at the host's pace" if r["bound"] == "host" else "the GPU bounds the call: the host's launches keep up")
+    return f"GPU time {fmt_time(r['time'])} (CUDA events), host time per call {fmt_time(r['host'])}: {who}"
+
+
+def timing_text(rec: dict) -> str | None:
+    """A kernel record page's line on GPU time and host time (None where the record has no host time)."""
+    if rec.get("kind") != "kernel":
+        return None
+    met = rec.get("metrics") or {}
+    return bound_text({"time": met.get("time_median_s"), "host": met.get("host_s"), "bound": bound_by(rec)})
 
 
 @dataclass
@@ -254,7 +271,11 @@ class Site:
             Col("backend", title="hover a badge for why a record is flagged; flagged records are never ranked"),
             Col("shape", title="layout and tensor shape"), Col("width", True, "hidden size C"), Col("dtype"),
             Col("pass"), Col("class", title="shape class"),
-            Col("time", True, "median over repetitions (hover: interquartile range)"),
+            Col("time", True, "median over repetitions (hover: interquartile range); on a GPU the GPU's time, from "
+                "CUDA events"),
+            Col("host", True, "GPU records: the host's median time in one call, without a synchronisation; the note "
+                "says which bounds a stream of these calls (host: it runs at the host's pace unless replayed as a "
+                "CUDA graph)"),
             Col("GB/s", True, "minimum bytes moved / median time"),
             Col("% ceiling", True, "GB/s as a percentage of the DRAM copy bandwidth measured in the same run; "
                 "cache-resident rows are not ranked by it", sorted="descending"),
@@ -293,6 +314,8 @@ class Site:
                 cell(r["shape_class"], r["shape_class"]),
                 cell("failed", None, cls="failed", title=iqr) if bad else cell(fmt_time(r["time"]), r["time"],
                                                                                 title=iqr),
+                cell(fmt_time(r["host"]) if r["host"] else "–", r["host"],
+                     note=f"{r['bound']}-bound" if r["bound"] and not bad else None, title=bound_text(r)),
                 cell("–" if bad else fmt_gbps(r["gbps"]), None if bad else r["gbps"]),
                 cell(fmt_pct(None if bad else r["pct"]), None if bad or not r["dram"] else r["pct"],
                      cls=None if r["dram"] else "muted",
@@ -1113,7 +1136,7 @@ class Site:
         pkey = _text(prov)
         if pkey not in prov_ids:
             prov_ids[pkey] = (f"prov-{len(prov_ids) + 1}", _flat(prov), rec["provenance"])
-        return dict(e=e, rec=rec, command=command(rec), flags=flag_badges(flags),
+        return dict(e=e, rec=rec, command=command(rec), flags=flag_badges(flags), timing=timing_text(rec),
                     check=chk if isinstance(chk, dict) else None,
                     prov_id=prov_ids[pkey][0], ranked=not flags, invalid=any(f in INVALID_FLAGS for f in flags))
 

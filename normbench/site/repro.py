@@ -61,8 +61,8 @@ def command(rec: dict) -> str:
             parts.append("--graphs")
         if cfg.get("l2_flush") == "rw":
             parts += ["--flush", "rw"]
-        if cfg.get("keep_ahead") is True:
-            parts.append("--keep-ahead")
+        if str(cfg.get("device", "")).startswith("cuda") and cfg.get("keep_ahead") is not True:
+            parts.append("--no-keep-ahead")  # keep-ahead is the default on CUDA since issue #35
         return " ".join(parts)
     tuned = isinstance(cfg.get("lr_search"), dict) or "tuning" in (rec.get("flags") or [])
     if tuned:
