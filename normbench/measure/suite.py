@@ -5,8 +5,7 @@ Grid selection (environment variables, read when the suite is imported):
 * ``NORMBENCH_ASV_GRID`` / ``NORMBENCH_PYTEST_GRID``: ``small`` (default), ``quick`` or ``full``.
 
   - ``small``: LayerNorm, RMSNorm, DyT and every installed plugin norm; eager; the quick tokens shape; float32;
-    fwd and fwd+bwd (a slower forward alone shows undiluted in fwd: issue #40). It finishes in a few minutes on a
-    2-core CPU (ASV starts one process per benchmark, parameter set and round).
+    fwd+bwd. It finishes in a few minutes on a 2-core CPU (ASV starts one process per benchmark and parameter set).
   - ``quick``: every registered norm; eager and compile; both quick shapes; float32 and bfloat16; fwd and fwd+bwd.
   - ``full``: every registered norm; every backend (including triton, liger, apex); the llm and vision shapes;
     every dtype of the device; fwd, bwd and fwd+bwd.
@@ -77,7 +76,7 @@ def grid(kind: str | None = None, norms: str | None = None, env_prefix: str = "N
     device = default_device()
     if kind == "small":
         names = [n for n in SMALL_NORMS if n in REGISTRY.specs] + _plugin_norms()
-        backends, shapes, dtypes, passes = ["eager"], [quick_shapes()[0].label], ["float32"], ["fwd", "fwd+bwd"]
+        backends, shapes, dtypes, passes = ["eager"], [quick_shapes()[0].label], ["float32"], ["fwd+bwd"]
     elif kind == "quick":
         names = _layer_norms()
         backends = ["eager", "compile"]

@@ -22,9 +22,9 @@ os.environ.setdefault(suite.SIDECAR_ENV, str(Path(__file__).resolve().parents[2]
 PARAMS = suite.grid(env_prefix="NORMBENCH_ASV")
 if (os.environ.get("NORMBENCH_ASV_GRID") or "small").strip().lower() == "small" \
         and not (os.environ.get("NORMBENCH_ASV_MODEL") or "").strip():
-    # The default grid's passes are fixed here, not by the normbench under test: `asv continuous` imports this file
-    # into both commits' environments, and both must see one parameter list (an older normbench's small grid had
-    # fwd+bwd alone, where a 5x slower forward shows as 1.5x).
+    # The default grid's passes are set here, not by the normbench under test: `asv continuous` imports this file
+    # into both commits' environments, and both must see one parameter list. fwd beside fwd+bwd: a 5x slower
+    # forward shows as 1.5x in fwd+bwd alone (issue #40).
     PARAMS[4] = ["fwd", "fwd+bwd"]
 # Benchmark processes per commit: `asv continuous` (and `asv run` over several commits) alternates the commits round
 # by round (--interleave-rounds), so a drift of the machine between rounds hits both commits alike.
