@@ -17,6 +17,8 @@ __all__ = [
     "plugin_errors",
     "results",
     "__version__",
+    "apply_policy",
+    "restore",
 ]
 
 
@@ -26,4 +28,8 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(f"normbench.{name}")
+    if name in ("apply_policy", "restore"):  # above the readers in the layers: loaded on first use too
+        import importlib
+
+        return getattr(importlib.import_module("normbench.policy"), name)
     raise AttributeError(f"module 'normbench' has no attribute {name!r}")

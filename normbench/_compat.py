@@ -71,3 +71,25 @@ def import_timm():
     _define_torchvision_schemas()
     import timm
     return timm
+
+
+def import_transformers():
+    """Import and return ``transformers``, with the same torchvision workaround as :func:`import_timm` (its model
+    modules import torchvision's transforms when torchvision is installed)."""
+    try:
+        import transformers
+        transformers.PreTrainedModel  # the lazy module imports torchvision on first use of a model class
+        return transformers
+    except ImportError as exc:
+        if "torchvision" not in repr(exc.__cause__ or exc) and not isinstance(exc, ModuleNotFoundError):
+            raise
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "transformers":
+            raise ImportError("transformers is not installed: pip install -e '.[hf]'") from exc
+    except RuntimeError as exc:
+        if "torchvision::" not in str(exc):
+            raise
+    for key in [k for k in sys.modules if k.split(".")[0] in ("torchvision", "transformers")]:
+        del sys.modules[key]
+    _define_torchvision_schemas()
+    import transformers
+    return transformers

@@ -226,10 +226,10 @@ def pack(records: list[dict], out_dir, prefix: str = "records", max_files: int =
          max_bytes: int = MAX_FILE_BYTES) -> list[Path]:
     """Write ``records`` as gzipped JSON arrays ``<prefix>-<i>.json.gz`` in ``out_dir``: at most ``max_files``
     files of at most ``max_bytes`` each. Raises ``ValueError`` when they do not fit (nothing is dropped quietly)."""
+    from normbench.records.store import atomic_write_bytes
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob(f"{prefix}-*.json.gz"):
-        old.unlink()
     chunks = [records] if records else []
     while True:
         blobs = [gzip.compress(json.dumps(c, separators=(",", ":")).encode(), mtime=0) for c in chunks]
@@ -247,8 +247,10 @@ def pack(records: list[dict], out_dir, prefix: str = "records", max_files: int =
     paths = []
     for i, blob in enumerate(blobs):
         p = out_dir / f"{prefix}-{i}.json.gz"
-        p.write_bytes(blob)
+        atomic_write_bytes(p, blob)  # tmp + os.replace: an interruption leaves the old file or the new, whole
         paths.append(p)
+    for old in set(out_dir.glob(f"{prefix}-*.json.gz")) - set(paths):  # after: a stop above loses no record
+        old.unlink()
     return paths
 
 
@@ -275,9 +277,70 @@ def unpack(paths) -> list[dict]:
 
 # --- running ------------------------------------------------------------------------------------------------------
 
+def smoke_cases(cases) -> list:
+    """One case per backend (its forward at its smallest shape, first norm first): measured before anything else,
+    so that a campaign that cannot measure stops within a minute and says why."""
+    out: dict[str, object] = {}
+    for c in sorted(cases, key=lambda c: (c.shape.numel, c.pass_ != "fwd")):
+        out.setdefault(c.backend, c)
+    return list(out.values())
+
+
+def _gate(cases, log) -> tuple[list, list[dict], dict, list[dict]]:
+    """The check gate on ``cases``: each backend on the device it runs on (the baselines too). Returns the cases it
+    lets through, one entry per refused (norm, backend, device) (each printed with its reason), the verdicts, and
+    the (norm, backend) pairs left out as not available here (printed too)."""
+    from normbench.check import device_kind, ensure_checked, refusal
+    from normbench.measure.baselines import GATE
+
+    verdicts = ensure_checked([(c.norm, c.backend, c.device) for c in cases], provider=GATE, log=log)
+    refused: dict[tuple, dict] = {}
+    for c in cases:
+        key = (c.norm, c.backend, device_kind(c.device))
+        if key not in refused and verdicts[c.norm].refused(c.backend, c.device):
+            v = verdicts[c.norm].verdict(c.backend, c.device)
+            refused[key] = {"norm": c.norm, "backend": c.backend, "device": key[2], "status": v.status,
+                            "detail": v.detail, "contract": v.of_contract, "message": refusal(v, "measure")}
+    for msg in dict.fromkeys(r["message"] for r in refused.values()):
+        log(f"REFUSED: {msg}")
+    absent: dict[tuple, str] = {}
+    for c in cases:
+        v = verdicts[c.norm].verdict(c.backend, c.device)
+        if v.status == "unavailable" and (c.norm, c.backend) not in absent:
+            absent[(c.norm, c.backend)] = v.detail
+            log(f"left out: {c.norm}/{c.backend} on {device_kind(c.device)}: {v.detail}")
+    kept = [c for c in cases if (c.norm, c.backend, device_kind(c.device)) not in refused
+            and (c.norm, c.backend) not in absent]
+    left_out = [{"norm": n, "backend": b, "detail": d} for (n, b), d in absent.items()]
+    return kept, list(refused.values()), verdicts, left_out
+
+
+def _skip_reasons(s) -> dict[str, int]:
+    reasons: dict[str, int] = {}
+    for _, why in s.skipped:
+        reasons[why] = reasons.get(why, 0) + 1
+    return reasons
+
+
+def _summary(s, cases, refused, t0, est, left_out=()) -> dict:
+    reasons = _skip_reasons(s)
+    return {"planned": len(cases), "written": s.written, "already_done": s.already_done, "skipped": len(s.skipped),
+            "skip_reasons": reasons, "failed": s.failed[:50], "failed_count": len(s.failed),
+            "refused": refused, "refused_norms": sorted({r["norm"] for r in refused if r["contract"]}),
+            "left_out": list(left_out),
+            "wall_s": round(time.monotonic() - t0, 1), "out_of_time": s.out_of_time, "estimated_s": est}
+
+
 def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = DEFAULT_BUDGET_S,
-        commit: str | None = None, log=None) -> dict:
-    """Measure the chosen tiers until done or out of budget; pack what exists under ``out``; return the log."""
+        commit: str | None = None, log=None, smoke: bool = True, device: str = "cuda", plan=None,
+        settings=None) -> dict:
+    """Measure the chosen tiers until done or out of budget; pack what exists under ``out``; return the log.
+
+    Loud: every refusal is printed with its reason and kept in the log, and the log's ``problems`` (what makes
+    :func:`command` exit non-zero) name each refused norm or backend, each tier with failed cases and each tier that
+    wrote nothing. ``smoke`` first measures :func:`smoke_cases` of tier 1 and stops at once if that writes nothing.
+    ``device``, ``plan`` (``{tier number: Tier}``) and ``settings`` (a ``TimerSettings``) are for tests: the
+    campaign can be driven on a CPU with a tiny tier."""
     from normbench.records.provenance import GIT_COMMIT_ENV
 
     if commit:
@@ -287,14 +350,13 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     import torch
 
-    from normbench.check import ensure_checked, stamp
+    from normbench.check import stamp
     from normbench.measure.sweep import run_sweep
     from normbench.measure.timers import TimerSettings
     from normbench.records.store import write_records
 
-    if not torch.cuda.is_available():
+    if device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("normbench campaign needs a CUDA device (use --dry-run to plan on this machine)")
-    device = "cuda"
     # The working results tree stays outside ``out``: only the packed files and the log may come back.
     work = Path(work or os.environ.get("NORMBENCH_CAMPAIGN_WORK") or "/tmp/normbench-campaign-work")
     carried = unpack(resume) if resume else []
@@ -302,10 +364,16 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
         write_records(carried, work)
         log(f"resumed: {len(carried)} records already measured")
     new: list[dict] = []
-    entry = {"commit": commit, "tiers": {}, "groups": [], "budget_s": budget_s, "torch": torch.__version__}
-    settings = TimerSettings(**CAMPAIGN_SETTINGS)
-    plan = {t.number: t for t in plan_tiers(device)}
-    for number in tiers:
+    entry = {"commit": commit, "tiers": {}, "groups": [], "budget_s": budget_s, "torch": torch.__version__,
+             "problems": []}
+    settings = settings or TimerSettings(**CAMPAIGN_SETTINGS)
+    plan = plan or {t.number: t for t in plan_tiers(device)}
+
+    def problem(msg: str) -> None:
+        entry["problems"].append(msg)
+        log(f"PROBLEM: {msg}")
+
+    def tier_cases(number: int) -> list:
         tier = plan[number]
         cases = list(tier.cases)
         for backend, extra in tier.optional.items():
@@ -313,36 +381,85 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
                 cases += extra
             elif extra:
                 log(f"tier {number}: {len(extra)} {backend} cases left out ({backend} does not import here)")
-        verdicts = ensure_checked(sorted({c.norm for c in cases}))
-        refused = sorted(n for n, v in verdicts.items() if not v.passed)
-        cases = [c for c in cases if c.norm not in refused]
+        return cases
 
-        def on_record(rec, verdicts=verdicts):
+    def sweep(cases, number, verdicts, label):
+        def on_record(rec):
             stamp(rec, verdicts[rec["norm"]["name"]], rec["config"]["backend"], forced=False)
             new.append(rec)
 
-        t0 = time.monotonic()
         s = run_sweep(cases, work, settings=settings, progress=False, on_record=on_record, deadline=deadline,
                       group_log=entry["groups"], command=["normbench", "campaign", "--tier", str(number)],
                       interleave=number == MODELS_TIER)
-        entry["tiers"][number] = {"planned": len(cases), "written": s.written, "already_done": s.already_done,
-                                  "skipped": len(s.skipped), "failed": s.failed[:50], "refused_norms": refused,
-                                  "wall_s": round(time.monotonic() - t0, 1), "out_of_time": s.out_of_time,
-                                  "estimated_s": round(estimate(cases), 1)}
-        log(f"tier {number}: {s.written} written, {s.already_done} already done, {len(s.skipped)} skipped, "
-            f"{len(s.failed)} failed{' (out of time: resume with these records)' if s.out_of_time else ''}")
-        if s.out_of_time:
-            break
-        for cmd in tier.commands:
-            if time.monotonic() > deadline:
-                entry.setdefault("not_run", []).append(" ".join(cmd))
-                continue
-            entry.setdefault("commands", []).append(_run_command(cmd, Path(out), deadline))
+        for case, err in s.failed:
+            log(f"{label}: FAILED {case}: {err}")
+        for reason, n in _skip_reasons(s).items():
+            log(f"{label}: skipped {n}: {reason}")
+        return s
+
+    try:
+        if smoke and 1 in plan:
+            t0 = time.monotonic()
+            pool = tier_cases(1)
+            kept, refused, verdicts, left_out = _gate(pool, log)
+            cases = smoke_cases(kept)
+            log(f"smoke: {len(cases)} case(s), one per backend of tier 1 "
+                f"({', '.join(c.describe() for c in cases) or 'none: every backend was refused'})")
+            s = sweep(cases, 1, verdicts, "smoke")
+            entry["smoke"] = _summary(s, cases, refused, t0, round(estimate(cases), 1), left_out)
+            if s.interrupted:
+                raise KeyboardInterrupt
+            if s.written == 0 and not (cases and s.already_done == len(cases)):
+                why = (f"{len(refused)} (norm, backend) pair(s) of tier 1 refused by the check gate, "
+                       f"{len(left_out)} not available here" if not cases else
+                       f"{len(s.failed)} failed, {len(s.skipped)} skipped of {len(cases)}")
+                problem(f"the smoke step wrote no records ({why}): nothing would be measured; see the REFUSED, "
+                        f"FAILED and skipped lines above (tier 1 had {len(pool)} cases)")
+                entry["stopped"] = "smoke"
+                return _finish(entry, out, carried, new, t_start)
+        for number in tiers:
+            t0 = time.monotonic()
+            cases, refused, verdicts, left_out = _gate(tier_cases(number), log)
+            s = sweep(cases, number, verdicts, f"tier {number}")
+            entry["tiers"][number] = _summary(s, cases, refused, t0, round(estimate(cases), 1), left_out)
+            log(f"tier {number}: {s.written} written, {s.already_done} already done, {len(s.skipped)} skipped, "
+                f"{len(s.failed)} failed, {len(refused)} backend(s) refused"
+                f"{' (out of time: resume with these records)' if s.out_of_time else ''}")
+            if refused:
+                problem(f"tier {number}: {len(refused)} (norm, backend, device) refused by the check gate: "
+                        + ", ".join(f"{r['norm']}/{r['backend']}@{r['device']}" for r in refused))
+            if s.failed:
+                problem(f"tier {number}: {len(s.failed)} case(s) failed")
+            if not cases or (s.written == 0 and s.already_done < len(cases)):
+                problem(f"tier {number} wrote no records ({len(cases)} planned, {s.already_done} already done"
+                        f"{', out of time' if s.out_of_time else ''})")
+            if s.interrupted:
+                raise KeyboardInterrupt
+            if s.out_of_time:
+                break
+            for cmd in plan[number].commands:
+                if time.monotonic() > deadline:
+                    entry.setdefault("not_run", []).append(" ".join(cmd))
+                    continue
+                done = _run_command(cmd, Path(out), deadline)
+                entry.setdefault("commands", []).append(done)
+                if done["returncode"] != 0:
+                    problem(f"tier {number}: {done['command']} exited {done['returncode']}")
+    except KeyboardInterrupt:
+        entry["interrupted"] = True
+        log("interrupted: packing the records measured so far (re-run with --resume to go on)")
+    return _finish(entry, out, carried, new, t_start)
+
+
+def _finish(entry: dict, out, carried: list, new: list, t_start: float) -> dict:
+    """Pack the records and write the log (both atomically: a stop leaves the old file or the new, whole)."""
+    from normbench.records.store import atomic_write_text
+
     paths = pack(carried + new, out)
     entry["files"] = [p.name for p in paths]
     entry["records"] = len(carried) + len(new)
     entry["wall_s"] = round(time.monotonic() - t_start, 1)
-    (Path(out) / "campaign-log.json").write_text(json.dumps(entry, indent=1, default=str) + "\n")
+    atomic_write_text(Path(out) / "campaign-log.json", json.dumps(entry, indent=1, default=str) + "\n")
     return entry
 
 
@@ -357,7 +474,9 @@ def _run_command(cmd, out: Path, deadline: float) -> dict:
         text, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
         text, rc = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out after {timeout:.0f}s", 124
-    (out / "gpu-tests.log").write_text(text[-2_000_000:])
+    from normbench.records.store import atomic_write_text
+
+    atomic_write_text(out / "gpu-tests.log", text[-2_000_000:])
     return {"command": " ".join(cmd), "returncode": rc, "wall_s": round(time.monotonic() - t0, 1),
             "tail": text[-2000:]}
 
@@ -375,6 +494,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"start no group after this many seconds (default {DEFAULT_BUDGET_S:g})")
     p.add_argument("--commit", default=os.environ.get("NORMBENCH_GIT_COMMIT"),
                    help="the git commit of this tree (the copied tree may lack .git)")
+    p.add_argument("--no-smoke", action="store_true",
+                   help="skip the smoke step (one tier-1 case per backend first; the campaign stops at once, exit 1, "
+                        "if it writes no record)")
     p.add_argument("--dry-run", action="store_true", help="plan the GPU cases here and print counts and estimates")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan summary as JSON")
     p.add_argument("--unpack", nargs="+", metavar="PATH",
@@ -410,13 +532,25 @@ def command(args) -> int:
 
             print(json.dumps(summary, indent=1), file=document_stream())
         return 0
-    entry = run(tiers, out=args.out, resume=args.resume, budget_s=args.budget_s, commit=args.commit)
-    failed = sum(len(t["failed"]) for t in entry["tiers"].values())
-    bad_cmd = any(c["returncode"] != 0 for c in entry.get("commands", []))
+    entry = run(tiers, out=args.out, resume=args.resume, budget_s=args.budget_s, commit=args.commit,
+                smoke=not args.no_smoke)
     from normbench._stdout import document_stream
 
-    print(json.dumps({k: entry[k] for k in ("records", "files", "wall_s")}), file=document_stream())
-    return 1 if failed or bad_cmd else 0
+    print(json.dumps({k: entry[k] for k in ("records", "files", "wall_s", "problems")}), file=document_stream())
+    if entry["problems"]:
+        print(f"normbench campaign: {len(entry['problems'])} problem(s) (campaign-log.json, 'problems'):",
+              file=sys.stderr)
+        for p in entry["problems"]:
+            print(f"  {p}", file=sys.stderr)
+    return exit_code(entry)
+
+
+def exit_code(entry: dict) -> int:
+    """130 when interrupted, 1 when the log names any problem (a refusal, a failed case, a tier or smoke step that
+    wrote nothing, a GPU test command that failed), else 0."""
+    if entry.get("interrupted"):
+        return 130
+    return 1 if entry["problems"] else 0
 
 
 def register(subparsers) -> None:
@@ -428,9 +562,19 @@ def register(subparsers) -> None:
 
 
 def main(argv=None) -> int:
+    from normbench.processes import interruptible
+
     p = argparse.ArgumentParser(prog="python -m normbench.campaign", description=__doc__.split("\n\n")[0])
     add_arguments(p)
-    return command(p.parse_args(argv))
+    args = p.parse_args(argv)
+    # SIGTERM (the device run's time limit) takes the Ctrl-C path, as in the normbench command: what was measured is
+    # packed and the log written; a repeated signal does not cut that short; a stuck stop is reported and forced.
+    try:
+        with interruptible(program=argv is None):
+            return command(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

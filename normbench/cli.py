@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import signal
 import sys
 
 from normbench.discovery import report_plugin_problems
@@ -73,11 +72,12 @@ def _cmd_check(args) -> int:
     from normbench.check import run_checks
     from normbench.executor import time_limit
     from normbench.executors import from_args
+    from normbench.measure.baselines import GATE
 
     report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
     with from_args(args, preload=("normbench.check",)) as ex:
         return run_checks(args.names, all_norms=args.all or not args.names, as_json=args.json, executor=ex,
-                          time_limit=time_limit(args.time_limit, check=True))
+                          time_limit=time_limit(args.time_limit, check=True), device=args.device, provider=GATE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,10 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list every registered norm (built-in and plugins)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_list)
-    p = sub.add_parser("check", help="run the contract checks on norms (exit 1 if any fails)")
+    p = sub.add_parser("check", help="run the contract checks on norms and check each backend against eager on the "
+                                     "devices it runs on (exit 1 if any fails)")
     p.add_argument("names", nargs="*", metavar="NAME", help="norms to check (default: all)")
     p.add_argument("--all", action="store_true", help="check every registered norm")
     p.add_argument("--json", action="store_true", help="machine-readable output (stdout holds only the JSON)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="check each backend against eager on this kind of device (auto: every kind it declares; "
+                        "one this machine lacks is 'not available here', not a failure; an explicit kind this "
+                        "machine lacks is an error). The norm's own contract always runs, on the CPU")
     add_executor_arguments(p)
     p.set_defaults(func=_cmd_check)
     for mod_name in COMMAND_MODULES:
@@ -109,30 +114,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _term_as_interrupt(signum, frame):
-    """SIGTERM (``kill``, a CI runner's timeout) takes the Ctrl-C path: what is written is kept, and the executor
-    stops its worker processes instead of leaving them timing as orphans."""
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        previous = signal.signal(signal.SIGTERM, _term_as_interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        previous = None
-    try:
+    from normbench.processes import interruptible
+
+    # SIGTERM (``kill``, a CI runner's timeout) takes the Ctrl-C path: what is written is kept, and worker processes
+    # are stopped instead of left timing as orphans; a repeated signal does not cut that short (processes.py).
+    # argv None: run as the program (the console script, ``python -m normbench.cli``), which ends with this call.
+    with interruptible(program=argv is None):
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         return _run(args)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _run(args) -> int:
+    from normbench.processes import WorkerDied
+
     try:
         if getattr(args, "json", False):
             from normbench._stdout import machine_readable
@@ -143,6 +146,9 @@ def _run(args) -> int:
     except KeyboardInterrupt:
         print("interrupted; results already written are kept", file=sys.stderr)
         return 130
+    except WorkerDied as exc:
+        print(f"normbench: error: {exc}", file=sys.stderr)
+        return 1
     except (KeyError, ValueError, FileNotFoundError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"normbench: error: {msg}", file=sys.stderr)

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as _mp_wait
 from typing import Any, Callable, Iterable, Iterator
 
+from normbench.processes import say_stuck, stopping, stuck_after, track
+
 #: Environment variables for the defaults (the CLI options ``--executor``, ``--time-limit`` and ``--stall-limit``
 #: override them).
 EXECUTOR_ENV = "NORMBENCH_EXECUTOR"
@@ -59,6 +61,10 @@ DEFAULT_CHECK_LIMIT_S = 120.0
 DEFAULT_STALL_LIMIT_S = 1800.0
 #: How long a fresh worker may take to import torch and discover the norms before it is declared broken.
 WORKER_START_LIMIT_S = 600.0
+#: On Ctrl-C or SIGTERM, how long the worker gets to stop by itself after it is sent SIGINT (a training run saves its
+#: checkpoint), then after SIGTERM, before SIGKILL: the whole stop fits the 10 s an interruption may take.
+INTERRUPT_GRACE_S = 4.0
+TERM_GRACE_S = 1.5
 
 OK, ERROR, TIMEOUT, STALLED, CRASHED = "ok", "error", "timeout", "stalled", "crashed"
 
@@ -149,9 +155,12 @@ def run_task(task: Task, beat: Callable[[], None] | None = None) -> Outcome:
     and of a Ray task. Any failure of the task is an ``error`` :class:`Outcome` (never an exception) except a
     ``KeyboardInterrupt``, which stops whoever runs it. The limits are enforced from outside, by the executor that
     watches this process; ``wall_s`` is the call's own duration."""
+    from normbench.processes import phase
+
     t0 = time.perf_counter()
     with beating(beat):
         try:
+            phase("task")
             value = _resolve(task.fn)(*task.args, **task.kwargs)
         except KeyboardInterrupt:
             raise
@@ -229,6 +238,10 @@ ORPHANED_EXIT = 75
 def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
     """The worker's loop: receive a task, run it (:func:`run_task`), send its outcome; heartbeats go up the same
     pipe."""
+    import signal
+
+    # Forked from a forkserver started with SIGINT blocked (_forkserver_running): a Ctrl-C must reach a worker.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
@@ -261,9 +274,18 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
         for mod in preload:  # paid before any task's clock starts
             importlib.import_module(mod)
         conn.send(("ready", None))
+    except KeyboardInterrupt:
+        return   # the command was interrupted while this worker started: nothing to say
     except BaseException as exc:  # a worker that cannot start says why
         conn.send(("start_failed", _describe_exc(exc)))
         return
+    # Ctrl-C (the group's, or passed on by the parent) ends this worker quietly wherever it lands: the parent
+    # reports the interruption.
+    with contextlib.suppress(KeyboardInterrupt):
+        _serve(conn, beat, last)
+
+
+def _serve(conn, beat, last: list) -> None:
     while True:
         try:
             msg = conn.recv()
@@ -317,10 +339,13 @@ class WorkerExecutor(Executor):
         env = {**os.environ, **self._env}
         proc = self._ctx.Process(target=_worker_main, args=(child, env, self._preload), daemon=True,
                                  name="normbench-worker")
+        if self._ctx.get_start_method() == "forkserver":
+            _forkserver_running()
         with _main_module_hidden():
             proc.start()
         child.close()
         self._proc, self._conn = proc, parent
+        track(proc.pid)
         deadline = time.monotonic() + WORKER_START_LIMIT_S
         while True:
             left = deadline - time.monotonic()
@@ -342,21 +367,33 @@ class WorkerExecutor(Executor):
                 self._kill()
                 return f"the worker process died while starting (exit code {code})"
 
-    def _kill(self) -> None:
+    def _kill(self, grace: float = 5.0) -> None:
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
+        if proc is not None:
+            track(proc.pid, on=False)
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.close()
         if proc is not None and proc.is_alive():
             proc.terminate()
-            proc.join(5)
+            proc.join(grace)
             if proc.is_alive():
                 proc.kill()
-                proc.join(5)
+                proc.join(grace)
 
     def submit(self, task: Task) -> concurrent.futures.Future:
         return _done(self._run(task))
+
+    def interrupt(self) -> None:
+        """From another thread: pass a Ctrl-C to the worker (the task stops, a training run saves its checkpoint);
+        the thread waiting on it then sees the worker end."""
+        proc = self._proc
+        if proc is not None:
+            import signal
+
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.kill(proc.pid, signal.SIGINT)
 
     def _run(self, task: Task) -> Outcome:
         if self._proc is None or not self._proc.is_alive():
@@ -373,10 +410,17 @@ class WorkerExecutor(Executor):
         except Exception as exc:
             return Outcome(task.label, ERROR, error=f"the task could not be sent to the worker: {exc}",
                            exc_type=type(exc).__name__)
+        stuck = stuck_after()
+        said = t0
         try:
             while True:
                 now = time.monotonic()
-                waits = [60.0]
+                if stuck is not None and now - max(last_beat, said) >= stuck:
+                    # No result and no heartbeat for a while (a limit may be far or none): say what it waits on.
+                    said = now
+                    say_stuck(f"task {task.label or task.fn!r} in worker pid {self._proc.pid}: running "
+                              f"{now - t0:.0f}s, last heartbeat {now - last_beat:.0f}s ago")
+                waits = [60.0 if stuck is None else max(0.1, max(last_beat, said) + stuck - now)]
                 if task.timeout is not None:
                     waits.append(t0 + task.timeout - now)
                 if task.stall_timeout is not None:
@@ -408,20 +452,82 @@ class WorkerExecutor(Executor):
                     return Outcome(task.label, STALLED, wall_s=now - t0,
                                    error=f"no progress for {task.stall_timeout:g}s (no training step); stopped")
         except KeyboardInterrupt:
-            # The worker got the same Ctrl-C; give it a moment to checkpoint, then make sure it is gone.
-            if self._proc is not None:
-                self._proc.join(10)
-            self._kill()
+            self._interrupt()
             raise
+
+    def _interrupt(self) -> None:
+        """Pass the interruption on: the worker may have had no signal (SIGTERM to this process alone), so it is
+        sent SIGINT (a training run saves its checkpoint and returns), then SIGTERM, then SIGKILL, all within the
+        bound an interruption may take (``INTERRUPT_GRACE_S`` + 2 * ``TERM_GRACE_S``)."""
+        proc = self._proc
+        if proc is not None and proc.is_alive():
+            import signal
+
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGINT)
+            proc.join(INTERRUPT_GRACE_S)
+        self._kill(TERM_GRACE_S)
+        _stop_forkserver()
 
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(OSError, ValueError):
                 self._conn.send(None)
         if self._proc is not None:
-            self._proc.join(5)
-        self._kill()
+            self._proc.join(TERM_GRACE_S if stopping() else 5)
+        self._kill(TERM_GRACE_S if stopping() else 5)
+        if stopping():
+            _stop_forkserver()
 
+
+def _forkserver_running() -> None:
+    """Start the forkserver with SIGINT blocked: it imports torch before it ignores SIGINT, and a Ctrl-C to the
+    process group meanwhile printed a traceback from it. (The mask survives its exec; it ignores SIGINT from then on,
+    and each worker unblocks SIGINT first, since a Ctrl-C is how a worker is asked to stop.)"""
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    server = getattr(forkserver, "_forkserver", None)
+    if getattr(server, "_forkserver_pid", None):
+        track(server._forkserver_pid)
+    global _atexit
+    if not _atexit:
+        import atexit
+
+        # Left alone it exits when it notices this process gone: at its own pace (tearing torch down), after us.
+        atexit.register(_stop_forkserver)
+        _atexit = True
+
+
+_atexit = False
+
+
+def _stop_forkserver() -> None:
+    """On an interruption, end the forkserver now: left to notice that its command is gone, it does so only after
+    its own start (importing torch: seconds, under load tens of them), an orphan meanwhile. The next worker starts
+    a fresh one."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if not pid:
+        return
+    import signal
+
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGTERM)   # its SIGTERM is the default action, even while it imports
+    with contextlib.suppress(Exception):
+        server._stop()   # closes its pipe, reaps it (dead already), forgets it
+    track(pid, on=False)
 
 @contextlib.contextmanager
 def _main_module_hidden():

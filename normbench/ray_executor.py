@@ -170,6 +170,10 @@ class RayExecutor(Executor):
                 # "local": a fresh instance, never a cluster some other `ray start` left on this machine.
                 ray.init(address="local", num_cpus=num_cpus, **kwargs)
                 self._owns_ray = True
+            # ray.init installs its own SIGTERM handler (a sys.exit that skips the Ctrl-C path): take it back.
+            from normbench.processes import reinstall
+
+            reinstall()
         self._remote = ray.remote(_run_task)
         self._beats_actor = None
         self._pending: dict = {}          # ref -> _Pending

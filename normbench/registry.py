@@ -24,6 +24,8 @@ ENTRY_POINT_GROUP = "normbench.norms"
 DISABLE_PLUGINS_ENV = "NORMBENCH_DISABLE_PLUGINS"
 
 LAYOUTS = ("tokens", "images")
+#: The kinds of device a backend can run on (``torch.device(...).type``); the check gate keeps a verdict per kind.
+DEVICE_KINDS = ("cpu", "cuda")
 KINDS = ("activation", "weight", "attention", "residual", "softmax")
 FAMILIES = ("features", "batch", "groups", "pointwise", "weight", "attention", "baseline", "softmax")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -54,6 +56,9 @@ class Backend:
     ``state_dict`` keys as ``eager_module`` (usually by sharing them: see ``adopt_state``).
     ``available() -> str | None`` returns ``None`` when the backend can run here, else the reason it cannot.
     Either may be a ``"package.module:attr"`` string, imported only when first used.
+    ``devices``: the device kinds (:data:`DEVICE_KINDS`) it runs on, where the check gate checks it against eager;
+    a tuple, or a callable (or ``"package.module:attr"`` string) returning one, read when asked (a Triton backend
+    runs on the CPU only under ``TRITON_INTERPRET=1``: :func:`triton_devices`).
     """
 
     name: str
@@ -64,6 +69,14 @@ class Backend:
     #: the backend's implementation hash (``NormSpec.impl_hash``). ``None`` (a plugin that does not say): every
     #: ``.py`` beside the builder and the availability probe.
     sources: tuple[str, ...] | None = None
+    devices: tuple[str, ...] | Callable[[], tuple[str, ...]] | str = DEVICE_KINDS
+
+
+def triton_devices() -> tuple[str, ...]:
+    """Where a Triton backend runs: CUDA, and the CPU too under ``TRITON_INTERPRET=1`` (Triton's interpreter; read
+    live, as the kernels' own availability probe reads it)."""
+    interpret = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+    return ("cpu", "cuda") if interpret else ("cuda",)
 
 
 def resolve(obj):
@@ -305,6 +318,19 @@ class NormSpec:
             return _resolve(b.available)()
         except Exception as exc:  # a broken availability probe means unavailable, not a crash
             return f"{type(exc).__name__}: {exc}"
+
+    def backend_devices(self, backend: str) -> tuple[str, ...]:
+        """The device kinds ``backend`` runs on (eager and compile: every kind); raises ``ValueError`` for a
+        declaration that names an unknown kind."""
+        if backend == "eager":
+            return DEVICE_KINDS
+        declared = self._backend(backend).devices
+        kinds = declared if isinstance(declared, tuple) else tuple(_resolve(declared)())
+        bad = [k for k in kinds if k not in DEVICE_KINDS]
+        if bad or not kinds:
+            raise ValueError(f"backend {backend!r} of norm {self.name!r} declares devices {kinds!r}; each must be "
+                             f"one of {DEVICE_KINDS}")
+        return tuple(kinds)
 
     def create(self, num_features: int, layout: str = "tokens", backend: str = "eager", **kwargs) -> nn.Module:
         """Build the norm over ``num_features`` channels in ``layout``, implemented by ``backend``."""

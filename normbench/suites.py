@@ -148,7 +148,7 @@ def why_not(norm: str, cell: str) -> str | None:
     if reason:
         return reason
     try:
-        suite.gate(spec.name)
+        suite.gate(spec.name, "eager", suite.default_device())  # cell_run trains the eager module there
     except suite.Unsupported as exc:
         return str(exc)
     return None
@@ -200,14 +200,19 @@ def _train_one(norm: str, cell: str, data_dir: str | None, out: str, device: str
     return res.records[0], None
 
 
-def _train_lane(lane: list[tuple]) -> list[tuple]:
-    """:func:`_train_one` over ``lane`` in one worker process of its own (``normbench.executor``)."""
+def _train_lane(lane: list[tuple], stop=None, running: list | None = None) -> list[tuple]:
+    """:func:`_train_one` over ``lane`` in one worker process of its own (``normbench.executor``), until ``stop``
+    is set; the executor is in ``running`` meanwhile (to be interrupted from the main thread)."""
     from normbench.executor import Task
     from normbench.executors import make_executor
 
     out = []
     with make_executor("worker", preload=("normbench.train.loop",)) as ex:
+        if running is not None:
+            running.append(ex)
         for args in lane:
+            if stop is not None and stop.is_set():
+                break
             o = ex.submit(Task(_train_one, args, label=f"{args[0]} {args[1]}")).result()
             out.append(o.value if o.ok else (None, f"failed: {o.error}"))
     return out
@@ -241,12 +246,24 @@ def train_cells(params: list[list[str]], out, env_prefix: str = "NORMBENCH_ASV",
     # Runs go to worker processes (this process's threads and determinism settings stay as they are), each worker
     # training its lane of cells in turn (a task's data generated once per worker). Each run uses one thread; with
     # several cores, lanes go side by side (a run's values do not depend on it).
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     jobs = max(1, min(jobs, len(args)))
     lanes = [args[i::jobs] for i in range(jobs)]
-    with ThreadPoolExecutor(jobs) as pool:
-        done = list(pool.map(_train_lane, lanes)) if args else []
+    stop, running = threading.Event(), []
+    pool = ThreadPoolExecutor(jobs)
+    try:
+        done = list(pool.map(lambda lane: _train_lane(lane, stop, running), lanes)) if args else []
+    except BaseException:
+        # Ctrl-C lands in this thread only: the lanes stop after their current run, whose worker is interrupted
+        # now (it saves its checkpoint), instead of training their whole lane first.
+        stop.set()
+        for ex in list(running):
+            ex.interrupt()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     outcomes: list = [None] * len(args)
     for i, lane in enumerate(done):
         outcomes[i::jobs] = lane

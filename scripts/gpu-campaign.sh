@@ -4,6 +4,9 @@
 #   bash scripts/gpu-campaign.sh --tier 1 --commit <sha> [--resume results/campaign-in] [--budget-s 540]
 #   bash scripts/gpu-campaign.sh --dry-run          # plan on any machine: counts and estimated minutes per tier
 # Records land under $OUT (default ./campaign-out) as at most 8 gzipped files; see docs/measurement.md, "GPU campaign".
+# It starts with a smoke step (one tier-1 case per backend; --no-smoke skips it) and exits 1 when anything is refused
+# by the check gate, a case fails or a tier writes nothing: the reasons are printed and in campaign-log.json's
+# "problems".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"

@@ -148,3 +148,111 @@ def test_script_without_jsonschema_says_to_carry_the_wheels(tmp_path):
                          env={"PATH": "/usr/bin:/bin", "PYTHON": str(python)}, timeout=60)
     assert run.returncode == 1, run.stderr
     assert "bash scripts/gpu-wheels.sh" in run.stderr and "name .whl in the device run's carry" in run.stderr
+
+
+# --- the campaign fails loudly (issue #35 item 2), driven on the CPU with a tiny tier ----------------------------
+
+
+
+def _tiny(monkeypatch, tmp_path, backends, norm="gate_probe"):
+    """A one-tier plan of ``norm`` x ``backends`` (fwd, one quick shape, on the CPU), the gate-probe norm of
+    test_gate_devices registered, a stated ceiling and a fresh check cache."""
+    from test_gate_devices import PROBE
+
+    from normbench.discovery import REGISTRY
+    from normbench.measure import group, planning, sweep
+    from normbench.measure.timers import TimerSettings
+    from normbench.records.provenance import provenance
+
+    monkeypatch.setenv("NORMBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(REGISTRY.specs, "gate_probe", PROBE)
+    fast = TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0)
+    monkeypatch.setattr(sweep, "make_context", lambda device, settings=None, command=None: group.Context(
+        50.0, "test ceiling", provenance(command="pytest", device="cpu"), fast, None))
+    shape = by_label("quick-8x128x512")
+    cases = [planning.Case(norm, b, shape, "float32", "fwd", "cpu", "hot", 1, False, "campaign") for b in backends]
+    return {1: campaign.Tier(1, "tiny", cases=cases)}, fast
+
+
+def _run(tmp_path, plan, fast, **kw):
+    logs: list[str] = []
+    entry = campaign.run((1,), out=tmp_path / "out", work=tmp_path / "work", device="cpu", plan=plan,
+                         settings=fast, log=logs.append, **kw)
+    assert json.loads((tmp_path / "out" / "campaign-log.json").read_text()) == json.loads(json.dumps(entry,
+                                                                                                     default=str))
+    assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
+    return entry, "\n".join(logs)
+
+
+def test_a_refused_backend_is_printed_logged_and_fails_the_campaign_while_the_rest_is_measured(monkeypatch,
+                                                                                                tmp_path):
+    plan, fast = _tiny(monkeypatch, tmp_path, ("eager", "wrong_on_cpu"))
+    entry, logs = _run(tmp_path, plan, fast)
+    assert "REFUSED: refusing to measure gate_probe's wrong_on_cpu backend on cpu" in logs
+    assert "differs from eager on cpu" in logs  # the reason, not just the count
+    [refused] = entry["tiers"][1]["refused"]
+    assert (refused["backend"], refused["device"], refused["status"]) == ("wrong_on_cpu", "cpu", "failed")
+    assert "differs from eager" in refused["detail"] and entry["tiers"][1]["refused_norms"] == []
+    assert entry["smoke"]["written"] == 1 and entry["tiers"][1]["already_done"] == 1  # eager, once, kept
+    assert campaign.exit_code(entry) == 1
+    assert any("gate_probe/wrong_on_cpu@cpu" in p for p in entry["problems"])
+    [rec] = campaign.unpack([tmp_path / "out"])
+    assert rec["config"]["backend"] == "eager" and rec["check"]["status"] == "passed"
+
+
+def test_a_smoke_step_that_writes_nothing_stops_the_campaign_at_once(monkeypatch, tmp_path):
+    plan, fast = _tiny(monkeypatch, tmp_path, ("wrong_on_cpu",))
+    plan[2] = campaign.Tier(2, "never reached", cases=plan[1].cases)
+    logs: list[str] = []
+    entry = campaign.run((1, 2), out=tmp_path / "out", work=tmp_path / "work", device="cpu", plan=plan,
+                         settings=fast, log=logs.append)
+    assert entry["stopped"] == "smoke" and entry["tiers"] == {} and campaign.exit_code(entry) == 1
+    assert "the smoke step wrote no records" in entry["problems"][0] and "refused by the check gate" in \
+        entry["problems"][0]
+    assert entry["smoke"]["refused"][0]["backend"] == "wrong_on_cpu"
+    assert json.loads((tmp_path / "out" / "campaign-log.json").read_text())["stopped"] == "smoke"
+
+
+def test_a_tier_that_writes_nothing_or_fails_a_case_fails_the_campaign(monkeypatch, tmp_path):
+    from normbench.measure import group, sweep
+
+    plan, fast = _tiny(monkeypatch, tmp_path, ("gpu_only", "eager"))  # gpu_only: not on the CPU
+    real = group.measure_group
+
+    def broken(cases, ctx, refused=None):
+        if cases[0].backend == "eager":
+            raise RuntimeError("kernel exploded")
+        return real(cases, ctx, refused)
+
+    monkeypatch.setattr(sweep, "measure_group", broken)
+    entry, logs = _run(tmp_path, plan, fast, smoke=False)
+    assert "smoke" not in entry and campaign.exit_code(entry) == 1
+    t1 = entry["tiers"][1]
+    assert t1["written"] == 0 and t1["failed_count"] == 1 and "kernel exploded" in t1["failed"][0][1]
+    assert t1["left_out"][0]["backend"] == "gpu_only" and "does not run on cpu" in t1["left_out"][0]["detail"]
+    assert "FAILED gate_probe/eager" in logs and "left out: gate_probe/gpu_only on cpu" in logs
+    assert {"tier 1: 1 case(s) failed", "tier 1 wrote no records (1 planned, 0 already done)"} <= set(
+        entry["problems"])
+    assert entry["records"] == 0 and entry["files"] == []
+
+
+def test_a_clean_campaign_exits_zero(monkeypatch, tmp_path):
+    plan, fast = _tiny(monkeypatch, tmp_path, ("eager",), norm="rmsnorm")
+    entry, _ = _run(tmp_path, plan, fast)
+    assert entry["problems"] == [] and campaign.exit_code(entry) == 0 and entry["records"] == 1
+
+
+def test_packing_is_atomic_an_interrupted_pack_keeps_the_old_files_and_leaves_no_tmp(tmp_path, monkeypatch):
+    old = campaign.pack(_records(3), tmp_path)
+    before = old[0].read_bytes()
+
+    def stop(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(campaign.os, "fsync", stop)  # the same os module the store's atomic write uses
+    with pytest.raises(KeyboardInterrupt):
+        campaign.pack(_records(5), tmp_path)
+    assert old[0].read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records-0.json.gz"]
+    monkeypatch.undo()
+    assert len(json.loads(gzip.decompress(campaign.pack(_records(5), tmp_path)[0].read_bytes()))) == 5

@@ -200,7 +200,7 @@ def test_suite_grid_from_a_model_and_from_free_form_shapes(monkeypatch):
     monkeypatch.setenv("NORMBENCH_PYTEST_MODEL", "qwen3-8b")
     g = suite.grid("small", env_prefix="NORMBENCH_PYTEST")
     assert g[0] == ["rmsnorm", "add_rmsnorm"] and "tokens-8x32x128" in g[2] and g[4] == ["fwd"]
-    monkeypatch.setattr(suite, "gate", lambda norm: None)
+    monkeypatch.setattr(suite, "gate", lambda norm, backend, device: None)
     with pytest.raises(suite.Unsupported, match="no site of the model computes add_rmsnorm"):
         suite.case_for("add_rmsnorm", "eager", "tokens-8x32x128", "float32", "fwd", "pytest")
     assert suite.case_for("rmsnorm", "eager", "tokens-8x32x128", "float32", "fwd", "pytest").shape.dims == (8, 32, 128)

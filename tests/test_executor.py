@@ -141,7 +141,9 @@ def test_sigterm_takes_the_interrupt_path_and_the_handler_is_restored(monkeypatc
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     monkeypatch.setattr(parser, "parse_args", lambda argv=None: _with_func(real_parse(["list"]), long_command))
     assert cli.main(["list"]) == 130  # the default SIGTERM action would have killed this process instead
-    assert seen == [cli._term_as_interrupt]
+    from normbench.processes import _on_signal
+
+    assert seen == [_on_signal]
     assert "results already written are kept" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
 

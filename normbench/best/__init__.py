@@ -209,6 +209,14 @@ def shape_targets(records: list[dict], text: str, norms=None) -> list[dict]:
              "shape_arg": f"--shape {layout}:{'x'.join(map(str, dims))}"} for n in names]
 
 
+def made_with() -> dict:
+    """The normbench and torch versions answering now: ``normbench.apply_policy`` refuses a policy made with others
+    (the records that count were measured with this torch: a record of another one is stale, never ranked)."""
+    from normbench.versions import __version__, dist_version
+
+    return {"normbench": __version__, "torch": dist_version("torch")}
+
+
 def to_policy(rows: list[dict], about: dict) -> dict:
     """The ``--json`` document: every row, and the policy (one entry per shape, dtype, pass and hardware)."""
     policy = []
@@ -222,7 +230,7 @@ def to_policy(rows: list[dict], about: dict) -> dict:
         policy.append({"norm": r["norm"], "layout": r["layout"], "shape": r["shape"], "dtype": r["dtype"],
                        "pass": r["pass"], "hardware_id": r["hardware_id"], "backend": choice,
                        "status": r["status"], "evidence": r.get("evidence", [])})
-    return {"schema": "normbench.best", "version": 1, **about, "rule": {
+    return {"schema": "normbench.best", "version": 1, **about, "made_with": made_with(), "rule": {
         "tie_factor": TIE_FACTOR, "confidence": 0.95, "err_tol": ERR_TOL}, "answers": rows, "policy": policy}
 
 
@@ -237,6 +245,8 @@ SCHEMA = {
     "properties": {
         "schema": {"const": "normbench.best"}, "version": {"const": 1},
         "model": {"type": ["string", "null"]}, "shape": {"type": ["string", "null"]},
+        "made_with": {"type": "object", "properties": {"normbench": {"type": "string"},
+                                                       "torch": {"type": ["string", "null"]}}},
         "rule": {"type": "object", "required": ["tie_factor", "confidence", "err_tol"]},
         "answers": {"type": "array", "items": {
             "type": "object",

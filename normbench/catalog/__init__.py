@@ -136,6 +136,21 @@ def regimes(family: str, quick: bool = False) -> list[tuple[str, int, int | None
     return [(n, b, s) for n, b, s, q in REGIMES[family] if q or not quick]
 
 
+def regime_for(family: str, batch: int, seq: int) -> str | None:
+    """The regime of ``family`` that stands for a call over ``batch`` sequences of ``seq`` positions each, or None.
+
+    As :data:`REGIMES` defines them: one position per sequence (``seq == 1``) is decode, more is prefill; within
+    its kind a call goes to the smallest regime with at least as many positions (``batch x seq``): the measured
+    shape nearest above it. None past the largest (no record speaks for it) and for families without sequences
+    (vision, diffusion: their regimes are fixed image batches). ``normbench.apply_policy`` dispatches by this."""
+    if family not in REGIMES or batch < 1 or seq < 1:
+        return None
+    decode = seq == 1
+    fits = sorted((b * s, name) for name, b, s, _q in REGIMES[family]
+                  if s is not None and (s == 1) == decode and b * s >= batch * seq)
+    return fits[0][1] if fits else None
+
+
 def site_shapes(model: Model, quick: bool = False, regime_names=None) -> list[SiteShape]:
     """Every (site, regime) of ``model`` with the dims its norm sees (tokens: ``(batch, rows, width)``, rows =
     tokens x rows_per_token; images: ``(batch, width, H, W)``)."""

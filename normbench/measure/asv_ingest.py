@@ -205,12 +205,15 @@ def _stamp_cached(rec: dict) -> None:
     """A record built from ASV's timing alone gets the norm's cached check verdict (``unchecked`` if none passed)."""
     from normbench.check import cached_status, stamp
     from normbench.discovery import REGISTRY
+    from normbench.measure.baselines import GATE
 
+    backend, device = rec["config"]["backend"], rec["config"].get("device") or "cpu"
     try:
-        status = cached_status(REGISTRY.get(rec["norm"]["name"]))
-    except KeyError:  # the norm's plugin is not installed here: nothing vouches for it
+        status = cached_status(REGISTRY.get(rec["norm"]["name"]), [(backend, device)], provider=GATE)
+    except (KeyError, ValueError):  # the norm's plugin is not installed here: nothing vouches for it
         status = None
-    stamp(rec, status if status is not None and status.passed else None, rec["config"]["backend"], forced=False)
+    ok = status is not None and status.verdict(backend, device).passed
+    stamp(rec, status if ok else None, backend, forced=False)
 
 
 def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int, list[str]]:

@@ -76,6 +76,15 @@ class Baseline:
                 f"layouts={','.join(self.layouts)} cuda={self.requires_cuda} inplace={self.inplace_inputs} "
                 f"forward_only={self.forward_only} dtypes={','.join(self.dtypes)}")
 
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The device kinds it runs on, where the check gate compares it with eager: CUDA for a GPU library, every
+        kind for a CPU-capable one. Read from ``requires_cuda`` here, outside the adapters and ``declared()``, so
+        that the hash of no committed record changes for it."""
+        from normbench.registry import DEVICE_KINDS
+
+        return ("cuda",) if self.requires_cuda else DEVICE_KINDS
+
     def version(self) -> str | None:
         if self.dist == "torch":
             return torch.__version__
@@ -175,6 +184,29 @@ def unavailable(backend: str, norm: str, layout: str, device: str, dtype: str | 
 def build(backend: str, norm: str, eager: nn.Module) -> nn.Module:
     """The baseline module for ``norm``, sharing ``eager``'s parameters."""
     return get(backend, norm).build(eager)
+
+
+# --- the check gate ----------------------------------------------------------------------------------------------
+
+#: The provider the commands give the check gate (``normbench.check``) so it checks the baselines too.
+GATE = "normbench.measure.baselines:gate_candidates"
+
+
+def gate_candidates(spec) -> list:
+    """The baselines of ``spec`` as the check gate checks them (``normbench.check.Candidate``): against eager on each
+    device kind they run on, in float32 (bfloat16 for a library without it), outputs only when forward-only."""
+    from normbench.check import Candidate
+
+    out = []
+    for (backend, norm), b in REGISTRY.items():
+        if norm != spec.name:
+            continue
+        out.append(Candidate(
+            backend, b.devices, lambda backend=backend: impl_hash(spec, backend), b.build,
+            lambda layout, device, b=b: b.unavailable(layout, device), layouts=b.layouts,
+            dtype=torch.float32 if "float32" in b.dtypes else torch.bfloat16, forward_only=b.forward_only,
+            inplace_inputs=b.inplace_inputs))
+    return out
 
 
 # --- implementation hashing -------------------------------------------------------------------------------------------

@@ -138,21 +138,30 @@ def _cmd_bench(args) -> int:
     settings = TimerSettings.quick() if args.quick else TimerSettings()
     # Dynamo's warnings stay on: a recompile-limit or graph-break warning is what a fallback looks like
     # (the records say so too: metrics.compile and the fell_back flag).
-    from normbench.check import ensure_checked, refusal, stamp
+    from normbench.check import device_kind, ensure_checked, refusal, stamp
     from normbench.discovery import report_plugin_problems
     from normbench.executor import time_limit
     from normbench.executors import from_args
+    from normbench.measure.baselines import GATE
 
     report_plugin_problems()
     limit = time_limit(args.time_limit)
     check_limit = time_limit(args.time_limit, check=True)
     t0 = time.perf_counter()
     with from_args(args, preload=("normbench.measure.sweep", "normbench.check")) as ex:
-        verdicts = ensure_checked([c.norm for c in cases], ex, check_limit)
-        refused = [n for n, v in verdicts.items() if not v.passed and not args.force]
-        for name in refused:
-            print(f"normbench: {refusal(verdicts[name], 'benchmark')}", file=sys.stderr)
-        cases = [c for c in cases if c.norm not in refused]
+        # Each backend is checked on the device kind it runs on; one that failed refuses only its own cases.
+        verdicts = ensure_checked([(c.norm, c.backend, c.device) for c in cases], ex, check_limit, provider=GATE)
+        refused = {} if args.force else {
+            (c.norm, c.backend, device_kind(c.device)): verdicts[c.norm].verdict(c.backend, c.device)
+            for c in cases if verdicts[c.norm].refused(c.backend, c.device)}
+        for msg in dict.fromkeys(refusal(v, "benchmark") for v in refused.values()):  # a contract: once a norm
+            print(f"normbench: {msg}", file=sys.stderr)
+        # "Not available here" (a backend that does not run on this device kind, or cannot run here) is skipped
+        # with its reason, like the core's own skips: no failure.
+        absent = [(c, v.detail) for c in cases if (v := verdicts[c.norm].verdict(c.backend, c.device)).status
+                  == "unavailable"]
+        cases = [c for c in cases if (c.norm, c.backend, device_kind(c.device)) not in refused
+                 and verdicts[c.norm].verdict(c.backend, c.device).status != "unavailable"]
 
         def on_record(rec):
             stamp(rec, verdicts[rec["norm"]["name"]], rec["config"]["backend"], forced=args.force)
@@ -161,8 +170,9 @@ def _cmd_bench(args) -> int:
                       executor=ex, time_limit=limit, on_record=on_record,
                       interleave=bool(args.interleave or args.model or args.model_config))
     wall = time.perf_counter() - t0
+    s.skipped += [(c.describe(), why) for c, why in absent]
     print(f"{s.written} records written, {s.already_done} already in {args.out}, {len(s.skipped)} skipped, "
-          f"{len(s.failed)} failed, {len(refused)} norm(s) refused (check not passed) in {wall:.0f}s")
+          f"{len(s.failed)} failed, {len(refused)} backend(s) refused (check not passed) in {wall:.0f}s")
     reasons: dict[str, int] = {}
     for _, reason in s.skipped:
         reasons[reason] = reasons.get(reason, 0) + 1

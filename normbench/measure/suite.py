@@ -20,13 +20,15 @@ Grid selection (environment variables, read when the suite is imported):
   the grid's backends, dtypes and passes otherwise (fwd when the grid is ``small``).
 
 Combinations a norm cannot run (layout it lacks, backend unavailable here) are skipped with the reason, and so is
-every combination of a norm that has not passed ``normbench check`` in its current implementation (the check runs
-once, in a worker process with the time limit, and is cached): ``NORMBENCH_FORCE=1`` measures such norms anyway and
-flags their records ``forced``.
+every combination of a norm whose contract check fails, or of a backend whose check against eager on this device
+fails, in its current implementation (the check gate, ``normbench.check``: run once, in a worker process with the
+time limit, and cached per norm, backend and device kind): ``NORMBENCH_FORCE=1`` measures them anyway and flags
+their records ``forced``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -133,42 +135,64 @@ def forced() -> bool:
     return os.environ.get(FORCE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def check_verdicts(norms) -> dict:
-    """``{norm: CheckStatus}``: cached verdicts, missing ones checked now in a worker process (time-limited)."""
-    from normbench.check import cached_status, ensure_checked
-    from normbench.discovery import REGISTRY
+def check_verdicts(needs) -> dict:
+    """``{norm: CheckStatus}`` for ``needs`` (``(norm, backend, device)`` triples, or norm names): cached verdicts,
+    missing ones checked now in a worker process (time-limited)."""
+    from normbench.check import CheckStatus, ensure_checked
     from normbench.executor import time_limit
     from normbench.executors import make_executor
+    from normbench.measure.baselines import GATE
 
-    norms = list(dict.fromkeys(norms))
-    out = {n: _VERDICTS.get(n) or cached_status(REGISTRY.get(n)) for n in norms}
-    missing = [n for n, v in out.items() if v is None]
+    needs = [(n, "eager", "cpu") if isinstance(n, str) else tuple(n) for n in needs]
+    missing = [n for n in dict.fromkeys(needs) if n not in _VERDICTS]
     if missing:
-        with make_executor(preload=("normbench.check",)) as ex:
-            out.update(ensure_checked(missing, ex, time_limit(check=True)))
-    _VERDICTS.update(out)
+        with contextlib.ExitStack() as stack:
+            ex = _Lazy(lambda: stack.enter_context(make_executor(preload=("normbench.check",))))
+            found = ensure_checked(missing, ex, time_limit(check=True), provider=GATE)
+        for n in missing:
+            _VERDICTS[n] = found[n[0]]
+    out: dict = {}
+    for n in needs:  # one norm's verdicts from several calls: together
+        v = _VERDICTS[n]
+        out[n[0]] = v if n[0] not in out else CheckStatus(n[0], v.contract, {**out[n[0]].verdicts, **v.verdicts})
     return out
 
 
-_VERDICTS: dict = {}  # this process's verdicts: a suite asks once per parameter combination
+class _Lazy:
+    """An executor started on its first task: verdicts the cache (or this machine's devices) answers start none."""
+
+    def __init__(self, make):
+        self._make, self._ex = make, None
+
+    def submit(self, task):
+        if self._ex is None:
+            self._ex = self._make()
+        return self._ex.submit(task)
 
 
-def gate(norm: str):
-    """The norm's check verdict; raises :class:`Unsupported` when it has not passed (unless ``NORMBENCH_FORCE``)."""
+_VERDICTS: dict = {}  # this process's verdicts by (norm, backend, device): a suite asks once per combination
+
+
+def gate(norm: str, backend: str = "eager", device: str = "cpu"):
+    """The norm's check verdicts; raises :class:`Unsupported` when ``backend`` on ``device`` has not passed its check
+    (unless ``NORMBENCH_FORCE``). Only that backend is refused: eager and the others run."""
     from normbench.check import refusal
 
-    status = check_verdicts([norm])[norm]
-    if not status.passed and not forced():
-        raise Unsupported(refusal(status, "benchmark").replace("pass --force", f"set {FORCE_ENV}=1"))
+    status = check_verdicts([(norm, backend, device)])[norm]
+    if status.refused(backend, device) and not forced():
+        raise Unsupported(refusal(status.verdict(backend, device), "benchmark")
+                          .replace("pass --force", f"set {FORCE_ENV}=1"))
     return status
 
 
 def stamp(record: dict) -> dict:
-    """Put the norm's check verdict (and the ``forced`` flag, if so) on a suite's record."""
+    """Put the check verdict of the record's backend on its device (and the ``forced`` flag, if so) on a suite's
+    record."""
     from normbench.check import stamp as _stamp
 
-    status = check_verdicts([record["norm"]["name"]])[record["norm"]["name"]]
-    return _stamp(record, status, record["config"]["backend"], forced=forced())
+    name, cfg = record["norm"]["name"], record["config"]
+    status = check_verdicts([(name, cfg["backend"], cfg.get("device") or "cpu")])[name]
+    return _stamp(record, status, cfg["backend"], forced=forced())
 
 
 def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harness: str, timer: str = "host") -> Case:
@@ -183,7 +207,6 @@ def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harnes
     from normbench.discovery import REGISTRY
 
     spec = REGISTRY.get(norm)
-    gate(spec.name)
     s = parse_shape(shape)
     if _MODEL_PAIRS and (spec.name, s.label) not in _MODEL_PAIRS:
         raise Unsupported(f"no site of the model computes {norm} at {s.label}")
@@ -194,6 +217,7 @@ def case_for(norm: str, backend: str, shape: str, dtype: str, pass_: str, harnes
     from normbench.measure.timers import timing_label
 
     device = default_device()
+    gate(spec.name, backend, device)
     # The suites' own timers use a host clock around a synchronised call and flush nothing: on CUDA that is
     # "host" timing (launch and synchronisation included), never "cold".
     timing = timing_label(device, timer, cold=timer == "events")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from normbench.registry import Backend, NormSpec, Paper
+from normbench.registry import Backend, NormSpec, Paper, triton_devices
 
 _M = "normbench.norms."
 
@@ -28,6 +28,7 @@ def _triton(name: str) -> tuple[Backend, ...]:
             build=f"{_K}triton_backend:build_{name}",
             available=f"{_K}triton_backend:unavailable",
             sources=(_K + _TRITON_KERNELS[name], _K + "_common", _K + "_env"),
+            devices=triton_devices,
         ),
     )
 
@@ -252,7 +253,8 @@ def _softmax_backends() -> tuple[Backend, ...]:
                      for a in ("three_pass", "two_pass"))
     kernels = tuple(Backend(f"triton_{a}", build=f"{_K}softmax_backend:build_{a}",
                             available=f"{_K}softmax_backend:unavailable",
-                            sources=(_K + "_softmax", _K + "_softmax_module", _K + "_common", _K + "_env"))
+                            sources=(_K + "_softmax", _K + "_softmax_module", _K + "_common", _K + "_env"),
+                            devices=triton_devices)
                     for a in ("three_pass", "online", "two_pass"))
     return compiled + kernels
 

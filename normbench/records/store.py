@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from normbench.processes import phase
 from normbench.records.schema import describe, migrate, record_id, validate_record
 
 try:  # advisory locking so two writers (bench and an ASV ingest, say) merge instead of overwrite
@@ -247,6 +248,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        phase("write")  # the test-only hook: an interruption with the temporary file written, not yet in place
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -126,8 +126,10 @@ def _read(path: Path) -> tuple[bytes | None, bytes | None]:
 
 def _judge(path: Path, kind: str | None, judge: bool, raw: bytes, twin_raw: bytes | None, stale_cache: dict) -> list:
     """The items of one readable record file: (index, record, problems, label, stale reason, legacy) in file order."""
+    from normbench.processes import phase
     from normbench.results.staleness import stale_flag_reason
 
+    phase("judge")
     items = []
     for s in scan_file(path, kind, raw=raw, twin_raw=twin_raw):
         if s.problems:
@@ -171,16 +173,17 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
     judged, in ``jobs`` forked processes where there are several (parsing, validation and the stale judgement cost
     about a millisecond a record), while this process reads the cached ones."""
     global _TODO, _STALE
-    import multiprocessing
     import sys
+
+    from normbench.processes import Pool, can_fork, phase
 
     keep = cache is not None and judge and hasattr(cache, "hashes")
     stale_cache: dict = cache.hashes() if keep else {}
     known = len(stale_cache)
     done = [_cached(path, kind, judge, cache) for path in paths]
     todo = [i for i, d in enumerate(done) if d[1] is None]
-    fork = ("fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
-            and jobs > 1 and len(todo) > 1)
+    fork = can_fork() and "vl_convert" not in sys.modules and jobs > 1 and len(todo) > 1
+    phase("read")
     out: list = [None] * len(done)
 
     def load_cached() -> None:
@@ -194,12 +197,13 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
     if fork:
         _TODO, _STALE = [(paths[i], kind, judge, done[i][2], done[i][3]) for i in todo], stale_cache
         try:
-            with multiprocessing.get_context("fork").Pool(min(jobs, len(todo))) as pool:
-                pending = pool.map_async(_judge_at, range(len(todo)), chunksize=1)
-                load_cached()   # the workers are forked: this process is free meanwhile
+            with Pool(_judge_at, min(jobs, len(todo)), what="judging pool") as pool:
+                results = pool.results(range(len(todo)))
+                # The workers are forked and already have their first tasks: this process is free meanwhile.
+                load_cached()
                 judged = {}
-                for i, (items, hashes) in zip(todo, pending.get()):
-                    judged[i] = items
+                for k, (items, hashes) in results:
+                    judged[todo[k]] = items
                     stale_cache.update(hashes)
         finally:
             _TODO, _STALE = None, {}

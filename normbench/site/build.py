@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from normbench.processes import Pool, can_fork, held, phase
 from normbench.results.readcache import PickleDir
 from normbench.site import fmt
 from normbench.site.pages import NAV, Site, SiteInfo, norm_file, read_docs
@@ -184,6 +185,7 @@ def _write_pages(site, env, common, tmp: Path, job, cache=None, glob: str = "") 
 
 def _work(i: int) -> tuple:
     site, env, common, tmp, jobs, cache, glob = _WORK
+    phase("render")
     out = _write_pages(site, env, common, tmp, jobs[i], cache, glob)
     used = sorted(site.fig_store.used) if site.fig_store is not None else []
     return (*out, used)
@@ -193,10 +195,9 @@ def _can_fork() -> bool:
     """Whether pages may render in forked processes: where fork exists and this process has not loaded vl-convert
     (a forked copy of its started JavaScript runtime hangs on its first figure). A process that drew figures before
     (a test session, a second build in one process) builds serially, with the same bytes."""
-    import multiprocessing
     import sys
 
-    return "fork" in multiprocessing.get_all_start_methods() and "vl_convert" not in sys.modules
+    return can_fork() and "vl_convert" not in sys.modules
 
 
 def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str = "") -> tuple:
@@ -222,20 +223,19 @@ def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str
         used_figs.update(figs)
 
     if n_jobs > 1 and len(jobs) > 1 and _can_fork():
-        import multiprocessing
-
         # Longest first (a norm's pages draw its figures), so no worker is left with a big job at the end.
         first = ("norm_device", "norm", "compare_page")
         order = sorted(range(len(jobs)), key=lambda i: (first.index(jobs[i][0]) if jobs[i][0] in first else 3, i))
         _WORK = (site, env, common, tmp, jobs, cache, glob)
         try:
-            with multiprocessing.get_context("fork").Pool(min(n_jobs, len(jobs))) as pool:
-                for res in pool.imap_unordered(_work, order, chunksize=4):
+            with Pool(_work, min(n_jobs, len(jobs)), what="page pool") as pool:
+                for _, res in pool.results(order):
                     take(res)
         finally:
             _WORK = None
     else:
         for job in jobs:
+            phase("render")
             take((*_write_pages(site, env, common, tmp, job, cache, glob),
                   sorted(site.fig_store.used) if site.fig_store is not None else []))
     return n_pages, sorted(rendered), n_reused, manifest, used_figs
@@ -263,6 +263,33 @@ def _gc_quiet():
         gc.unfreeze()
         if was:
             gc.enable()
+
+
+def _swap(tmp: Path, out: Path) -> None:
+    """``tmp`` becomes ``out``: at every instant ``out`` is the old site or the new one. Two renames (a directory
+    cannot replace a non-empty one in one), with interruptions held between them, and the old site put back if the
+    second fails; the old one is removed last (an interruption there removes it on the way out)."""
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    try:
+        with held():   # an interruption here is raised when the block ends, after both renames
+            if out.exists():
+                os.replace(out, old)
+                try:
+                    phase("swap")
+                    os.replace(tmp, out)
+                except BaseException:
+                    if not out.exists():
+                        os.replace(old, out)
+                    raise
+            else:
+                os.replace(tmp, out)
+    finally:
+        if out.exists():
+            try:
+                shutil.rmtree(old, ignore_errors=True)
+            except BaseException:  # interrupted while removing it (outside a command): finish, then stop
+                shutil.rmtree(old, ignore_errors=True)
+                raise
 
 
 def default_cache(out: Path) -> Path:
@@ -329,13 +356,7 @@ def _build(results: Path, out: Path, docs, charts: bool, jobs: int | None, cache
         (tmp / MARKER).write_text("built by `normbench site build`; this directory is replaced on every build\n",
                                   encoding="utf-8")
         tmp.chmod(0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        _swap(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

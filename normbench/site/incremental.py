@@ -266,9 +266,13 @@ class SiteCache:
     def finish(self, jobs: dict[str, list]) -> None:
         """Record this build's jobs (only these: the cache holds one site) and drop what no job uses."""
         fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=self.dir)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"key": self.key, "jobs": jobs}, f, separators=(",", ":"))
-        os.replace(tmp, self.dir / MANIFEST)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"key": self.key, "jobs": jobs}, f, separators=(",", ":"))
+            os.replace(tmp, self.dir / MANIFEST)
+        except BaseException:  # an interruption mid-write leaves no partial file behind
+            Path(tmp).unlink(missing_ok=True)
+            raise
         used = {sha for files in jobs.values() for _rel, sha, _size in files}
         for sub in self.blobs.iterdir() if self.blobs.is_dir() else ():
             for blob in sub.iterdir():

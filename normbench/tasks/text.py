@@ -113,8 +113,12 @@ def text_splits(train_ds, test_ds, tag: str, quick: bool) -> dict[str, torch.Ten
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        torch.save(out, tmp)
-        os.replace(tmp, path)
+        try:
+            torch.save(out, tmp)
+            os.replace(tmp, path)
+        except BaseException:  # an interruption mid-save leaves no partial file
+            tmp.unlink(missing_ok=True)
+            raise
     return out
 
 

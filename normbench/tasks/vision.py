@@ -75,8 +75,12 @@ def decode_split(ds, image_col: str, label_col: str, size: int, tag: str) -> dic
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        torch.save(out, tmp)
-        os.replace(tmp, path)
+        try:
+            torch.save(out, tmp)
+            os.replace(tmp, path)
+        except BaseException:  # an interruption mid-save leaves no partial file
+            tmp.unlink(missing_ok=True)
+            raise
     return out
 
 

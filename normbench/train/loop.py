@@ -336,8 +336,12 @@ def checkpoint_root(explicit: str | None = None) -> Path:
 def _save_checkpoint(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    except BaseException:  # an interruption mid-save leaves no partial file behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _rng_state(device: torch.device) -> dict:

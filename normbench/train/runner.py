@@ -149,20 +149,23 @@ def execute(runs: list, how: ExecSettings, skip: set | dict | None = None,
     broken: dict[str, str] = {}
     preload = ("normbench.train.loop", "normbench.check")
     with make_executor(executor_name, address=how.address, retries=how.retries, preload=preload) as ex:
-        verdicts = ensure_checked([r.spec().name for r in runs], ex, check_limit)
-        for name, v in verdicts.items():
-            if not v.passed and not how.force:
-                msg = refusal(v, "train")
-                broken[name] = msg
-                print(f"normbench: {msg}", file=sys.stderr)
+        # The backend each run trains with, checked on the device it trains on; a failing one refuses its runs.
+        verdicts = ensure_checked([(r.spec().name, r.backend, r.device) for r in runs], ex, check_limit)
+        refused: dict[tuple, str] = {}
+        for r in runs:
+            v = verdicts[r.spec().name]
+            if v.refused(r.backend, r.device) and not how.force:
+                refused[(r.spec().name, r.backend, r.device)] = refusal(v.verdict(r.backend, r.device), "train")
+        for msg in dict.fromkeys(refused.values()):
+            print(f"normbench: {msg}", file=sys.stderr)
         remote = getattr(ex, "remote", False)
         done = _Done(how, verdicts, rank0, broken, records, failures, skip, include_skipped)
         submitted = []
         for i, run in enumerate(runs, 1):
             name = run.spec().name
             where = label(run, i, len(runs))
-            if name in broken:
-                failures.append((where, broken[name]))
+            if (name, run.backend, run.device) in refused or name in broken:
+                failures.append((where, refused.get((name, run.backend, run.device)) or broken[name]))
                 continue
             if skip is not None and not remote:
                 rid = record_id_for(run)
