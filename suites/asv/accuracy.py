@@ -9,7 +9,9 @@ so a tracked value changes only when code or recipe changes. The records go to
 * ``track_perplexity`` / ``track_top1_error`` (percent): the final test metric, oriented so that larger is worse, as
   ASV reads every benchmark; ``nan`` when the run diverged. ``track_diverged``: 1 when the run diverged, else 0.
 * ``time_step``: one training step (the loop's own ``train_step``), ASV-timed; ``peakmem_train``: the process's peak
-  memory with the model, optimizer and batches of the run in it, after a few steps.
+  memory with the model, optimizer and batches of the run in it, after a few steps. Both are recorded by ``asv run``
+  but left out of the README's ``asv continuous`` set: one process per commit, so on a shared machine they follow
+  its load (issue #40); the value of these cells is the tracked accuracy, which is exact.
 
 Grid: ``NORMBENCH_ASV_TASKS``, ``NORMBENCH_ASV_NORMS``, ``NORMBENCH_ASV_DATA_DIR`` (see ``normbench.suites``).
 """
