@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as _mp_wait
 from typing import Any, Callable, Iterable, Iterator
 
-from normbench.processes import say_stuck, stopping, stuck_after, track
+from normbench.processes import env_seconds, say_stuck, stopping, stuck_after, track
 
 #: Environment variables for the defaults (the CLI options ``--executor``, ``--time-limit`` and ``--stall-limit``
 #: override them).
@@ -558,27 +558,16 @@ def _signal_name(code) -> str:
     return ""
 
 
-def _env_seconds(env: str, default: float) -> float | None:
-    raw = os.environ.get(env, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{env} must be a number of seconds, got {raw!r}") from None
-    return None if value <= 0 else value
-
-
 def time_limit(explicit: float | None = None, check: bool = False) -> float | None:
     """The wall-clock limit in seconds: ``explicit``, else ``$NORMBENCH_TIME_LIMIT``, else 300 for a group of kernel
     cases or 120 for a ``check`` (``check=True``); 0 = no limit."""
     if explicit is not None:
         return None if explicit <= 0 else float(explicit)
-    return _env_seconds(TIME_LIMIT_ENV, DEFAULT_CHECK_LIMIT_S if check else DEFAULT_TIME_LIMIT_S)
+    return env_seconds(TIME_LIMIT_ENV, DEFAULT_CHECK_LIMIT_S if check else DEFAULT_TIME_LIMIT_S)
 
 
 def stall_limit(explicit: float | None = None) -> float | None:
     """The training no-progress limit in seconds: ``explicit``, else ``$NORMBENCH_STALL_LIMIT``, else 1800."""
     if explicit is not None:
         return None if explicit <= 0 else float(explicit)
-    return _env_seconds(STALL_LIMIT_ENV, DEFAULT_STALL_LIMIT_S)
+    return env_seconds(STALL_LIMIT_ENV, DEFAULT_STALL_LIMIT_S)

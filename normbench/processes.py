@@ -146,16 +146,21 @@ def stopping() -> bool:
 
 # --- where a command is stuck -----------------------------------------------------------------------------------
 
-def stuck_after() -> float | None:
-    """Seconds without progress after which a wait says where it is stuck (``$NORMBENCH_STUCK_S``; 0: never)."""
-    raw = os.environ.get(STUCK_ENV, "").strip()
+def env_seconds(env: str, default: float) -> float | None:
+    """Seconds from the environment variable ``env`` (``default`` when unset; 0 or less: none, i.e. no limit)."""
+    raw = os.environ.get(env, "").strip()
     if not raw:
-        return DEFAULT_STUCK_S
+        return default
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{STUCK_ENV} must be a number of seconds, got {raw!r}") from None
-    return value if value > 0 else None
+        raise ValueError(f"{env} must be a number of seconds, got {raw!r}") from None
+    return None if value <= 0 else value
+
+
+def stuck_after() -> float | None:
+    """Seconds without progress after which a wait says where it is stuck (``$NORMBENCH_STUCK_S``; 0: never)."""
+    return env_seconds(STUCK_ENV, DEFAULT_STUCK_S)
 
 
 def say_stuck(what: str) -> None:

@@ -6,15 +6,13 @@ reversible. Perplexity is therefore per byte, not per word or BPE token; compare
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
 
 from normbench.tasks.base import Task, TaskData, split_summary
 from normbench.tasks.hub import DatasetUnavailable, HubSource, load_splits
 from normbench.tasks.splits import SPLIT_SEED, VAL_FRACTION
-from normbench.tasks.vision import cache_dir
+from normbench.tasks.vision import cache_dir, save_cache
 
 #: Bytes kept by ``quick`` on real tasks (train; val and test): a smoke run.
 QUICK_TRAIN_BYTES, QUICK_EVAL_BYTES = 2_000_000, 200_000
@@ -111,14 +109,7 @@ def text_splits(train_ds, test_ds, tag: str, quick: bool) -> dict[str, torch.Ten
         tokens = tok.encode("".join(part_docs[i] for i in keep))
         out[part] = tokens[:budget] if quick else tokens
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        try:
-            torch.save(out, tmp)
-            os.replace(tmp, path)
-        except BaseException:  # an interruption mid-save leaves no partial file
-            tmp.unlink(missing_ok=True)
-            raise
+        save_cache(out, path)
     return out
 
 

@@ -26,6 +26,18 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 QUICK_TRAIN, QUICK_EVAL = 5000, 1000
 
 
+def save_cache(obj, path: Path) -> None:
+    """``torch.save`` of a decoded data set to ``path``, atomically: an interruption mid-save leaves no partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def cache_dir() -> Path:
     root = os.environ.get("NORMBENCH_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "normbench")
@@ -73,14 +85,7 @@ def decode_split(ds, image_col: str, label_col: str, size: int, tag: str) -> dic
         ys.append(np.asarray(rows[label_col], dtype=np.int64))
     out = {"x": torch.from_numpy(np.concatenate(xs)), "y": torch.from_numpy(np.concatenate(ys))}
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        try:
-            torch.save(out, tmp)
-            os.replace(tmp, path)
-        except BaseException:  # an interruption mid-save leaves no partial file
-            tmp.unlink(missing_ok=True)
-            raise
+        save_cache(out, path)
     return out
 
 
