@@ -28,7 +28,7 @@ from normbench.stats import TIE_FACTOR, verdict_of
 
 #: Largest max |y - y_float64| a backend may have and still win, by dtype: float32 1e-4 (a few ulps of O(1) normalised
 #: outputs, 2^-23 each, summed over a row's reduction); bfloat16 0.06 and float16 0.01 (the check's bf16 tolerance,
-#: normbench.check.BF16_TOL, and 2^-7 for float16's 10-bit mantissa at outputs of a few units).
+#: normbench.contract.BF16_TOL, and 2^-7 for float16's 10-bit mantissa at outputs of a few units).
 ERR_TOL = {"float32": 1e-4, "bfloat16": 0.06, "float16": 0.01, "float64": 1e-10}
 
 
