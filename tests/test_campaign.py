@@ -143,7 +143,8 @@ def test_script_without_jsonschema_says_to_carry_the_wheels(tmp_path):
     python.chmod(0o755)
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
-    shutil.copy(f"{REPO}/scripts/gpu-campaign.sh", tree / "scripts")
+    for script in ("gpu-campaign.sh", "gpu-env.sh"):  # the campaign sources the shared GPU set-up
+        shutil.copy(f"{REPO}/scripts/{script}", tree / "scripts")
     run = subprocess.run(["bash", "scripts/gpu-campaign.sh", "--dry-run"], cwd=tree, capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHON": str(python)}, timeout=60)
     assert run.returncode == 1, run.stderr
