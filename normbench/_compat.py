@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import torch
@@ -66,11 +67,16 @@ def import_timm():
     except RuntimeError as exc:
         if "torchvision::" not in str(exc):
             raise
-    for key in [k for k in sys.modules if k.split(".")[0] in ("torchvision", "timm")]:
+    return _import_past_torchvision_ops("timm")
+
+
+def _import_past_torchvision_ops(top: str):
+    """Import ``top`` again after a first import failed on torchvision's C++ ops: drop the half-imported modules,
+    define the ops' schemas, import once more (the retry :func:`import_timm` and :func:`import_transformers` share)."""
+    for key in [k for k in sys.modules if k.split(".")[0] in ("torchvision", top)]:
         del sys.modules[key]
     _define_torchvision_schemas()
-    import timm
-    return timm
+    return importlib.import_module(top)
 
 
 def import_transformers():
@@ -88,8 +94,4 @@ def import_transformers():
     except RuntimeError as exc:
         if "torchvision::" not in str(exc):
             raise
-    for key in [k for k in sys.modules if k.split(".")[0] in ("torchvision", "transformers")]:
-        del sys.modules[key]
-    _define_torchvision_schemas()
-    import transformers
-    return transformers
+    return _import_past_torchvision_ops("transformers")
