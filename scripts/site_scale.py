@@ -87,30 +87,32 @@ def synthetic(n: int, seed: int = 0) -> list[dict]:
 
 
 def machines(n_machines: int, per_machine: int) -> list[dict]:
-    """``per_machine`` committed kernel records on each of ``n_machines`` synthetic machines (``cpu-machine-<i>``):
-    machine i copies committed machine i mod 2's records, taken one norm at a time round-robin (so every norm is on
-    every machine), with only the hardware id (and so the record id) changed."""
-    by_hw: dict[str, dict[str, list[dict]]] = {}
+    """``per_machine`` committed kernel records (of every committed machine) on each of ``n_machines`` synthetic
+    machines (``cpu-machine-<i>``), taken one norm at a time round-robin (so every norm is on every machine), with
+    only the hardware id (and so the record id) changed; a record whose new id an earlier one took (two committed
+    machines measured the same case) gets another thread count, so every copy is a distinct case."""
+    by_norm: dict[str, list[dict]] = {}
     for _, rec in iter_records(REPO / "results"):
         if rec["kind"] == "kernel":
-            by_hw.setdefault(rec["provenance"]["hardware_id"], {}).setdefault(rec["norm"]["name"], []).append(rec)
-    pools = []
-    for hw in sorted(by_hw):
-        queues = [list(v) for _, v in sorted(by_hw[hw].items())]
-        pool = []
-        while any(queues):
-            for q in queues:
-                if q:
-                    pool.append(q.pop(0))
-        pools.append(pool)
-    most = min(map(len, pools))
-    if per_machine > most:
-        raise SystemExit(f"--records-per-machine {per_machine}: the committed machines have {most} kernel records "
-                         "at most; ask for that many or fewer")
+            by_norm.setdefault(rec["norm"]["name"], []).append(rec)
+    queues = [list(v) for _, v in sorted(by_norm.items())]
+    pool, seen = [], set()
+    while any(queues):
+        for q in queues:
+            if q:
+                rec = copy.deepcopy(q.pop(0))
+                cfg = rec["config"]
+                while (rid := record_id("kernel", rec["norm"]["name"], cfg, "x", rec.get("impl_hash"))) in seen:
+                    cfg["threads"] = int(cfg.get("threads") or 1) + 1
+                seen.add(rid)
+                pool.append(rec)
+    if per_machine > len(pool):
+        raise SystemExit(f"--records-per-machine {per_machine}: the committed results have {len(pool)} kernel "
+                         "records; ask for that many or fewer")
     out = []
     for m in range(n_machines):
         hwid = f"cpu-machine-{m}"
-        for base in pools[m % len(pools)][:per_machine]:
+        for base in pool[:per_machine]:
             rec = copy.deepcopy(base)
             rec["provenance"]["hardware_id"] = hwid
             rec["id"] = record_id("kernel", rec["norm"]["name"], rec["config"], hwid, rec.get("impl_hash"))

@@ -205,6 +205,46 @@ def page_of(json_gz) -> Path:
     return Path(str(json_gz)[:-len(".json.gz")] + ".html")
 
 
+def flat2(obj: dict) -> list[tuple[str, object]]:
+    """(dotted key, value) of a record part as the record pages show it: a non-empty dict value one level down."""
+    out = []
+    for k, v in obj.items():
+        if isinstance(v, dict) and v:
+            out += [(f"{k}.{k2}", v2) for k2, v2 in v.items()]
+        else:
+            out.append((k, v))
+    return out
+
+
+def record_details(page) -> dict:
+    """A record page's records as its data file (``data/machines/<page>.js``) details them, read back here
+    independently of the site's script: record id (the page's ``details.record`` ids, in order) -> {"command", "flags"
+    [(label, flag, reason)], "config" {key: text}, "metrics", "provenance", "status" (0 ranked, 1 flagged, 2
+    invalid)}."""
+    import html as html_mod
+    import re
+
+    page = Path(page)
+    html = page.read_text(encoding="utf-8")
+    src = re.search(r'data-records-src="([^"]+)"', html).group(1)
+    text = (page.parent / src).read_text(encoding="utf-8")
+    assert text.startswith("window.nbRecords(") and text.endswith(");\n")
+    data = json.loads(text[len("window.nbRecords("):-3])
+    S, K = data["s"], data["k"]
+
+    def pairs(keys, values):
+        return {S[k]: S[v] for k, v in zip(K[keys], values)}
+
+    out = {}
+    order = re.findall(r'<details class="record" id="([^"]+)"><summary><code>([^<]+)</code>', html)
+    for (key, rid), rec in zip(order, data["r"], strict=True):
+        prov = data["p"][rec[4]]
+        out[key] = {"rid": html_mod.unescape(rid), "config": pairs(rec[0], rec[1]), "metrics": pairs(rec[2], rec[3]),
+                    "provenance": pairs(prov[0], prov[1]), "file": S[rec[5]], "index": rec[6],
+                    "flags": [(S[a], S[b], S[c]) for a, b, c in rec[9]], "command": S[rec[10]], "status": rec[11]}
+    return out
+
+
 def write_hostile(root) -> None:
     """Hostile but valid records, invalid ones, a file that is not JSON, and a hostile file name."""
     import json

@@ -1127,59 +1127,85 @@ class Site:
 
     # --- records -------------------------------------------------------------------------------------------------
 
-    def record_section(self, e: Entry, prov_ids: dict) -> dict:
-        rec = e.rec
-        flags = (agg.record_flags(rec) if e.kind == "kernel"
-                 else {f: _s((rec.get("flag_reasons") or {}).get(f)) for f in rec.get("flags") or []})
-        chk = rec.get("check")
-        prov = {k: v for k, v in rec["provenance"].items() if k != "hardware"}
-        pkey = _text(prov)
-        if pkey not in prov_ids:
-            prov_ids[pkey] = (f"prov-{len(prov_ids) + 1}", _flat(prov), rec["provenance"])
-        return dict(e=e, rec=rec, command=command(rec), flags=flag_badges(flags), timing=timing_text(rec),
-                    check=chk if isinstance(chk, dict) else None,
-                    prov_id=prov_ids[pkey][0], ranked=not flags, invalid=any(f in INVALID_FLAGS for f in flags))
-
     @staticmethod
-    def record_data(entries: list[Entry]) -> str:
-        """A record page's data file: each record's config and metrics (two levels flattened, as text), the strings
-        once in a table ``s`` (keys and values repeat across a page's records) and each list of keys once in ``k``
-        (a page's records share a few); a record is ``[config keys, config values, metrics keys, metrics values]``
-        as indices. ``assets/site.js`` (``nbRecords``) shows them as each section's tables. JSON with ASCII escapes
-        cannot leave its string literals."""
+    def record_summary(e: Entry) -> str:
+        """A record's one line on its machine's record page (its detail is loaded on demand): norm, kind and the
+        config that tells it from its neighbours."""
+        rec, cfg = e.rec, e.rec.get("config") or {}
+        keys = (("backend", "shape_label", "dtype", "pass", "timing", "layout") if e.kind == "kernel"
+                else ("task", "model", "placement", "seed", "lr"))
+        parts = [_text(cfg[k]) for k in keys if cfg.get(k) not in (None, "")]
+        return f"{rec['norm']['name']} · {rec['kind']}" + (": " + " · ".join(parts) if parts else "")
+
+    def record_flags(self, e: Entry) -> dict:
+        rec = e.rec
+        return (agg.record_flags(rec) if e.kind == "kernel"
+                else {f: _s((rec.get("flag_reasons") or {}).get(f)) for f in rec.get("flags") or []})
+
+    def record_data(self, entries: list[Entry]) -> str:
+        """A record page's data file (``data/machines/<page>.js``): each record's detail, which ``assets/site.js``
+        (``nbRecords``) shows when the record is opened. Every string once in ``s``, each list of keys once in ``k``
+        (a machine's records share a few), each run's provenance once in ``p`` (``[keys, values]``); a record is
+        ``[config keys, config values, metrics keys, metrics values, provenance, file, position in it, check, timing,
+        [[flag label, flag, reason]...], reproduce command, 0 ranked | 1 flagged | 2 invalid]`` with strings as
+        indices (null where absent). JSON with ASCII escapes cannot leave its string literals."""
         strings: dict[str, int] = {}
         keysets: dict[tuple, int] = {}
+        provs: dict[str, int] = {}
+        prov_rows: list = []
+
+        def st(v):
+            return None if v is None else strings.setdefault(v, len(strings))
 
         def part(obj) -> list:
             flat = _flat(obj)
-            keys = tuple(strings.setdefault(k, len(strings)) for k, _ in flat)
-            return [keysets.setdefault(keys, len(keysets)), [strings.setdefault(v, len(strings)) for _, v in flat]]
+            keys = tuple(st(k) for k, _ in flat)
+            return [keysets.setdefault(keys, len(keysets)), [st(v) for _, v in flat]]
 
-        recs = [part(e.rec.get("config")) + part({k: v for k, v in e.rec["metrics"].items() if k != "curve"})
-                for e in entries]
-        return "window.nbRecords(" + json.dumps({"s": list(strings), "k": [list(k) for k in keysets], "r": recs},
+        recs = []
+        for e in entries:
+            rec = e.rec
+            prov = {k: v for k, v in rec["provenance"].items() if k != "hardware"}
+            pkey = _text(prov)
+            if pkey not in provs:
+                provs[pkey] = len(prov_rows)
+                prov_rows.append(part(rec["provenance"]))
+            flags = self.record_flags(e)
+            chk = rec.get("check")
+            check = (f"check: {_text(chk.get('status'))}" if isinstance(chk, dict)
+                     else "never checked (check: null)" if chk is None else None)
+            status = 2 if any(f in INVALID_FLAGS for f in flags) else 1 if flags else 0
+            recs.append(part(rec.get("config")) + part({k: v for k, v in rec["metrics"].items() if k != "curve"})
+                        + [provs[pkey], st(e.path), e.index, st(check), st(timing_text(rec)),
+                           [[st(label), st(f), st(why)] for label, f, why in flag_badges(flags)],
+                           st(command(rec)), status])
+        return "window.nbRecords(" + json.dumps({"s": list(strings), "k": [list(k) for k in keysets],
+                                                 "p": prov_rows, "r": recs},
                                                 ensure_ascii=True, separators=(",", ":")) + ");\n"
 
     def record_page(self, path: str, entries: list[Entry]) -> Page:
-        """The records of one norm on one device (or one bucket of them): a section per record, anchored by its
-        key, and each run's provenance once."""
-        first = entries[0].rec
-        name, hw = first["norm"]["name"], first["provenance"]["hardware_id"]
-        p = Page(path, "record.html", f"Records of {name} on {hw}", crumbs=[(norm_file(name), name)])
-        prov_ids: dict = {}
-        sections = [self.record_section(e, prov_ids) for e in entries]
-        data = path[:-len(".html")] + ".js"
+        """The records of one machine (or one bucket of them): a line per record, anchored by its key, whose detail
+        (flags with reasons, the reproduce command, config, metrics, its run's provenance) the page's script loads
+        from the machine's data file when the record is opened; the records as validated in ``<page>.json.gz``."""
+        from normbench.site.records import record_data_file
+
+        hw = entries[0].rec["provenance"]["hardware_id"]
+        p = Page(path, "record.html", f"Records of {hw}", lead=self.hw_name(hw),
+                 crumbs=[("devices.html", "Devices"), (device_file(hw), hw)])
+        data = record_data_file(path)
         self.data_files[data] = self.record_data(entries)
         # The page's records exactly as validated. gzip (no name, no time: the same records give the same bytes): a
         # page's records repeat their run's provenance and config keys, so they compress ~10x.
         text = "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
         self.extra_files[entries[0].json_file] = gzip.compress((text + "\n]\n").encode("utf-8"), mtime=0)
-        # The file most of the page's records come from is named once, at the top.
-        file = Counter(e.path for e in entries).most_common(1)[0][0]
-        p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw, file=file,
-                     json_href=entries[0].json_file.rsplit("/", 1)[-1], data_href=data.rsplit("/", 1)[-1],
-
-                     hw_href=f"../{device_file(hw)}", norm_href=f"../{norm_file(name)}")
+        rows = []
+        for i, e in enumerate(entries):
+            flags = self.record_flags(e)
+            rows.append((e.key, e.rid, self.record_summary(e), flag_badges(flags), i))
+        norms = Counter(e.rec["norm"]["name"] for e in entries)
+        p.ctx = dict(rows=rows, hw=hw, json_href=entries[0].json_file.rsplit("/", 1)[-1], data_href=p.up + data,
+                     hw_href=f"../{device_file(hw)}",
+                     norms=[(n, f"../{norm_file(n)}", k) for n, k in sorted(norms.items())])
         return p
 
     # --- methodology, downloads, rejected -------------------------------------------------------------------------
