@@ -606,3 +606,41 @@ def test_a_parallel_build_writes_the_same_bytes_as_a_serial_one(demo_site, tmp_p
     for rel in files[0]:
         a, b = ((o / rel).read_bytes() for o in outs)
         assert footer.sub(b"", a) == footer.sub(b"", b), rel
+
+
+def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
+    """Beyond ``MANY_MACHINES`` machines a norm has no page per machine: each machine's kernel records are in one data
+    file (its rows for every norm, each linking its record's detail), which the norm's page loads per machine; the
+    norm page keeps each machine's best results; a machine adds no file per norm."""
+    site, report, recs = sup.machines_site(tmp_path)
+    assert not report.rejected and report.kernel == len(recs)
+    assert not [p.name for p in (site / "norms").glob("*--*.html") if not p.name.endswith("--devices.html")]
+    assert not list((site / "data").glob("knd-*.js"))
+    hws = sorted({r["provenance"]["hardware_id"] for r in recs})
+    norms = sorted({r["norm"]["name"] for r in recs})
+    for hw in hws:
+        files = list((site / "data").glob(f"km-{hw}-*.js"))
+        assert len(files) == 1, hw
+        text = files[0].read_text()
+        data = json.loads(text[text.index(",") + 1:-3])
+        S, fk = data["s"], data["fk"]
+        seen = {}
+        for row in data["rows"]:
+            f = {k: S[i] for k, i in zip(fk, row[1]) if i is not None}
+            link = row[0][-1]
+            href = S[link[2]]
+            assert href.startswith("../records/") and "#" in href
+            seen.setdefault(f["norm"], set()).add(href.split("#")[1])
+        mine = [r for r in recs if r["provenance"]["hardware_id"] == hw]
+        for n in norms:   # every record of the machine, once, under its norm
+            keys = {r["id"].replace(":", "_") for r in mine if r["norm"]["name"] == n}
+            assert seen.get(n, set()) == keys, (hw, n)
+    for n in norms:
+        page = (site / "norms" / f"{n}.html").read_text()
+        picks = re.findall(r'data-pick-src="\.\./(data/km-[^"]+\.js)"', page)
+        assert sorted(picks) == sorted(p.relative_to(site).as_posix() for p in (site / "data").glob("km-*.js")
+                                       if any(r["norm"]["name"] == n and p.name.startswith(
+                                           "km-" + r["provenance"]["hardware_id"] + "-") for r in recs))
+        assert f'data-only="norm={n}"' in page
+        # the matrix links each norm on each machine to that machine's section of the norm's page
+        assert re.search(rf'href="norms/{n}\.html#d-gpu-machine-0-[0-9a-f]+"', (site / "index.html").read_text())

@@ -415,3 +415,35 @@ def test_by_model_pages_render_and_link_their_records(browser, tmp_path):
         assert not v.errors, v.errors
     finally:
         v.close()
+
+
+def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path):
+    """A three-machine site in the many-machine layout, from file://: a norm's page loads one machine's every record
+    of the norm from the machine's data file when its button is clicked (only that machine's rows of that norm), and a
+    row's record link opens the record's detail, loaded from the machine's record data file."""
+    site, _, recs = sup.machines_site(tmp_path)
+    hw = "gpu-machine-1"
+    want = {r["id"].replace(":", "_") for r in recs if r["provenance"]["hardware_id"] == hw
+            and r["norm"]["name"] == "rmsnorm"}
+    v = Visit(browser)
+    try:
+        v.open(site / "norms" / "rmsnorm.html")
+        table = v.page.get_attribute("table.sortable", "id")
+        loaded = lambda: v.page.evaluate("[...document.scripts].map(s => s.getAttribute('src')).filter(Boolean)")  # noqa: E731
+        assert not any("/km-" in s for s in loaded())
+        v.page.click(f"button[data-pick-src*='km-{hw}-']")
+        v.page.wait_for_function(f"document.getElementById('{table}').getAttribute('data-loaded') === '1'",
+                                 timeout=5000)
+        assert any(f"/km-{hw}-" in s for s in loaded())
+        if v.page.is_visible(f'button[data-more-for="{table}"]'):
+            v.page.click(f'button[data-more-for="{table}"]')
+        links = v.page.eval_on_selector_all(f"#{table} tbody tr td:last-child a",
+                                            "as => as.map(a => a.getAttribute('href'))")
+        assert {h.split("#")[1] for h in links} == want
+        key = links[0].split("#")[1]
+        v.page.click(f"#{table} tbody tr td:last-child a[href='{links[0]}']")   # to the record page, from file://
+        v.page.wait_for_selector(f"details[id='{key}'] pre.command", timeout=5000)
+        assert v.page.inner_text(f"details[id='{key}'] pre.command").startswith("normbench bench --norm rmsnorm ")
+        assert not v.errors, v.errors
+    finally:
+        v.close()

@@ -205,6 +205,35 @@ def page_of(json_gz) -> Path:
     return Path(str(json_gz)[:-len(".json.gz")] + ".html")
 
 
+def machines_site(root, n: int = 3) -> tuple:
+    """A site of ``n`` machines (the demo's kernel records of its GPU machine copied onto ``n`` hardware ids, no
+    accuracy records), built without figures and with ``pages.MANY_MACHINES`` at 1, so its norms take the many-machine
+    layout a public leaderboard has (no page per norm and machine; a machine's records loaded on demand): (site,
+    report, records)."""
+    import copy
+
+    from normbench.records.schema import record_id
+    from normbench.site import build_site, pages
+
+    base = [r for r in demo_records() if r["kind"] == "kernel" and r["provenance"]["hardware_id"] == "gpu-nvidia-h200"]
+    recs = []
+    for m in range(n):
+        for r in base:
+            r = copy.deepcopy(r)
+            r["provenance"]["hardware_id"] = hw = f"gpu-machine-{m}"
+            r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
+            recs.append(r)
+    root = Path(root)
+    write_records(recs, root / "results")
+    old = pages.MANY_MACHINES
+    pages.MANY_MACHINES = 1
+    try:
+        report = build_site(root / "results", root / "site", charts=False, cache=False)
+    finally:
+        pages.MANY_MACHINES = old
+    return root / "site", report, recs
+
+
 def flat2(obj: dict) -> list[tuple[str, object]]:
     """(dotted key, value) of a record part as the record pages show it: a non-empty dict value one level down."""
     out = []

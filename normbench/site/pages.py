@@ -50,6 +50,11 @@ INLINE_POINTS = 1500
 #: The same bound for a norm's device-comparison page (its further figures are listed, not drawn).
 COMPARE_POINTS = 3000
 PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
+#: A norm measured on more machines than this has no page per machine (``norms/<norm>--<device>.html``: figures and
+#: records, and their data file): its page lists each machine's best results and loads a machine's every record of
+#: the norm on demand, from the machine's one kernel data file (``data/km-<device>.js``, written with its device
+#: page), so a submitted machine adds no file per norm (issue #38: 100 machines x 29 norms were 2,900 pages).
+MANY_MACHINES = 12
 
 NAV = (
     ("index.html", "Overview"),
@@ -337,7 +342,7 @@ class Site:
         if not with_norm:
             t.filters = [f for f in t.filters if f[0] != "norm"]
         if srcs is not None:
-            t.src = " ".join(up + x for x in srcs)
+            t.src = " ".join(up + x for x in srcs) or None   # none: the first rows only (a page loads the rest)
             return t
         shard = t.shard(up, force=file)
         if shard:
@@ -355,7 +360,28 @@ class Site:
     def norm_shared(self, name: str) -> bool:
         """Whether a norm's every-record table is too big for its page: its rows are then written once, in its
         per-device tables' data files (``knd-*``), which the norm page's table loads together."""
-        return len(self.by_norm.get(name, [])) > _tables.INLINE_MAX
+        return not self.many(name) and len(self.by_norm.get(name, [])) > _tables.INLINE_MAX
+
+    def norm_hws(self, name: str) -> list[str]:
+        """The machines with kernel records of a norm."""
+        memo = self.__dict__.setdefault("_norm_hws", {})
+        if name not in memo:
+            memo[name] = sorted({r["hardware"] for r in self.by_norm.get(name, [])})
+        return memo[name]
+
+    def many(self, name: str) -> bool:
+        """Whether a norm is on more than ``MANY_MACHINES`` machines: then no page per machine (``MANY_MACHINES``)."""
+        return len(self.norm_hws(name)) > MANY_MACHINES
+
+    def norm_hw_href(self, name: str, hw: str, up: str = "") -> str:
+        """Where a norm on one machine is shown: its figure page, or (``many``) the machine's section of the norm's
+        page, whose button loads the machine's every record of the norm."""
+        return up + (f"{norm_file(name)}#{slug('d', hw)}" if self.many(name) else norm_device_file(name, hw))
+
+    @staticmethod
+    def machine_file(hw: str) -> str:
+        """A machine's every kernel record as table rows (site-relative; written with its device page)."""
+        return Table(slug("km", hw), []).data_path
 
     # --- figures -------------------------------------------------------------------------------------------------
 
@@ -528,7 +554,7 @@ class Site:
                 r = best[hw].get(n)
                 rc = best_copy[hw].get(n)
                 if r is None and rc is not None:
-                    cells.append(cell(fmt_pct(rc["pct_copy"]), None, cls="muted", href=norm_device_file(n, hw),
+                    cells.append(cell(fmt_pct(rc["pct_copy"]), None, cls="muted", href=self.norm_hw_href(n, hw),
                                       note=f"{rc['backend']}, of same-size copy",
                                       title=f"only cache-resident ({rc['cache']}) records: best against a same-size "
                                             f"copy, not the DRAM ceiling: {rc['backend']} · {rc['dtype']} · "
@@ -536,10 +562,10 @@ class Site:
                 elif r is None:
                     measured = any(x["norm"] == n for x in self.by_hw[hw])
                     cells.append(cell("unranked" if measured else "–", None, cls="muted" if measured else None,
-                                      href=norm_device_file(n, hw) if measured else None,
+                                      href=self.norm_hw_href(n, hw) if measured else None,
                                       title="measured, but every record is flagged" if measured else None))
                 else:
-                    cells.append(cell(fmt_pct(r["pct"]), r["pct"], href=norm_device_file(n, hw),
+                    cells.append(cell(fmt_pct(r["pct"]), r["pct"], href=self.norm_hw_href(n, hw),
                                       note=r["backend"], title=f"best: {r['backend']} · {r['dtype']} · {r['pass']} · "
                                                                f"{r['layout']} {fmt_shape(r['shape'])}; click for "
                                                                f"{n}'s figures on {hw}"))
@@ -600,10 +626,17 @@ class Site:
         norms = sorted({r["norm"] for r in rows})
         best = {r["norm"]: r for r in agg.best_backend_per_norm(rows)}
         best_copy = {r["norm"]: r for r in agg.best_backend_per_norm(rows, "copy")}
-        p.ctx = dict(facts=self.hw_facts(hw), n=len(rows),
-                     norms=[(n, "../" + norm_device_file(n, hw), best.get(n), best_copy.get(n)) for n in norms],
-                     table=self.kernel_table(slug("kd", hw), self.best_per_case(rows), p.up, with_hw=False)
-                     if rows else None,
+        if any(self.many(n) for n in norms):
+            # Every kernel record of the machine, once, in its data file: its first rows in this page, and the norm
+            # pages load a machine's rows of their norm from it (a best-per-case table beside it held the same rows
+            # again: ~400 kB a machine; the leaderboard has them per case, filterable by device).
+            table = self.kernel_table(slug("km", hw), rows, p.up, with_hw=False, file=True,
+                                      preview=_tables.DEEP_PREVIEW)
+        else:
+            table = self.kernel_table(slug("kd", hw), self.best_per_case(rows), p.up, with_hw=False) if rows else None
+        p.ctx = dict(facts=self.hw_facts(hw), n=len(rows), every=table is not None and table.id.startswith("km-"),
+                     norms=[(n, self.norm_hw_href(n, hw, "../"), best.get(n), best_copy.get(n)) for n in norms],
+                     table=table,
                      fmt_pct=fmt_pct)
         return p
 
@@ -699,7 +732,7 @@ class Site:
                 points += n
         p.charts = bool(figs)
         p.ctx = dict(name=name, figs=figs, left=left, norm_href=p.up + norm_file(name),
-                     devices=[(hw, p.up + norm_device_file(name, hw)) for hw in sorted({r["hardware"] for r in rows})])
+                     devices=[(hw, self.norm_hw_href(name, hw, p.up)) for hw in sorted({r["hardware"] for r in rows})])
         return p
 
     def norms_index(self) -> Page:
@@ -733,12 +766,14 @@ class Site:
         rows = self.by_norm.get(name, [])
         devices = []
         inline = self.norm_inline(name)
+        many = self.many(name)
         for hw in sorted({r["hardware"] for r in rows}):
             hr = [r for r in rows if r["hardware"] == hw]
             figs, points = self._width_figures(name, hw, hr, up, draw=inline)
             devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw), "figs": figs,
                             "points": points, "href": up + device_file(hw),
-                            "fig_href": up + norm_device_file(name, hw),
+                            "fig_href": up + (device_file(hw) if many else norm_device_file(name, hw)),
+                            "pick": up + self.machine_file(hw) if many else None,
                             "widths": len({r["num_features"] for r in hr}), "n": len(hr),
                             "best": [self._top_row(r) | {"href": self.rec_href(r["entry"], up)}
                                      for r in agg.best_by_bandwidth(hr, 3)],
@@ -755,13 +790,17 @@ class Site:
         p.charts = inline and any(d["figs"] for d in devices)
         p.ctx = dict(
             name=name, meta=m, paper=paper, paper_url=paper.get("url"), devices=devices, acc=acc, inline=inline,
+            compare_href=norm_compare_file(name),
             layouts=", ".join(str(x) for x in m.get("layouts") or [] if isinstance(x, (str, int))),
             backends=", ".join(str(x) for x in m.get("backends") or [] if isinstance(x, (str, int))),
             table=(self.kernel_table(slug("kn", name), rows, up, with_norm=False,
                                      srcs=[Table(slug("knd", name, hw), []).data_path
                                            for hw in sorted({r["hardware"] for r in rows})])
-                   if self.norm_shared(name) else self.kernel_table(slug("kn", name), rows, up, with_norm=False))
+                   if self.norm_shared(name) else
+                   self.kernel_table(slug("kn", name), rows, up, with_norm=False, srcs=[] if many else None))
             if rows else None)
+        if many and p.ctx["table"] is not None:
+            p.ctx["table"].only = ("norm", name)   # a machine's file holds every norm's rows
         return p
 
     def norm_device_page(self, name: str, hw: str) -> Page:
@@ -1113,7 +1152,7 @@ class Site:
         for n, hw, hr, _ in plans:
             figs, points = self._width_figures(n, hw, hr, "", draw=inline)
             sections.append({"norm": n, "hw": hw, "href": norm_file(n), "figs": figs, "points": points,
-                             "fig_href": norm_device_file(n, hw),
+                             "fig_href": self.norm_hw_href(n, hw),
                              "best": [self._top_row(r) for r in agg.best_by_bandwidth(hr, 5)]})
         # As on a norm's page: figures inline while the page stays small, else one click away per device.
         for x in sections:
@@ -1280,7 +1319,8 @@ class Site:
         jobs.append(("norms_index",))
         for name in sorted(self.norm_meta):
             jobs.append(("norm", name))
-            jobs += [("norm_device", name, hw) for hw in sorted({r["hardware"] for r in self.by_norm.get(name, [])})]
+            if not self.many(name):
+                jobs += [("norm_device", name, hw) for hw in self.norm_hws(name)]
         jobs += [("softmax_page",), ("accuracy_page",)]
         jobs += [("cell_page", key) for key, _ in self._acc_tables()]
         jobs += [("claims_page",), ("methodology_page",)]

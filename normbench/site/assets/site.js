@@ -212,6 +212,13 @@
     if (!ids.every(function (id) { return arrived[id]; })) return;
     var rows = [];
     ids.forEach(function (id) { rows = rows.concat(unpack(arrived[id])); });
+    // A machine's data file holds every norm's rows; a norm's table keeps its own (data-only="norm=<name>").
+    var only = table.getAttribute("data-only"), eq = only ? only.indexOf("=") : -1;
+    if (eq > 0) {
+      var key = only.slice(0, eq), want = only.slice(eq + 1);
+      rows = rows.filter(function (r) { return r.f && r.f[key] === want; });
+      table.setAttribute("data-rows", String(rows.length));
+    }
     if (ids.length > 1) {
       rows = rows.map(function (r, i) { r.i = i; return r; });
       rows.sort(rankCompare);
@@ -401,6 +408,21 @@
 
   function init() {
     initRecords();
+    // A norm's page on many machines: a machine's button loads its every record of the norm into the norm's table,
+    // from the machine's one data file (data/km-<machine>.js; a <script>, so it works from file:// too).
+    document.querySelectorAll("button[data-pick-src]").forEach(function (b) {
+      b.addEventListener("click", function () {
+        var table = document.getElementById(b.getAttribute("data-pick-for") || "");
+        var src = b.getAttribute("data-pick-src") || "";
+        if (!table || !/^(\.\.\/)*data\/[A-Za-z0-9_.-]+\.js$/.test(src)) return;
+        table.setAttribute("data-src", src);
+        table.removeAttribute("data-loaded");
+        table._nbAll = false;
+        var label = document.querySelector('[data-pick-label-for="' + table.id + '"]');
+        if (label) label.textContent = "Every record on " + (b.getAttribute("data-pick-label") || "") + ":";
+        load(table, function () { refresh(table); table.scrollIntoView(); });
+      });
+    });
     var pending = 1;  // this function itself, so tables done at once do not mark the page ready early
     var tables = document.querySelectorAll("table.sortable");
     for (var t = 0; t < tables.length; t++) {
