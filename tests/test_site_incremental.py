@@ -207,3 +207,23 @@ def test_kernel_rows_kept_per_file_are_the_rows_made_from_the_records(demo):
     assert partial[0].index in PickleDir(demo / "rows", "test").get(key)
     # Another namespace (other code) shares nothing.
     assert PickleDir(demo / "rows", "other").get(key) is None
+
+
+def test_many_machines_rebuild_renders_the_changed_machine_and_equals_a_cold_build(tmp_path, monkeypatch):
+    """In the many-machine layout (``pages.MANY_MACHINES`` passed), one machine's re-measured record renders that
+    machine's record page and device page again (and the summaries that show it), never another machine's, and the
+    site is byte for byte the site built without the cache."""
+    from normbench.site import pages
+
+    monkeypatch.setattr(pages, "MANY_MACHINES", 1)
+    site, _, _ = sup.machines_site(tmp_path, cache=True)
+    results = tmp_path / "results"
+    _edit(results, lambda r: r["provenance"]["hardware_id"] == "gpu-machine-2",
+          lambda r: r["metrics"].update(peak_mem_bytes=123454321))
+    again = build_site(results, site, charts=False)
+    assert any(p.startswith("records/gpu-machine-2-") for p in again.rendered)
+    assert any(p.startswith("devices/gpu-machine-2-") for p in again.rendered)
+    assert not [p for p in again.rendered if "gpu-machine-0" in p or "gpu-machine-1" in p]
+    assert again.reused > 0
+    build_site(results, tmp_path / "cold", charts=False, cache=False)
+    assert _files(site) == _files(tmp_path / "cold")
