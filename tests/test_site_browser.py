@@ -447,3 +447,36 @@ def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path):
         assert not v.errors, v.errors
     finally:
         v.close()
+
+
+@pytest.mark.skipif(not os.environ.get("NORMBENCH_SITE_BROWSER_SITE"),
+                    reason="set NORMBENCH_SITE_BROWSER_SITE=<a built site> to check a big site (e.g. the 100-machine "
+                           "one of scripts/site_scale.py --machines 100 --dir DIR: DIR/100x1000/site)")
+def test_a_big_site_serves_its_pages_and_loads_details_on_demand(browser):
+    """A site built elsewhere (not in CI: a 100-machine site takes minutes to build), from file://: the overview, a
+    norm's page (a machine's every record loaded by its button, where the norm is on many machines), a machine's page
+    and a record's detail opened on demand, all without a console error."""
+    site = Path(os.environ["NORMBENCH_SITE_BROWSER_SITE"])
+    v = Visit(browser)
+    try:
+        v.open(site / "index.html")
+        hrefs = v.page.eval_on_selector_all("a[href^='norms/']", "as => as.map(a => a.getAttribute('href'))")
+        norm = next(h for h in hrefs if "#" not in h and "--" not in h)
+        v.open(site / norm)
+        picks = v.page.locator("button[data-pick-src]")
+        table = v.page.get_attribute("table.sortable", "id")
+        if picks.count():
+            picks.nth(picks.count() // 2).click()
+            v.page.wait_for_function(f"document.getElementById('{table}').getAttribute('data-loaded') === '1'",
+                                     timeout=30_000)
+        link = v.page.get_attribute(f"#{table} tbody tr td:last-child a", "href")
+        devices = sorted((site / "devices").glob("*.html"))
+        v.open(devices[len(devices) // 2])
+        assert v.page.locator("table.sortable tbody tr").count() > 0
+        page, key = link.split("#")
+        v.page.goto((site / "norms" / page).resolve().as_uri() + "#" + key)
+        v.page.wait_for_selector(f"details[id='{key}'] pre.command", timeout=30_000)
+        assert v.page.inner_text(f"details[id='{key}'] pre.command").startswith("normbench bench ")
+        assert not v.errors, v.errors
+    finally:
+        v.close()
