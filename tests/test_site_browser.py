@@ -432,8 +432,7 @@ def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path):
         loaded = lambda: v.page.evaluate("[...document.scripts].map(s => s.getAttribute('src')).filter(Boolean)")  # noqa: E731
         assert not any("/km-" in s for s in loaded())
         v.page.click(f"button[data-pick-src*='km-{hw}-']")
-        v.page.wait_for_function(f"document.getElementById('{table}').getAttribute('data-loaded') === '1'",
-                                 timeout=5000)
+        v.page.wait_for_selector(f"#{table}[data-loaded='1']", state="attached", timeout=5000)
         assert any(f"/km-{hw}-" in s for s in loaded())
         if v.page.is_visible(f'button[data-more-for="{table}"]'):
             v.page.click(f'button[data-more-for="{table}"]')
@@ -467,8 +466,7 @@ def test_a_big_site_serves_its_pages_and_loads_details_on_demand(browser):
         table = v.page.get_attribute("table.sortable", "id")
         if picks.count():
             picks.nth(picks.count() // 2).click()
-            v.page.wait_for_function(f"document.getElementById('{table}').getAttribute('data-loaded') === '1'",
-                                     timeout=30_000)
+            v.page.wait_for_selector(f"#{table}[data-loaded='1']", state="attached", timeout=30_000)
         link = v.page.get_attribute(f"#{table} tbody tr td:last-child a", "href")
         devices = sorted((site / "devices").glob("*.html"))
         v.open(devices[len(devices) // 2])
