@@ -27,6 +27,7 @@ import triton.language as tl
 
 from ._common import (
     INTERPRET,
+    SumParts,
     cdiv,
     check_tensor,
     compiled_occupancy,
@@ -277,10 +278,13 @@ def _row_coef_kernel(X, W, DY, AUX, RSTD, C1, C2, C,
 
 @triton.jit
 def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_PART, M, C, HW, n_tiles,
+                    PART_ROW, B_OFF, SW_OFF,
                     MODE: tl.constexpr, IMAGES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                     SCALAR_W: tl.constexpr, HAS_DS: tl.constexpr, HAS_COEF: tl.constexpr, COMPUTE_DW: tl.constexpr,
                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Persistent: program (p, cb) handles row tiles p, p+P, ... of column block cb; partial dγ/dβ per program."""
+    """Persistent: program (p, cb) handles row tiles p, p+P, ... of column block cb; partial dγ/dβ per program, at
+    row p (``PART_ROW`` apart) of DW_PART and DB_PART + B_OFF, and the scalar gain's at DSW_PART + SW_OFF (one
+    buffer: see ``_common.SumParts``). With one program the partials are the gradients, stored in their dtype."""
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
     cb = tl.program_id(1)
@@ -320,11 +324,13 @@ def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_P
                 acc_b += dy
     if COMPUTE_DW:
         if HAS_W:
-            tl.store(DW_PART + pid * C + cols, tl.sum(acc_w, axis=0), mask=cmask)
+            tl.store(DW_PART + pid * PART_ROW + cols, tl.sum(acc_w, axis=0).to(DW_PART.dtype.element_ty), mask=cmask)
         if HAS_B:
-            tl.store(DB_PART + pid * C + cols, tl.sum(acc_b, axis=0), mask=cmask)
+            tl.store(DB_PART + B_OFF + pid * PART_ROW + cols, tl.sum(acc_b, axis=0).to(DB_PART.dtype.element_ty),
+                     mask=cmask)
         if SCALAR_W:
-            tl.store(DSW_PART + pid * tl.num_programs(1) + cb, tl.sum(tl.sum(acc_w, axis=1), axis=0))
+            tl.store(DSW_PART + SW_OFF + pid * tl.num_programs(1) + cb,
+                     tl.sum(tl.sum(acc_w, axis=1), axis=0).to(DSW_PART.dtype.element_ty))
 
 
 _row_fwd_tuned = tuned(
@@ -373,11 +379,12 @@ def _geometry(x: torch.Tensor, images: bool):
 
 
 @triton.jit
-def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART, M, C,
+def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART, M, C, PART_ROW, B_OFF, SW_OFF,
                          MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, SCALAR_W: tl.constexpr,
                          HAS_DS: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_C: tl.constexpr):
     """Wide rows, persistent: program p takes rows p, p+P, ...; per row one pass for the reductions and one (from L2)
-    for dx; dγ/dβ accumulate in this program's row of DW_PART/DB_PART (zeroed by the caller)."""
+    for dx; dγ/dβ accumulate in this program's row of DW_PART/DB_PART + B_OFF (``PART_ROW`` apart; its first row
+    writes them, so the caller need not zero them), the scalar gain's at DSW_PART + SW_OFF."""
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
     if SCALAR_W:
@@ -385,6 +392,7 @@ def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART
     acc_sw = tl.zeros([1], dtype=tl.float32)
     for row in range(pid, M, n_progs):
         base = (row + 0 * pid).to(tl.int64) * C  # a tensor in the interpreter too (its loop variable is an int)
+        later = (row + 0 * pid) > pid  # not this program's first row: add to its partial sums
         aux = tl.load(AUX + row + tl.zeros([1], dtype=tl.int32))
         rstd = tl.load(RSTD + row + tl.zeros([1], dtype=tl.int32))
         gx = tl.zeros([1], dtype=tl.float32)
@@ -432,16 +440,16 @@ def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART
             tl.store(DX + base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
             if COMPUTE_DW:
                 if HAS_W:
-                    part = DW_PART + pid.to(tl.int64) * C + cols
-                    tl.store(part, tl.load(part, mask=cm, other=0.0) + tl.sum(dy * xh, axis=0), mask=cm)
+                    part = DW_PART + pid.to(tl.int64) * PART_ROW + cols
+                    tl.store(part, tl.load(part, mask=cm & later, other=0.0) + tl.sum(dy * xh, axis=0), mask=cm)
                 if HAS_B:
-                    part = DB_PART + pid.to(tl.int64) * C + cols
-                    tl.store(part, tl.load(part, mask=cm, other=0.0) + tl.sum(dy, axis=0), mask=cm)
+                    part = DB_PART + B_OFF + pid.to(tl.int64) * PART_ROW + cols
+                    tl.store(part, tl.load(part, mask=cm & later, other=0.0) + tl.sum(dy, axis=0), mask=cm)
                 if SCALAR_W:
                     acc_sw += tl.sum(tl.sum(dy * xh, axis=1), axis=0)
     if COMPUTE_DW:
         if SCALAR_W:
-            tl.store(DSW_PART + pid + tl.arange(0, 1), acc_sw)
+            tl.store(DSW_PART + SW_OFF + pid + tl.arange(0, 1), acc_sw)
 
 
 
@@ -476,10 +484,12 @@ _BWD_PLANS = plan_cache()
 
 
 class _Plan:
-    __slots__ = ("M", "C", "HW", "wide", "steps", "need_dw", "has_w", "P", "n_cb", "meta", "n_tiles", "path")
+    __slots__ = ("M", "C", "HW", "wide", "steps", "need_dw", "has_w", "P", "n_cb", "meta", "n_tiles", "path",
+                 "direct", "sums", "nv", "part_size")
 
     def __init__(self, **kw):
-        self.steps = None
+        self.steps = self.sums = None
+        self.direct = False
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -559,13 +569,29 @@ def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_
     plan = _Plan(M=M, C=C, HW=HW, has_w=has_w, need_dw=need_dw, path="empty" if x.numel() == 0 else "tile")
     if plan.path == "empty":
         return plan
+    plan.nv = (int(has_w) + int(has_bias)) if need_dw else 0
+    plan.wide = _wide(C, images, MAX_FUSED_C_BWD)
+    _bwd_path(plan, dy, ds, x, weight, aux, rstd, mode=mode, images=images, scalar_weight=scalar_weight,
+              has_bias=has_bias)
+    # One program per column block writes the gradients themselves (in the parameters' dtypes): no partials, no
+    # final sums. Otherwise one float32 buffer holds every partial sum (``_common.SumParts``), summed by one launch.
+    plan.direct = plan.path == "tile" and plan.P * plan.n_cb == 1
+    if need_dw and not plan.direct:
+        n_scalar = plan.P * plan.n_cb if scalar_weight else 0
+        plan.part_size = plan.P * plan.nv * C + n_scalar
+        plan.sums = SumParts(plan.P, C, n_scalar)
+    return plan
+
+
+def _bwd_path(plan, dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_bias) -> None:
+    """The backward's path (tile or fused3), grid and launch parameters for ``plan``."""
+    M, C, HW, has_w, need_dw, wide = plan.M, plan.C, plan.HW, plan.has_w, plan.need_dw, plan.wide
     dev = x.device
-    wide = plan.wide = _wide(C, images, MAX_FUSED_C_BWD)
     if wide and WIDE_BWD == "fused3":
         P = max(1, min(M, WIDE_PROGRAMS_PER_SM * num_sms(dev)))
         if _wide_fused_fits(P, C, x.element_size(), has_w and need_dw, has_bias and need_dw, l2_bytes(dev)):
             plan.path, plan.P, plan.n_cb = "fused3", P, 1
-            return plan
+            return
     block_c = WIDE_CHUNK if wide else next_pow2(C)
     n_cb = cdiv(C, block_c)
     if images:
@@ -578,17 +604,18 @@ def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_
     meta = dict(MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
                 HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
     probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, x, aux, rstd, aux, aux,
-             aux, aux, aux, M, C, HW, n_tiles)
+             aux, aux, aux, M, C, HW, n_tiles, C, C, C)
     plan.P = max(1, min(n_tiles, cdiv(_bwd_programs_per_sm(probe, meta) * num_sms(dev), n_cb)))
     plan.n_cb, plan.meta, plan.n_tiles = n_cb, meta, n_tiles
-    return plan
 
 
 def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, scalar_weight: bool = False,
-             has_bias: bool = False, need_dw: bool = True):
-    """dx (+ ds when given) and the float32 parameter gradients (dγ or dg, dβ; None where absent)."""
+             bias_dtype: torch.dtype | None = None, need_dw: bool = True):
+    """dx (+ ds when given) and the parameter gradients (dγ or dg, dβ; None where absent or not needed), each in
+    its parameter's dtype (``bias_dtype``: the bias's, None without one)."""
+    has_bias = bias_dtype is not None
     key = (x.shape, x.dtype, x.device, dy.dtype, None if ds is None else ds.dtype,
-           None if weight is None else weight.dtype, mode, images, scalar_weight, has_bias, need_dw,
+           None if weight is None else weight.dtype, mode, images, scalar_weight, bias_dtype, need_dw,
            MAX_FUSED_C_BWD, WIDE_CHUNK, WIDE_BWD)
     plan = _BWD_PLANS.get(key)
     if plan is None:
@@ -598,36 +625,50 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
     need_dw, has_w, C = plan.need_dw, plan.has_w, plan.C
     if plan.path == "empty":
         dev = x.device
-        z = torch.zeros(C, device=dev, dtype=torch.float32)
-        return dx, (z if has_w else torch.zeros((), device=dev) if scalar_weight else None), (z if has_bias else None)
-    P, n_cb, M = plan.P, plan.n_cb, plan.M
-    f32 = dict(device=x.device, dtype=torch.float32)
+        return (dx, torch.zeros_like(weight) if weight is not None else None,
+                torch.zeros(C, device=dev, dtype=bias_dtype) if has_bias else None)
+    P, M = plan.P, plan.M
+    dw = db = None
+    # the kernels' gradient pointers and offsets: the gradients themselves (one program), or regions of one buffer
+    dwp = dbp = dswp = aux
+    row = b_off = sw_off = 0
+    if need_dw:
+        if weight is not None:
+            dw = torch.empty_like(weight)
+        if has_bias:
+            db = torch.empty(C, device=x.device, dtype=bias_dtype)
+        if plan.direct:
+            if has_w:
+                dwp = dw
+            elif scalar_weight:
+                dswp = dw
+            if has_bias:
+                dbp = db
+        else:
+            dwp = dbp = dswp = part = torch.empty(plan.part_size, device=x.device, dtype=torch.float32)
+            row = plan.nv * C
+            b_off = C if has_w else 0
+            sw_off = P * row
     w = weight if weight is not None else x
     dsx = ds if ds is not None else x
+    steps = plan.steps
     if plan.path == "fused3":
-        # the kernel adds each row's dγ/dβ into its program's partial row: they start at zero
-        dw_part = torch.zeros(P, C, **f32) if need_dw and has_w else aux
-        db_part = torch.zeros(P, C, **f32) if need_dw and has_bias else aux
-        dsw_part = torch.zeros(P, **f32) if need_dw and scalar_weight else aux
-        args = (x, w, dy, dsx, dx, aux, rstd, dw_part, db_part, dsw_part, M, C)
-        if plan.steps is None:
+        args = (x, w, dy, dsx, dx, aux, rstd, dwp, dbp, dswp, M, C, row, b_off, sw_off)
+        if steps is None:
             plan.steps = (first_launch(None, _row_bwd_wide_kernel, lambda META: (P,), args,
                                        dict(MODE=mode, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
                                             HAS_DS=ds is not None, COMPUTE_DW=need_dw, BLOCK_C=WIDE_CHUNK,
                                             num_warps=8)),)
         else:
-            plan.steps[0](*args)
+            steps[0](*args)
     else:
         c1 = c2 = aux
         if plan.wide:
-            c1 = torch.empty(M, **f32)
-            c2 = torch.empty(M, **f32)
-        dw_part = torch.empty(P, C, **f32) if need_dw and has_w else aux
-        db_part = torch.empty(P, C, **f32) if need_dw and has_bias else aux
-        dsw_part = torch.empty(P * n_cb, **f32) if need_dw and scalar_weight else aux
-        args = (x, w, dy, dsx, dx, aux, rstd, c1, c2, dw_part, db_part, dsw_part, M, C, plan.HW, plan.n_tiles)
+            c1 = torch.empty(M, device=x.device, dtype=torch.float32)
+            c2 = torch.empty(M, device=x.device, dtype=torch.float32)
+        args = (x, w, dy, dsx, dx, aux, rstd, c1, c2, dwp, dbp, dswp, M, C, plan.HW, plan.n_tiles, row, b_off,
+                sw_off)
         coef_args = (x, w, dy, aux, rstd, c1, c2, C)
-        steps = plan.steps
         if steps is not None:
             if plan.wide:
                 steps[1](*coef_args)
@@ -641,9 +682,9 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
             meta = plan.meta
             if _row_bwd_tuned is None:
                 meta = dict(meta, num_warps=_bwd_warps(meta))
+            n_cb = plan.n_cb
             plan.steps = (first_launch(_row_bwd_tuned, _row_bwd_kernel, lambda META: (P, n_cb), args, meta), coef)
-    if not need_dw:
-        return dx, None, None
-    dw = dw_part.sum(0) if has_w else dsw_part.sum() if scalar_weight else None
-    db = db_part.sum(0) if has_bias else None
+    if plan.sums is not None:
+        vec = (dw, db) if has_w and has_bias else (dw,) if has_w else (db,) if has_bias else ()
+        plan.sums(part, vec, (dw,) if scalar_weight else ())
     return dx, dw, db

@@ -47,6 +47,24 @@ def _dtype(p: torch.Tensor | None):
     return None if p is None else p.dtype
 
 
+def _once(backward):
+    """``backward`` for a first-order gradient; under ``create_graph=True`` (grad mode on in the backward) it runs
+    through ``once_differentiable``, so differentiating its result raises instead of silently giving zero.
+
+    (``once_differentiable`` on every call costs a ``no_grad`` block and a scan of the gradients, about a tenth of
+    the floor's whole backward on the host; the engine already runs a first-order backward without grad mode.)
+    """
+    slow = once_differentiable(backward)
+
+    def run(ctx, *grads):
+        if torch.is_grad_enabled():
+            return slow(ctx, *grads)
+        return backward(ctx, *grads)
+
+    run.__doc__ = backward.__doc__
+    return run
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Layout plumbing. The row kernels read tokens [..., C] as rows, and images [N, C, H, W] either in place (channel
 # stride H·W, when C fits the images kernel) or as channels-last rows: free for a channels_last input, one copy of
@@ -85,15 +103,17 @@ class _RowNormFn(torch.autograd.Function):
         return _back(y, how)
 
     @staticmethod
-    @once_differentiable
+    @_once
     def backward(ctx, dy):
         xk, weight, aux, rstd = ctx.saved_tensors
         mode, how, scalar_weight, bias_dtype = ctx.cfg
-        need_dw = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        dx, dw, db = _KERNELS["_rownorm"].backward(_grad_view(dy, how), None, xk, weight, aux, rstd, mode=mode,
-                                                   images=how == "images", scalar_weight=scalar_weight,
-                                                   has_bias=bias_dtype is not None, need_dw=need_dw)
-        return _back(dx, how), _f(dw, weight), _f(db, bias_dtype), None, None, None, None
+        need = ctx.needs_input_grad
+        # the kernel module returns the parameter gradients in the parameters' dtypes
+        dx, dw, db = _KERNELS["_rownorm"].backward(dy.contiguous() if how == "tokens" else _grad_view(dy, how), None,
+                                                   xk, weight, aux, rstd, mode=mode, images=how == "images",
+                                                   scalar_weight=scalar_weight, bias_dtype=bias_dtype,
+                                                   need_dw=need[1] or need[2])
+        return dx if how == "tokens" else _back(dx, how), dw, db, None, None, None, None
 
 
 class _AddRowNormFn(torch.autograd.Function):
@@ -109,21 +129,23 @@ class _AddRowNormFn(torch.autograd.Function):
         return y, s
 
     @staticmethod
-    @once_differentiable
+    @_once
     def backward(ctx, dy, ds):
         s, weight, aux, rstd = ctx.saved_tensors
         mode, bias_dtype, xdt, rdt = ctx.cfg
         if dy is None:
             dx, dw, db = ds, None, None
         else:
-            need_dw = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
+            need = ctx.needs_input_grad
             dx, dw, db = _KERNELS["_rownorm"].backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
-                                                       s, weight, aux, rstd, mode=mode,
-                                                       has_bias=bias_dtype is not None, need_dw=need_dw)
+                                                       s, weight, aux, rstd, mode=mode, bias_dtype=bias_dtype,
+                                                       need_dw=need[2] or need[3])
         if dx is None:
             return None, None, None, None, None, None
         # d(x + r)/dx = d(x + r)/dr = 1: both inputs get the same gradient, as torch's own add does.
-        return dx.to(xdt), dx.to(rdt), _f(dw, weight), _f(db, bias_dtype), None, None
+        if dx.dtype == xdt and xdt == rdt:
+            return dx, dx, dw, db, None, None
+        return dx.to(xdt), dx.to(rdt), dw, db, None, None
 
 
 class _PointwiseFn(torch.autograd.Function):
@@ -139,16 +161,18 @@ class _PointwiseFn(torch.autograd.Function):
         y = P.forward(xk, alpha, shift, weight, bias, kind=kind, images=how == "images")
         ctx.save_for_backward(xk, alpha, shift, weight)
         ctx.cfg = (kind, how, bias.dtype)
-        return _back(y, how)
+        return y if how == "tokens" else _back(y, how)
 
     @staticmethod
-    @once_differentiable
+    @_once
     def backward(ctx, dy):
         xk, alpha, shift, weight = ctx.saved_tensors
         kind, how, bias_dtype = ctx.cfg
-        dx, dw, db, da, ds = _KERNELS["_pointwise"].backward(_grad_view(dy, how), xk, alpha, shift, weight,
-                                                             kind=kind, images=how == "images")
-        return _back(dx, how), _f(da, alpha), _f(ds, shift), _f(dw, weight), _f(db, bias_dtype), None, None
+        # the kernel module returns the parameter gradients in the parameters' dtypes
+        dx, dw, db, da, ds = _KERNELS["_pointwise"].backward(
+            dy.contiguous() if how == "tokens" else _grad_view(dy, how), xk, alpha, shift, weight, bias_dtype,
+            kind=kind, images=how == "images")
+        return dx if how == "tokens" else _back(dx, how), da, ds, dw, db, None, None
 
 
 class _GroupNormFn(torch.autograd.Function):
