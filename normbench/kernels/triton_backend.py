@@ -12,11 +12,10 @@ import importlib
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 # the probe and the input check are shared with the softmax kernels (``softmax_backend``); launches go through
 # ``_env.Launcher``, which also launches on the tensors' device
-from normbench.kernels._env import NO_GPU, NO_TRITON, _check, unavailable  # noqa: F401
+from normbench.kernels._env import NO_GPU, NO_TRITON, _check, _once, unavailable  # noqa: F401
 from normbench.norms._base import check_input
 from normbench.registry import adopt_state
 
@@ -45,24 +44,6 @@ def _f(t: torch.Tensor | None, like):
 
 def _dtype(p: torch.Tensor | None):
     return None if p is None else p.dtype
-
-
-def _once(backward):
-    """``backward`` for a first-order gradient; under ``create_graph=True`` (grad mode on in the backward) it runs
-    through ``once_differentiable``, so differentiating its result raises instead of silently giving zero.
-
-    (``once_differentiable`` on every call costs a ``no_grad`` block and a scan of the gradients, about a tenth of
-    the floor's whole backward on the host; the engine already runs a first-order backward without grad mode.)
-    """
-    slow = once_differentiable(backward)
-
-    def run(ctx, *grads):
-        if torch.is_grad_enabled():
-            return slow(ctx, *grads)
-        return backward(ctx, *grads)
-
-    run.__doc__ = backward.__doc__
-    return run
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -119,8 +100,11 @@ class _RowNormFn(torch.autograd.Function):
 class _AddRowNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, weight, bias, mode, eps):
-        dt = x.dtype if x.dtype == residual.dtype else torch.promote_types(x.dtype, residual.dtype)
-        xk, rk = x.to(dt).contiguous(), residual.to(dt).contiguous()
+        if x.dtype == residual.dtype:
+            xk, rk = x.contiguous(), residual.contiguous()
+        else:
+            dt = torch.promote_types(x.dtype, residual.dtype)
+            xk, rk = x.to(dt).contiguous(), residual.to(dt).contiguous()
         y, s, aux, rstd = (_KERNELS.get("_rownorm") or _mod("_rownorm")).forward(
             xk, rk, weight, bias, mode=mode, eps=eps, store_stats=any(ctx.needs_input_grad))
         ctx.save_for_backward(s, weight, aux, rstd)
@@ -187,7 +171,7 @@ class _GroupNormFn(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
+    @_once
     def backward(ctx, dy):
         xk, weight, mean, rstd = ctx.saved_tensors
         num_groups, bias_dtype = ctx.cfg
@@ -252,29 +236,36 @@ def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
 # Modules
 # ---------------------------------------------------------------------------------------------------------------
 # Settings (eps, layout, widths) are read from ``m.eager`` (an instance attribute) rather than through
-# ``TritonNorm.__getattr__``'s fallback, which costs a caught AttributeError per name per call.
+# ``TritonNorm.__getattr__``'s fallback, which costs a caught AttributeError per name per call; parameters from
+# ``m._parameters`` (``_param``): ``m.weight`` reaches them through both ``__getattr__``s after a failed normal
+# lookup, several µs per call on the host (measured with scripts/triton_host.py --bench).
+def _param(m, name):
+    params = m._parameters
+    return params[name] if name in params else getattr(m, name)
+
+
 def _run_layernorm(m, x):
     e = m.eager
     check_input(x, e.num_features, e.layout, "LayerNorm")
-    return layer_norm(x, m.weight, m.bias, e.eps, e.layout)
+    return layer_norm(x, _param(m, "weight"), _param(m, "bias"), e.eps, e.layout)
 
 
 def _run_rmsnorm(m, x):
     e = m.eager
     check_input(x, e.num_features, e.layout, "RMSNorm")
-    return rms_norm(x, m.weight, e.eps, e.layout)
+    return rms_norm(x, _param(m, "weight"), e.eps, e.layout)
 
 
 def _run_crmsnorm(m, x):
     e = m.eager
     check_input(x, e.num_features, e.layout, "CRMSNorm")
-    return crms_norm(x, m.weight, e.eps, e.layout)
+    return crms_norm(x, _param(m, "weight"), e.eps, e.layout)
 
 
 def _run_scalenorm(m, x):
     e = m.eager
     check_input(x, e.num_features, e.layout, "ScaleNorm")
-    return scale_norm(x, m.g, e.eps, e.layout)
+    return scale_norm(x, _param(m, "g"), e.eps, e.layout)
 
 
 def _check_pair(m, x, residual, name):
@@ -286,24 +277,24 @@ def _check_pair(m, x, residual, name):
 
 def _run_add_layernorm(m, x, residual):
     _check_pair(m, x, residual, "AddLayerNorm")
-    return add_layer_norm(x, residual, m.weight, m.bias, m.eager.eps)
+    return add_layer_norm(x, residual, _param(m, "weight"), _param(m, "bias"), m.eager.eps)
 
 
 def _run_add_rmsnorm(m, x, residual):
     _check_pair(m, x, residual, "AddRMSNorm")
-    return add_rms_norm(x, residual, m.weight, m.eager.eps)
+    return add_rms_norm(x, residual, _param(m, "weight"), m.eager.eps)
 
 
 def _run_dyt(m, x):
     e = m.eager
     check_input(x, e.num_features, e.layout, "DyT")
-    return dyt(x, m.alpha, m.weight, m.bias, e.layout)
+    return dyt(x, _param(m, "alpha"), _param(m, "weight"), _param(m, "bias"), e.layout)
 
 
 def _run_derf(m, x):
     e = m.eager
     check_input(x, e.num_features, e.layout, "Derf")
-    return derf(x, m.alpha, m.shift, m.weight, m.bias, e.layout)
+    return derf(x, _param(m, "alpha"), _param(m, "shift"), _param(m, "weight"), _param(m, "bias"), e.layout)
 
 
 def _run_groupnorm(m, x):
@@ -312,7 +303,7 @@ def _run_groupnorm(m, x):
     if (m.num_features // G) * x.shape[2] * x.shape[3] < 2:
         raise ValueError(f"GroupNorm with {G} groups needs more than one value per group, got input "
                          f"{tuple(x.shape)}; use fewer groups or a larger spatial size")
-    return group_norm(x, G, m.weight, m.bias, m.eps)
+    return group_norm(x, G, _param(m, "weight"), _param(m, "bias"), m.eps)
 
 
 _RUN = {
