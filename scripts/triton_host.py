@@ -152,7 +152,23 @@ class Floor(torch.nn.Module):
         return _FloorFn.apply(self.n_out, x, *rest, *self._parameters.values())
 
 
-def _case(norm: str, shape, dtype):
+class ListFloor(torch.nn.Module):
+    """The floor as it was before 2026-11-27: its parameters in a ``ParameterList`` (``--floor list``, to compare
+    with figures taken then)."""
+
+    def __init__(self, module: torch.nn.Module, n_out: int):
+        super().__init__()
+        self.params = torch.nn.ParameterList([p for p in module.parameters()])
+        self.n_out = n_out
+
+    def forward(self, x, *rest):
+        return _FloorFn.apply(self.n_out, x, *rest, *self.params)
+
+
+FLOORS = {"lean": Floor, "list": ListFloor}
+
+
+def _case(norm: str, shape, dtype, floor_kind: str = "lean"):
     import normbench
 
     spec = normbench.get_norm(norm)
@@ -162,7 +178,7 @@ def _case(norm: str, shape, dtype):
     if norm.startswith("add_"):
         inputs.append(torch.randn(shape, device=DEVICE).to(dtype).requires_grad_(True))
     n_out = 2 if norm.startswith("add_") else 1
-    floor = Floor(module, n_out).to(device=DEVICE, dtype=dtype)
+    floor = FLOORS[floor_kind](module, n_out).to(device=DEVICE, dtype=dtype)
     return module, floor, inputs, n_out
 
 
@@ -228,7 +244,7 @@ def _per_call(fn, n: int, clock) -> float:
     return (clock() - t0) / n
 
 
-def bench(rounds: int = 200, block_s: float = 0.002) -> dict:
+def bench(rounds: int = 200, block_s: float = 0.002, floor_kind: str = "lean") -> dict:
     """Host µs per call, Triton module vs floor, interleaved: each round times a block of calls of one, then of the
     other (the order alternates), for forward and for backward; the ratio is the median of the rounds' ratios.
 
@@ -240,6 +256,7 @@ def bench(rounds: int = 200, block_s: float = 0.002) -> dict:
     from normbench.kernels import _env
 
     clock = time.thread_time
+    load_start = os.getloadavg()[0]
     torch.set_num_threads(1)
     # The partial-sum buffers are torch.empty: on a CPU, summing garbage that holds denormals is ~100x slower than
     # the op's dispatch (a GPU has no such cost); flushed, the sum costs what it would on a GPU's host side.
@@ -247,7 +264,7 @@ def bench(rounds: int = 200, block_s: float = 0.002) -> dict:
     report = {}
     with _env.use_launcher(StubLauncher()):
         for norm, shape, dtype, what in CASES:
-            module, floor, inputs, _ = _case(norm, shape, dtype)
+            module, floor, inputs, _ = _case(norm, shape, dtype, floor_kind)
             calls = {}
             for name, mod in (("triton", module), ("floor", floor)):
                 out = mod(*inputs)
@@ -276,8 +293,9 @@ def bench(rounds: int = 200, block_s: float = 0.002) -> dict:
                 row["ratio_" + step + "_iqr"] = [round(q[0], 3), round(q[2], 3)]
             row["what"] = what
             report[f"{norm} {'x'.join(map(str, shape))} {str(dtype).split('.')[-1]}"] = row
-    report["_machine"] = {"clock": "time.thread_time", "rounds": rounds, "load_1min": os.getloadavg()[0],
-                          "cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
+    report["_machine"] = {"clock": "time.thread_time", "rounds": rounds, "floor": floor_kind,
+                          "load_1min": [load_start, os.getloadavg()[0]], "cores": len(os.sched_getaffinity(0)),
+                          "torch": torch.__version__,
                           "threads": torch.get_num_threads()}
     return report
 
@@ -288,13 +306,15 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", action="store_true", help="host time per call against the floor module")
     ap.add_argument("--json", nargs="?", const="-", help="write JSON (to a file, or stdout with no argument)")
     ap.add_argument("--rounds", type=int, default=200, help="interleaved rounds of --bench")
+    ap.add_argument("--floor", choices=sorted(FLOORS), default="lean",
+                    help="the floor module of --bench (list: the ParameterList one of the figures before 2026-11-27)")
     ap.add_argument("--only", nargs="*", help="cases whose name starts with one of these (e.g. rmsnorm)")
     args = ap.parse_args(argv)
     if not (args.counts or args.bench):
         ap.error("say --counts or --bench")
     if args.only:
         CASES[:] = [c for c in CASES if any(f"{c[0]} {'x'.join(map(str, c[1]))}".startswith(o) for o in args.only)]
-    report = counts() if args.counts else bench(args.rounds)
+    report = counts() if args.counts else bench(args.rounds, floor_kind=args.floor)
     if args.json == "-":
         print(json.dumps(report))
     else:
