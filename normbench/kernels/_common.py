@@ -231,6 +231,19 @@ def _sum_parts_kernel(PART, OV0, OV1, OS0, OS1, P, C, K, SOFF, S, N_VB,
                 tl.store(OS1, tl.sum(a1, axis=0).to(OS1.dtype.element_ty))
 
 
+class Plan:
+    """A row-wise launch plan (``_rownorm``): what a call decides from its shape, dtypes and device, kept per key."""
+
+    __slots__ = ("M", "C", "HW", "wide", "steps", "need_dw", "has_w", "P", "n_cb", "meta", "n_tiles", "path",
+                 "direct", "sums", "nv", "part_size")
+
+    def __init__(self, **kw):
+        self.steps = self.sums = None
+        self.direct = False
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
 class SumParts:
     """The final sums of one launch plan: ``sums(part, outs_v, outs_s)`` sums the partials in ``part`` (P rows of
     the vector outputs' columns, then S partials per scalar output) into ``outs_v`` (0-2 tensors of C) and
