@@ -226,7 +226,11 @@ def test_many_machines_rebuild_renders_the_changed_machine_and_equals_a_cold_bui
     results = tmp_path / "results"
     _edit(results, lambda r: r["provenance"]["hardware_id"] == "gpu-machine-2",
           lambda r: r["metrics"].update(peak_mem_bytes=123454321))
-    again = build_site(results, site, charts=False)
+    built = []   # the device pages the rebuild builds at all (an unchanged machine's comes from the cache unbuilt)
+    device_page = pages.Site.device_page
+    monkeypatch.setattr(pages.Site, "device_page", lambda self, hw: built.append(hw) or device_page(self, hw))
+    again = build_site(results, site, charts=False, jobs=1)
+    assert built == ["gpu-machine-2"]
     assert any(p.startswith("records/gpu-machine-2-") for p in again.rendered)
     assert any(p.startswith("devices/gpu-machine-2-") for p in again.rendered)
     assert not [p for p in again.rendered if "gpu-machine-0" in p or "gpu-machine-1" in p]

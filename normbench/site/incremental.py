@@ -11,8 +11,12 @@ The data part of a digest is either
 * **the job's inputs** (``input_digest``), for the jobs that show every record of their scope in full: a record
   page (its records: file, bytes' hash, position, anchor and page; the JSON it publishes is these records) and a
   norm's figure page on one device (the kernel rows of that norm on that device with everything derived from other
-  records: speed-up, cache residency; the device's name; whether the norm's figures are inline): any edit to one of
-  these records changes the page; or
+  records: speed-up, cache residency; the device's name; whether the norm's figures are inline), a device's page
+  (its records and rows, and for each of its norms whether that norm has many machines) and a model's page on one
+  device (that device's records), both in a site with a norm on many machines (``pages.MANY_MACHINES``), and a
+  rendered document (its text): any edit to one of these records changes the
+  page, and a job whose inputs are unchanged is neither built nor rendered (a changed machine costs its own pages);
+  or
 * **the job's pages as built, before drawing** (``context_digest``): the context each template gets, every table
   row, every figure's data and options (figures are drawn lazily, ``LazyFigure``, only when a page is rendered):
   for the pages that summarise (overview, leaderboard, devices, a norm's page, accuracy, claims, ...), which are
@@ -168,6 +172,25 @@ def input_digest(site, job: tuple) -> str | None:
         return _h("record_page", job[1], *(entry_print(e) for e in entries))
     if what == "download_part":
         return _h("download_part", job[1], *(entry_print(e) for e in site.hw_records(job[1])))
+    if what in ("device_page", "model_page") and not any(site.many(n) for n in site.by_norm):
+        # A few machines: digested as built (cheap), so a page whose records changed where it does not show them is
+        # not rendered again.
+        return None
+    if what == "device_page":
+        # A machine's page shows its own records alone (facts from their provenance, its kernel rows, its accuracy
+        # count) and, per norm it measured, where that norm's machine view lives (``many``): a changed machine
+        # builds its own page, the others are not even built (issue #38: a rebuild in proportion). With many
+        # machines its table is every record of the machine (``data/km-*``), which any change to them changes.
+        hw = job[1]
+        norms = sorted({r["norm"] for r in site.by_hw.get(hw, [])})
+        return _h("device_page", hw, site.hw_name(hw), *(entry_print(e) for e in site.hw_entries.get(hw, [])),
+                  *(f"{n}\x1f{site.many(n)}" for n in norms), *(row_print(r) for r in site.by_hw.get(hw, [])))
+    if what == "model_page":
+        # ``normbench best``'s answer for one model on one machine reads that machine's records alone.
+        key, hw = job[1], job[2]
+        return _h("model_page", key, hw, site.hw_name(hw), *(entry_print(e) for e in site.hw_entries.get(hw, [])))
+    if what == "doc_page":
+        return _h("doc_page", *job[1:], site.docs.get(job[2]))
     if what == "norm_device":
         name, hw = job[1], job[2]
         rows = site.by_norm_hw.get((name, hw), [])

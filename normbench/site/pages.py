@@ -769,7 +769,9 @@ class Site:
         many = self.many(name)
         for hw in sorted({r["hardware"] for r in rows}):
             hr = [r for r in rows if r["hardware"] == hw]
-            figs, points = self._width_figures(name, hw, hr, up, draw=inline)
+            # With many machines and no figures inline, a machine's section is its button: its figures are not
+            # shown, so not planned either (their frames were most of a rebuild's norm pages).
+            figs, points = (([], 0) if many and not inline else self._width_figures(name, hw, hr, up, draw=inline))
             devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw), "figs": figs,
                             "points": points, "href": up + device_file(hw),
                             "fig_href": up + (device_file(hw) if many else norm_device_file(name, hw)),
