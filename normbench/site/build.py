@@ -343,6 +343,7 @@ def _build(results: Path, out: Path, docs, charts: bool, jobs: int | None, cache
                           records.PAGE_RECORDS, pages.MANY_MACHINES)
     if store is not None:
         site.fig_store = PickleDir(store.figures, store.key)
+        site.machine_store = PickleDir(store.dir / "machines", store.key)
     settled()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
@@ -363,6 +364,8 @@ def _build(results: Path, out: Path, docs, charts: bool, jobs: int | None, cache
     if store is not None:
         store.finish(manifest)
         site.fig_store.prune(used_figs)
+        # Read in the page workers too (whose reads this process does not see): kept by what this site reads.
+        site.machine_store.prune({site.machine_store._name(k) for k in site.machine_keys()})
     kinds = [e.kind for e in loaded.entries]
     return BuildReport(out, n_pages, len(loaded.entries), kinds.count("kernel"), kinds.count("accuracy"),
                        loaded.files, loaded.rejected, len(loaded.superseded), rendered, reused)

@@ -337,15 +337,25 @@ def page_context(bm: ByModel, key: str, hw: str, up: str) -> dict:
             "tie_factor": best.TIE_FACTOR, "err_tol": ", ".join(f"{d} {t:g}" for d, t in best.ERR_TOL.items())}
 
 
-def index_rows(bm: ByModel) -> list[dict]:
-    """One row per model, device, dtype and pass with records: how many cells are answered, undecided, ..."""
-    out = []
-    for key, hw in bm.pairs():
-        m = bm.model(key)
-        for dtype, pass_ in bm.combos(key, hw):
-            rows = bm.answer(key, hw, dtype, pass_)
+def machine_index_rows(bm: ByModel, hw: str) -> dict[str, list[dict]]:
+    """``index_rows`` of one device, by model: a function of that device's records alone (cached per machine)."""
+    out: dict[str, list[dict]] = {}
+    for m in bm.models:
+        if not (bm.at_targets(m.key, hw) or (m.key, hw) in bm.e2e):
+            continue
+        rows_of = out.setdefault(m.key, [])
+        for dtype, pass_ in bm.combos(m.key, hw):
+            rows = bm.answer(m.key, hw, dtype, pass_)
             counts = {st: sum(r["status"] == st for r in rows) for st in STATUSES}
-            out.append({"key": key, "name": m.name, "family": m.family, "hw": hw, "dtype": dtype, "pass": pass_,
-                        "href": f"{model_file(key, hw)}#{combo_anchor(dtype, pass_)}", "cells": len(rows),
-                        "answered": sum(counts[s] for s in ANSWERED), **counts})
+            rows_of.append({"key": m.key, "name": m.name, "family": m.family, "hw": hw, "dtype": dtype,
+                            "pass": pass_, "href": f"{model_file(m.key, hw)}#{combo_anchor(dtype, pass_)}",
+                            "cells": len(rows), "answered": sum(counts[s] for s in ANSWERED), **counts})
     return out
+
+
+def index_rows(bm: ByModel, per_machine=None) -> list[dict]:
+    """One row per model, device, dtype and pass with records: how many cells are answered, undecided, ...
+    ``per_machine(what, hw, make)``: where a device's rows are kept between builds (``pages.Site.per_machine``)."""
+    by_hw = {hw: (per_machine("models_index", hw, lambda hw=hw: machine_index_rows(bm, hw)) if per_machine
+                  else machine_index_rows(bm, hw)) for hw in bm.hws}
+    return [r for key, hw in bm.pairs() for r in by_hw[hw].get(key, [])]

@@ -220,6 +220,7 @@ class Site:
         self.data_files: dict = {}     # data file -> its Table (text: ``Table.data_text``) or text
         self.extra_files: dict[str, bytes] = {}   # other files a job writes (a record page's JSON)
         self.fig_store = None          # drawn figures by the hash of their inputs (``results.readcache.PickleDir``)
+        self.machine_store = None      # per-machine aggregates (``per_machine``; ``results.readcache.PickleDir``)
         self.kernels = agg.kernel_rows(loaded.entries, rows)   # ``rows``: the site cache's (``incremental``)
         agg.add_speedups(self.kernels)
         agg.add_cache_residency(self.kernels)
@@ -246,6 +247,37 @@ class Site:
     # --- rows ----------------------------------------------------------------------------------------------------
 
     # --- links ---------------------------------------------------------------------------------------------------
+
+    #: What ``per_machine`` keeps of each machine between builds (``build`` prunes the rest).
+    MACHINE_MEMOS = ("models_index",)
+
+    def machine_print(self, hw: str) -> str:
+        """A machine's records as the pages know them (``incremental.entry_print`` of each): what its aggregates are
+        a function of."""
+        memo = self.__dict__.setdefault("_machine_prints", {})
+        if hw not in memo:
+            from normbench.site.incremental import _h, entry_print
+
+            memo[hw] = _h(hw, *(entry_print(e) for e in self.hw_entries.get(hw, [])))
+        return memo[hw]
+
+    def machine_keys(self) -> list[tuple]:
+        """The keys ``per_machine`` reads in this site (the entries a build keeps)."""
+        return [(what, hw, self.machine_print(hw)) for what in self.MACHINE_MEMOS for hw in sorted(self.hw_entries)]
+
+    def per_machine(self, what: str, hw: str, make):
+        """``make()``, an aggregate of one machine's records alone, kept between builds under the machine's records'
+        print (``machine_store``): a summary page is assembled from every machine's kept rows, and a changed machine
+        computes its own again (issue #38: a rebuild in proportion)."""
+        store = self.machine_store
+        if store is None:
+            return make()
+        key = (what, hw, self.machine_print(hw))
+        value = store.get(key)
+        if value is None:
+            value = make()
+            store.put(key, value)
+        return value
 
     def hw_name(self, hw: str) -> str:
         entries = self.hw_entries.get(hw) or []
@@ -840,7 +872,7 @@ class Site:
                              Col("flagged", True, "only flagged records (or errors above tolerance)"),
                              Col("missing", True, "no record"), Col("cells", True, "sites x regimes")],
                   filters=[("model", "model"), ("hardware", "device"), ("dtype", "dtype"), ("pass", "pass")])
-        for r in bm.index_rows(b):
+        for r in bm.index_rows(b, self.per_machine):
             t.add([cell(r["name"], r["name"], href=r["href"]), cell(r["hw"], r["hw"], href=device_file(r["hw"])),
                    cell(r["family"], r["family"]), cell(r["dtype"], r["dtype"]), cell(r["pass"], r["pass"]),
                    cell(r["answered"], r["answered"]), cell(r["undecided"], r["undecided"]),
