@@ -29,8 +29,8 @@ Layout of the cache directory (default ``.<out>.cache`` beside the output; ``--c
 ``records/`` (judged record files, ``results.readcache``), ``blobs/`` (each file once, by SHA-256, hard-linked into
 the site and read-only), ``figures/`` (drawn figures by the hash of their inputs), ``rows/`` (each record file's
 kernel rows by the hash of its bytes, ``aggregate.kernel_rows``), ``machines/`` (aggregates of one machine's records
-that a summary page assembles, by the print of that machine's records: ``pages.Site.per_machine``) and ``manifest.json`` (digest ->
-files, for the last build). Deleting it is always safe.
+that a summary page assembles, by the print of that machine's records: ``pages.Site.per_machine``) and
+``manifest.json`` (digest -> files, for the last build). Deleting it is always safe.
 """
 
 from __future__ import annotations

@@ -482,19 +482,22 @@ class Site:
         return self._width_figures(norm, hw, rows, up)[0]
 
     def _width_plan(self, norm: str, hw: str, rows: list[dict], up: str) -> list[tuple]:
-        """(layout, metric, what, frame) of each width figure of a norm on a device, before drawing any."""
+        """(layout, metric, what, points) of each width figure of a norm on a device (``_width_best``'s points: the
+        figure's frame is ``_frame`` of them), before drawing any."""
         key = (norm, hw, up)
         if key in self._wplan:
             return self._wplan[key]
         plan = []
         for layout in sorted({r["layout"] for r in rows}):
-            df = self.width_frame([r for r in rows if r["layout"] == layout], up)
-            if len(df) == 0 or df["width"].nunique() < 2:
+            # The points (``width_frame``'s) without their frame: a figure makes its frame when it is drawn and is
+            # digested by their print (making ~1,000 frames was most of a rebuild's norm pages).
+            best = self._width_best([r for r in rows if r["layout"] == layout])
+            if len({k[4] for k, _ in best}) < 2:
                 continue
             for metric, what in (("gbps", "GB/s"), ("pct_ceiling", "% of the measured copy ceiling")):
-                if metric == "pct_ceiling" and df["pct_ceiling"].isna().all():
+                if metric == "pct_ceiling" and all(_na(r["pct"]) for _, r in best):
                     continue
-                plan.append((layout, metric, what, df))
+                plan.append((layout, metric, what, best))
         self._wplan[key] = plan
         return plan
 
@@ -526,26 +529,27 @@ class Site:
             return self._wfig[key]
         figs, points = [], 0
         gbps_fig: dict[str, str] = {}   # layout -> its GB/s figure's id
-        for layout, metric, what, df in self._width_plan(norm, hw, rows, up):
+        for layout, metric, what, best in self._width_plan(norm, hw, rows, up):
             if not draw:
                 fig = Markup("") if self.charts is not None else None
             else:
                 alt = (f"{norm} on {hw} ({layout}): {what} against hidden size, one line per backend "
-                       f"({', '.join(sorted(df['backend'].unique()))}) per dtype and pass")
+                       f"({', '.join(sorted({k[0] for k, _ in best}))}) per dtype and pass")
                 chart_id = slug("w", norm, hw, layout, metric)
                 kw = {}
                 # Drawn in the browser, the % figure reads the GB/s figure's data (one copy in the page) where the
                 # two draw the same records (each leaves out the rows without its metric).
-                if not static and metric == "pct_ceiling" and layout in gbps_fig and (
-                        df["pct_ceiling"].notna().equals(df["gbps"].notna())):
+                if not static and metric == "pct_ceiling" and layout in gbps_fig and all(
+                        _na(r["pct"]) == _na(r["gbps"]) for _, r in best):
                     kw["data_from"] = gbps_fig[layout]
                 if metric == "gbps":
                     gbps_fig[layout] = chart_id
-                fig = self.figure("kernel_width_chart", df, chart_id, alt, metric=metric,
-                                  title=f"{norm} · {layout} · {what}", static=static, **kw)
+                fig = self.figure("kernel_width_chart", lambda best=best, up=up: self._frame(best, up), chart_id,
+                                  alt, metric=metric, title=f"{norm} · {layout} · {what}", static=static,
+                                  inputs=repr(self._best_print(best, up)), **kw)
             if fig is not None:
                 figs.append(fig)
-                points += len(df)
+                points += len(best)
         self._wfig[key] = (figs, points)
         return figs, points
 
@@ -1392,6 +1396,11 @@ class Site:
     def pages(self):
         for job in self.jobs():
             yield from self.run(job)
+
+
+def _na(v) -> bool:
+    """Whether a frame would hold ``v`` as missing (``pandas.isna``: None or NaN)."""
+    return v is None or (isinstance(v, float) and v != v)
 
 
 def _metric_label(metric: str, higher: bool) -> str:
