@@ -483,13 +483,13 @@ def test_writing_commands_interrupted_then_resumed(tmp_path, launcher, command):
     assert _ids(tmp_path / "results") == want
 
 
-def test_ingest_asv_interrupted_then_resumed(tmp_path, launcher):
+def test_ingest_asv_interrupted_then_resumed(tmp_path, launcher, committed_results):
 
     from test_suites_accuracy import _a_committed_record, _asv_result_file
 
     from normbench import results, suites
 
-    rec = _a_committed_record("synth-lm")
+    rec = _a_committed_record("synth-lm", committed_results)
     norm = rec["norm"]["name"]
     asv_dir, sidecar = tmp_path / ".asv" / "results", tmp_path / ".asv" / "normbench"
     run_dir = sidecar / "accuracy" / "abc-virtualenv-py3.11"
