@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from normbench.measure.timers import SPIN_FACTOR
+
 TIER1_NORMS = ("layernorm", "rmsnorm", "dyt", "add_rmsnorm")
 #: tokens x hidden: every LLM width at 4096 tokens, and one 8192 x 4096 shape (a Llama-7B step's worth of rows)
 TIER1_SHAPES = ("llm-4096x1024", "llm-4096x2048", "llm-4096x4096", "llm-4096x8192", "llm-4096x16384",
@@ -166,6 +168,10 @@ CASE_OVERHEAD_S = 0.2
 CEILING_S = 3.0
 #: ``normbench check`` of each norm before it is measured (its backends compiled and compared with eager).
 CHECK_S = 10.0
+#: Keep-ahead (on by default on CUDA, ``measure.timers.KeepAhead``) queues a spin before each batch lasting
+#: ``SPIN_FACTOR`` times the host's enqueue time of a batch, while the host enqueues it: each repetition costs that
+#: much GPU time on top of its own work. The host's time per repetition is taken as ``REP_OVERHEAD_S``.
+SPIN_PER_REP_S = SPIN_FACTOR * REP_OVERHEAD_S
 
 
 def _case_bytes(case) -> int:
@@ -183,7 +189,8 @@ def _case_bytes(case) -> int:
 
 
 def estimate(cases, settings: dict | None = None) -> float:
-    """Estimated seconds to measure ``cases`` on a GPU (setup per group + repetitions per case)."""
+    """Estimated seconds to measure ``cases`` on a GPU (setup per group + repetitions per case, each with its share
+    of the keep-ahead spin unless ``settings`` has ``keep_ahead=False``)."""
     s = dict(CAMPAIGN_SETTINGS, **(settings or {}))
     groups = {}
     total = 0.0
@@ -192,6 +199,8 @@ def estimate(cases, settings: dict | None = None) -> float:
         t = _case_bytes(c) / ASSUMED_BW
         reps = min(s["max_reps"], max(s["min_reps"], int(s["min_time"] / max(t, 1e-7))))
         per_rep = t + REP_OVERHEAD_S + (_case_bytes(c) / ASSUMED_BW / 2 if c.pass_ == "bwd" else 0.0)
+        if s.get("keep_ahead", True):
+            per_rep += SPIN_PER_REP_S
         total += (reps + s["warmup"]) * per_rep + CASE_OVERHEAD_S
     for backend in groups.values():
         total += SETUP_S.get(backend, SETUP_BASELINE_S)

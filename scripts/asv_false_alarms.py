@@ -34,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # The README's default set for a shared machine: the drift-normalised kernel timings (docs/measurement.md, "ASV").
-DEFAULT_BENCH = "time_in_copies"
+DEFAULT_BENCH = "time_in_refs"
 
 FORWARD = ("        xf = upcast(x)\n"
            "        ms = xf.pow(2).mean(self.dim, keepdim=True)\n"

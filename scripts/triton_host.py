@@ -10,7 +10,8 @@ interpreter), so autotuning is on, as on a GPU; its autotuner never times anythi
 picks the first configuration, once per new key.
 
     python scripts/triton_host.py --counts [--json]        # per call after warm-up: launches, ATen ops, tuner runs, ...
-    python scripts/triton_host.py --bench [--json out]     # host µs per call: Triton module vs the floor module
+    python scripts/triton_host.py --bench [--json out]     # host µs per call: Triton module vs the floor module,
+                                                           # interleaved round by round (medians)
 
 The floor module has the Triton module's signature and outputs: a no-op ``autograd.Function`` whose forward returns
 ``empty_like`` outputs and whose backward returns ``empty_like`` gradients. Its time is what any autograd module with
@@ -50,13 +51,18 @@ CASES = [
     ("rmsnorm", (4, 32768), torch.bfloat16, "wide forward and backward"),
     ("add_rmsnorm", (8, 4096), torch.bfloat16, "residual, decode"),
     ("dyt", (8, 4096), torch.bfloat16, "point-wise, decode"),
+    ("softmax", (8, 4096), torch.bfloat16, "softmax (triton_online), on-chip rows"),
 ]
+#: The backend a case runs (default "triton").
+BACKENDS = {"softmax": "triton_online"}
 
 #: At most this many ATen ops per call after warm-up (counted by TorchDispatchMode), forward / backward:
-#: forward allocates y (and s), and rstd (and aux for LayerNorm); backward allocates dx and the partial sums of the
-#: parameter gradients, sums them and casts them to the parameters' dtype.
+#: forward allocates y (and s), and rstd (and aux for LayerNorm); backward
+#: allocates dx, each parameter's gradient (in its dtype) and, where more than one program reduces, one float32
+#: buffer of partial sums, which a second launch sums into the gradients. A saved output (add+RMSNorm's s,
+#: softmax's y) costs autograd a detach in each direction.
 MAX_ATEN = {
-    "rmsnorm": (2, 4), "layernorm": (3, 7), "add_rmsnorm": (4, 5), "dyt": (1, 10),
+    "rmsnorm": (2, 3), "layernorm": (3, 4), "add_rmsnorm": (4, 4), "dyt": (1, 5), "softmax": (2, 2),
 }
 
 
@@ -131,7 +137,24 @@ class _FloorFn(torch.autograd.Function):
 
 
 class Floor(torch.nn.Module):
-    """The floor: the Triton module's parameters and outputs, and an autograd function that computes nothing."""
+    """The floor: the Triton module's parameters and outputs, and an autograd function that computes nothing.
+
+    Its parameters are its own (``p0``, ``p1``, ...), read from ``_parameters`` as the Triton module reads its own:
+    a ``ParameterList`` would add about 4 µs per call of iteration to the floor and flatter the ratio."""
+
+    def __init__(self, module: torch.nn.Module, n_out: int):
+        super().__init__()
+        for i, p in enumerate(module.parameters()):
+            self.register_parameter(f"p{i}", p)
+        self.n_out = n_out
+
+    def forward(self, x, *rest):
+        return _FloorFn.apply(self.n_out, x, *rest, *self._parameters.values())
+
+
+class ListFloor(torch.nn.Module):
+    """The floor as it was before 2026-11-27: its parameters in a ``ParameterList`` (``--floor list``, to compare
+    with figures taken then)."""
 
     def __init__(self, module: torch.nn.Module, n_out: int):
         super().__init__()
@@ -142,17 +165,20 @@ class Floor(torch.nn.Module):
         return _FloorFn.apply(self.n_out, x, *rest, *self.params)
 
 
-def _case(norm: str, shape, dtype):
+FLOORS = {"lean": Floor, "list": ListFloor}
+
+
+def _case(norm: str, shape, dtype, floor_kind: str = "lean"):
     import normbench
 
     spec = normbench.get_norm(norm)
-    module = spec.create(shape[-1], backend="triton").to(device=DEVICE, dtype=dtype)
+    module = spec.create(shape[-1], backend=BACKENDS.get(norm, "triton")).to(device=DEVICE, dtype=dtype)
     x = torch.randn(shape, device=DEVICE).to(dtype).requires_grad_(True)
     inputs = [x]
     if norm.startswith("add_"):
         inputs.append(torch.randn(shape, device=DEVICE).to(dtype).requires_grad_(True))
     n_out = 2 if norm.startswith("add_") else 1
-    floor = Floor(module, n_out).to(device=DEVICE, dtype=dtype)
+    floor = FLOORS[floor_kind](module, n_out).to(device=DEVICE, dtype=dtype)
     return module, floor, inputs, n_out
 
 
@@ -210,17 +236,27 @@ def counts(warmup: int = 3) -> dict:
     return report
 
 
-def bench(trials: int = 7, min_run_time: float = 0.3) -> dict:
-    """Host µs per call (median of ``trials`` interleaved blocked_autorange medians), Triton module vs floor.
+def _per_call(fn, n: int, clock) -> float:
+    """CPU seconds per call of ``fn`` over ``n`` calls."""
+    t0 = clock()
+    for _ in range(n):
+        fn()
+    return (clock() - t0) / n
+
+
+def bench(rounds: int = 200, block_s: float = 0.002, floor_kind: str = "lean") -> dict:
+    """Host µs per call, Triton module vs floor, interleaved: each round times a block of calls of one, then of the
+    other (the order alternates), for forward and for backward; the ratio is the median of the rounds' ratios.
 
     The clock is this thread's CPU time (``time.thread_time``), not the wall: on a shared machine the time this
-    process waits for a core is not host work (cache contention still is, for both modules alike)."""
+    process waits for a core is not host work (cache contention and load still are, for both modules alike, which
+    is why they are interleaved round by round rather than timed one after the other)."""
     import time
-
-    import torch.utils.benchmark as tbench
 
     from normbench.kernels import _env
 
+    clock = time.thread_time
+    load_start = os.getloadavg()[0]
     torch.set_num_threads(1)
     # The partial-sum buffers are torch.empty: on a CPU, summing garbage that holds denormals is ~100x slower than
     # the op's dispatch (a GPU has no such cost); flushed, the sum costs what it would on a GPU's host side.
@@ -228,26 +264,38 @@ def bench(trials: int = 7, min_run_time: float = 0.3) -> dict:
     report = {}
     with _env.use_launcher(StubLauncher()):
         for norm, shape, dtype, what in CASES:
-            module, floor, inputs, _ = _case(norm, shape, dtype)
+            module, floor, inputs, _ = _case(norm, shape, dtype, floor_kind)
+            calls = {}
+            for name, mod in (("triton", module), ("floor", floor)):
+                out = mod(*inputs)
+                outs, wrt, dys = _grads(mod, inputs, out)
+                calls[name + "_fwd"] = lambda mod=mod: mod(*inputs)
+                calls[name + "_bwd"] = (lambda outs=outs, wrt=wrt, dys=dys:
+                                        torch.autograd.grad(outs, wrt, dys, retain_graph=True))
+            # block size: about ``block_s`` of the slower call (the Triton module), after a warm-up
+            n = {}
+            for step in ("fwd", "bwd"):
+                per = _per_call(calls["triton_" + step], 20, clock)
+                n[step] = max(5, int(block_s / max(per, 1e-7)))
             times = collections.defaultdict(list)
-            for _ in range(trials):
-                for name, mod in (("triton", module), ("floor", floor)):
-                    out = mod(*inputs)
-                    outs, wrt, dys = _grads(mod, inputs, out)
-                    env = {"mod": mod, "inputs": inputs, "outs": outs, "wrt": wrt, "dys": dys, "torch": torch}
-                    fwd = tbench.Timer("mod(*inputs)", globals=env, timer=time.thread_time).blocked_autorange(
-                        min_run_time=min_run_time)
-                    bwd = tbench.Timer("torch.autograd.grad(outs, wrt, dys, retain_graph=True)", globals=env,
-                                       timer=time.thread_time).blocked_autorange(min_run_time=min_run_time)
-                    times[name + "_fwd"].append(fwd.median * 1e6)
-                    times[name + "_bwd"].append(bwd.median * 1e6)
+            ratios = collections.defaultdict(list)
+            for r in range(rounds):
+                for step in ("fwd", "bwd"):
+                    order = ("triton", "floor") if r % 2 == 0 else ("floor", "triton")
+                    got = {name: _per_call(calls[f"{name}_{step}"], n[step], clock) for name in order}
+                    for name, t in got.items():
+                        times[f"{name}_{step}"].append(t * 1e6)
+                    ratios[step].append(got["triton"] / got["floor"])
             row = {k: round(statistics.median(v), 2) for k, v in times.items()}
-            row["ratio_fwd"] = round(row["triton_fwd"] / row["floor_fwd"], 3)
-            row["ratio_bwd"] = round(row["triton_bwd"] / row["floor_bwd"], 3)
+            for step in ("fwd", "bwd"):
+                q = statistics.quantiles(ratios[step], n=4)
+                row["ratio_" + step] = round(statistics.median(ratios[step]), 3)
+                row["ratio_" + step + "_iqr"] = [round(q[0], 3), round(q[2], 3)]
             row["what"] = what
             report[f"{norm} {'x'.join(map(str, shape))} {str(dtype).split('.')[-1]}"] = row
-    report["_machine"] = {"clock": "time.thread_time", "load_1min": os.getloadavg()[0],
-                          "cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
+    report["_machine"] = {"clock": "time.thread_time", "rounds": rounds, "floor": floor_kind,
+                          "load_1min": [load_start, os.getloadavg()[0]], "cores": len(os.sched_getaffinity(0)),
+                          "torch": torch.__version__,
                           "threads": torch.get_num_threads()}
     return report
 
@@ -257,14 +305,16 @@ def main(argv=None) -> int:
     ap.add_argument("--counts", action="store_true", help="per-call counts after warm-up")
     ap.add_argument("--bench", action="store_true", help="host time per call against the floor module")
     ap.add_argument("--json", nargs="?", const="-", help="write JSON (to a file, or stdout with no argument)")
-    ap.add_argument("--trials", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=200, help="interleaved rounds of --bench")
+    ap.add_argument("--floor", choices=sorted(FLOORS), default="lean",
+                    help="the floor module of --bench (list: the ParameterList one of the figures before 2026-11-27)")
     ap.add_argument("--only", nargs="*", help="cases whose name starts with one of these (e.g. rmsnorm)")
     args = ap.parse_args(argv)
     if not (args.counts or args.bench):
         ap.error("say --counts or --bench")
     if args.only:
         CASES[:] = [c for c in CASES if any(f"{c[0]} {'x'.join(map(str, c[1]))}".startswith(o) for o in args.only)]
-    report = counts() if args.counts else bench(args.trials)
+    report = counts() if args.counts else bench(args.rounds, floor_kind=args.floor)
     if args.json == "-":
         print(json.dumps(report))
     else:

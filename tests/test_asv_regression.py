@@ -1,6 +1,6 @@
 """ASV as its users run it: ``asv run`` saves results for the checked-out commit, ``asv continuous`` catches a
 slowed norm. A temporary git repository holds this tree twice: as is, and with RMSNorm's forward computing its
-statistics forty times (real CPU work, as the drift-normalised ``time_in_copies`` counts CPU time on a CPU: a planted
+statistics forty times (real CPU work, as the drift-normalised ``time_in_refs`` counts CPU time on a CPU: a planted
 sleep would be invisible to it). A gross slow-down, not a timing test in disguise: five times the statistics read as
 only 1.18x of the whole forward at this small case (24.5 -> 28.8 copies, +-8) in a CI run beside the other tests and
 was not significant; ``scripts/asv_false_alarms.py`` measures how often ASV misses a 5x forward (docs/measurement.md,
@@ -45,14 +45,14 @@ def test_asv_run_saves_results_and_continuous_reports_a_slowed_norm(tmp_path):
 
     # `asv continuous BASE HEAD` as the README runs it (commits alternated over two rounds, the drift-normalised
     # timing; its forward case alone, for time): the slowed norm is listed and the exit status is 1.
-    r = run("continuous", "--interleave-rounds", base, head, "-b", r"time_in_copies\(.*'fwd'\)")
+    r = run("continuous", "--interleave-rounds", base, head, "-b", r"time_in_refs\(.*'fwd'\)")
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "PERFORMANCE DECREASED" in out
-    [line] = [ln for ln in out.splitlines() if "time_in_copies('rmsnorm'" in ln and ln.lstrip("| ").startswith("+")]
+    [line] = [ln for ln in out.splitlines() if "time_in_refs('rmsnorm'" in ln and ln.lstrip("| ").startswith("+")]
     assert float(line.split("|")[4]) > 1.1, line  # asv's own factor; the planted change is far larger
-    # ASV ran time_in_copies as a time benchmark in two rounds: statistics over both processes' samples
+    # ASV ran time_in_refs as a time benchmark in two rounds: statistics over both processes' samples
     [saved] = (repo / ".asv" / "results" / "ci").glob(f"{head[:8]}-*.json")
     data = json.loads(saved.read_text())
-    row = dict(zip(data["result_columns"], data["results"]["kernels.Relative.time_in_copies"]))
+    row = dict(zip(data["result_columns"], data["results"]["kernels.Relative.time_in_refs"]))
     assert row["stats_repeat"][0] >= 2 * 10, row  # repeat = (10, ...) per process, two processes

@@ -232,7 +232,7 @@ def test_build_writes_every_page_and_each_row_links_to_its_record(demo_site):
     assert len(hrefs) == report.kernel
     for page, key in hrefs:
         # The record's section on its page, and the record in the page's JSON file.
-        assert f'<section class="record" id="{key}">' in (site / page).read_text()
+        assert f'<details class="record" id="{key}">' in (site / page).read_text()
         recs = {r["id"]: r for p, r in sup.published(site) if sup.page_of(p) == site / page}
         assert recs[key]["kind"] == "kernel"
     # The leaderboard holds one row per case (device, norm, backend, dtype, pass, class): its best shape.
@@ -293,25 +293,49 @@ def test_kernel_views_per_norm_and_device_with_width_figures(demo_site):
     assert ranks.count("flagged") == 1 and ranks.index("flagged") == len(ranks) - 1
 
 
-def _section(html: str, rid: str) -> str:
-    """The record's own section of a record page."""
-    start = html.index(f'<section class="record" id="{rid}">')
-    return html[start:html.index("</section>", start)]
-
-
 def test_record_pages_show_the_reproducing_command(demo_site):
     root, _ = demo_site
     site = root / "site"
     recs = sup.published(site)
     p, k = next((p, r) for p, r in recs if r["kind"] == "kernel" and r["config"]["device"] == "cuda")
-    page = _section(sup.page_of(p).read_text(), k["id"])
+    detail = sup.record_details(sup.page_of(p))[k["id"]]
     c = k["config"]
-    assert (f"normbench bench --norm {k['norm']['name']} --backend {c['backend']} --shape-class {c['shape_class']} "
-            f"--layout tokens --dtype {c['dtype']} --pass {c['pass']} --device cuda --timing cold") in page
+    assert detail["command"].startswith(
+        f"normbench bench --norm {k['norm']['name']} --backend {c['backend']} --shape-class {c['shape_class']} "
+        f"--layout tokens --dtype {c['dtype']} --pass {c['pass']} --device cuda --timing cold")
     p, a = next((p, r) for p, r in recs if r["kind"] == "accuracy" and r["config"]["seed"] == 2)
-    page = _section(sup.page_of(p).read_text(), a["id"])
-    assert (f"normbench train --norm {a['norm']['name']} --task {a['config']['task']} --model {a['config']['model']} "
-            "--seeds 1 --seed-start 2") in page
+    detail = sup.record_details(sup.page_of(p))[a["id"]]
+    assert detail["command"].startswith(
+        f"normbench train --norm {a['norm']['name']} --task {a['config']['task']} --model {a['config']['model']} "
+        "--seeds 1 --seed-start 2")
+
+
+def test_record_pages_detail_every_record_from_one_file_per_machine(demo_site):
+    """One record page per machine (the demo has under 2,000 records a machine); each record's detail in the
+    machine's data file is its record as published: config and metrics as text, its file and place, its run's
+    provenance, its flags with their reasons."""
+    from normbench.records.schema import INVALID_FLAGS
+    from normbench.site.pages import _text
+
+    root, _ = demo_site
+    site = root / "site"
+    recs = sup.published(site)
+    hws = {r["provenance"]["hardware_id"] for _, r in recs}
+    assert len(list((site / "records").glob("*.html"))) == len(hws) == len(list(
+        (site / "data" / "machines").glob("*.js")))
+    flagged = 0
+    for p, r in recs:
+        d = sup.record_details(sup.page_of(p))[r["id"]]
+        assert d["rid"] == r["id"]
+        assert d["config"] == {k: _text(v) for k, v in sup.flat2(r["config"])}
+        assert d["metrics"] == {k: _text(v) for k, v in sup.flat2(r["metrics"]) if k != "curve"}
+        prov = {k: _text(v) for k, v in sup.flat2(r["provenance"])}
+        assert d["provenance"] == prov and d["provenance"]["hardware_id"] == r["provenance"]["hardware_id"]
+        for f in r.get("flags") or []:
+            assert f in {x[1] for x in d["flags"]}
+        flagged += bool(d["flags"])
+        assert d["status"] == (2 if any(x[1] in INVALID_FLAGS for x in d["flags"]) else 1 if d["flags"] else 0)
+    assert flagged
 
 
 def test_downloads_and_the_published_schema_hold_every_record(demo_site):
@@ -582,3 +606,41 @@ def test_a_parallel_build_writes_the_same_bytes_as_a_serial_one(demo_site, tmp_p
     for rel in files[0]:
         a, b = ((o / rel).read_bytes() for o in outs)
         assert footer.sub(b"", a) == footer.sub(b"", b), rel
+
+
+def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
+    """Beyond ``MANY_MACHINES`` machines a norm has no page per machine: each machine's kernel records are in one data
+    file (its rows for every norm, each linking its record's detail), which the norm's page loads per machine; the
+    norm page keeps each machine's best results; a machine adds no file per norm."""
+    site, report, recs = sup.machines_site(tmp_path)
+    assert not report.rejected and report.kernel == len(recs)
+    assert not [p.name for p in (site / "norms").glob("*--*.html") if not p.name.endswith("--devices.html")]
+    assert not list((site / "data").glob("knd-*.js"))
+    hws = sorted({r["provenance"]["hardware_id"] for r in recs})
+    norms = sorted({r["norm"]["name"] for r in recs})
+    for hw in hws:
+        files = list((site / "data").glob(f"km-{hw}-*.js"))
+        assert len(files) == 1, hw
+        text = files[0].read_text()
+        data = json.loads(text[text.index(",") + 1:-3])
+        S, fk = data["s"], data["fk"]
+        seen = {}
+        for row in data["rows"]:
+            f = {k: S[i] for k, i in zip(fk, row[1]) if i is not None}
+            link = row[0][-1]
+            href = S[link[2]]
+            assert href.startswith("../records/") and "#" in href
+            seen.setdefault(f["norm"], set()).add(href.split("#")[1])
+        mine = [r for r in recs if r["provenance"]["hardware_id"] == hw]
+        for n in norms:   # every record of the machine, once, under its norm
+            keys = {r["id"].replace(":", "_") for r in mine if r["norm"]["name"] == n}
+            assert seen.get(n, set()) == keys, (hw, n)
+    for n in norms:
+        page = (site / "norms" / f"{n}.html").read_text()
+        picks = re.findall(r'data-pick-src="\.\./(data/km-[^"]+\.js)"', page)
+        assert sorted(picks) == sorted(p.relative_to(site).as_posix() for p in (site / "data").glob("km-*.js")
+                                       if any(r["norm"]["name"] == n and p.name.startswith(
+                                           "km-" + r["provenance"]["hardware_id"] + "-") for r in recs))
+        assert f'data-only="norm={n}"' in page
+        # the matrix links each norm on each machine to that machine's section of the norm's page
+        assert re.search(rf'href="norms/{n}\.html#d-gpu-machine-0-[0-9a-f]+"', (site / "index.html").read_text())

@@ -16,6 +16,12 @@ import test_site_support as sup
 from normbench.records.store import atomic_write_bytes, dump_compact, read_record_file
 from normbench.site import build_site, tables
 from normbench.site.pages import download_stem
+from normbench.site.records import record_data_file
+
+
+def _page_of_data(rel: str) -> str:
+    """The record page of a record data file (``data/machines/<page>.js``)."""
+    return "records/" + rel[len("data/machines/"):-len(".js")] + ".html"
 
 TIME = re.compile(rb" on \d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
@@ -80,14 +86,14 @@ def test_a_rebuild_renders_exactly_the_pages_that_show_the_changed_record(demo):
     shows = {rel for rel, data in after.items() if key in _text(rel, data) or rec["id"] in _text(rel, data)}
     # Every changed file shows the record (a record page's data file holds its records' config and metrics by
     # position; its device's Parquet download, binary, holds it)...
-    shows |= {rel[:-5] + ".js" for rel in shows if rel.startswith("records/") and rel.endswith(".html")}
+    shows |= {record_data_file(rel) for rel in shows if rel.startswith("records/") and rel.endswith(".html")}
     hw = rec["provenance"]["hardware_id"]
     part = download_stem(hw)
     assert changed - {"index.html", part + ".parquet"} <= shows, sorted(changed - shows)
     # ... the files showing it in full changed: its record page's data and JSON, its norm's per-device table (the
     # norm's every-record table loads the same file), the downloads.
     page = next(rel for rel in shows if rel.startswith("records/") and rel.endswith(".html"))
-    for must in (page[:-5] + ".js", page[:-5] + ".json.gz", part + ".csv.gz", part + ".parquet"):
+    for must in (record_data_file(page), page[:-5] + ".json.gz", part + ".csv.gz", part + ".parquet"):
         assert must in changed, must
     # ... and the other devices' downloads did not (one file pair per device).
     assert not {rel for rel in changed if rel.startswith("downloads/") and not rel.startswith(part)}
@@ -95,10 +101,10 @@ def test_a_rebuild_renders_exactly_the_pages_that_show_the_changed_record(demo):
     # ... and exactly the pages that changed were rendered (a record page with its data file and JSON, which hold its
     # records' numbers; its HTML holds anchors, flags and commands); every other page came from the cache.
     pages_changed = {rel for rel in changed if rel.endswith(".html")}
-    pages_changed |= {rel[:-3] + ".html" for rel in changed if rel.startswith("records/") and rel.endswith(".js")}
+    pages_changed |= {_page_of_data(rel) for rel in changed if rel.startswith("data/machines/")}
     assert set(report.rendered) - {"index.html"} == pages_changed - {"index.html"}
     assert report.reused >= len([r for r in after if r.endswith(".html")]) - len(report.rendered)
-    assert "987654321" in _text(page[:-5] + ".js", after[page[:-5] + ".js"])
+    assert "987654321" in _text(record_data_file(page), after[record_data_file(page)])
 
     # The cache never serves what another build would not write: a build without it is the same site.
     cold = build_site(results, demo / "cold", docs=docs, jobs=1, cache=False)
@@ -122,8 +128,8 @@ def test_a_newer_copy_in_another_file_replaces_the_record_everywhere_it_is_shown
     after = _files(out)
     key = old["id"].replace(":", "_")
     page = next(rel for rel, data in after.items()
-                if rel.startswith("records/") and rel.endswith(".js") and "123454321" in _text(rel, data))
-    assert key in _text(page[:-3] + ".html", after[page[:-3] + ".html"])
+                if rel.startswith("data/machines/") and "123454321" in _text(rel, data))
+    assert key in _text(_page_of_data(page), after[_page_of_data(page)])
     assert "extra.json" in _text("rejected.html", after["rejected.html"])
     build_site(results, demo / "cold", docs=docs, jobs=1, cache=False)
     assert _files(demo / "cold") == after
@@ -207,3 +213,23 @@ def test_kernel_rows_kept_per_file_are_the_rows_made_from_the_records(demo):
     assert partial[0].index in PickleDir(demo / "rows", "test").get(key)
     # Another namespace (other code) shares nothing.
     assert PickleDir(demo / "rows", "other").get(key) is None
+
+
+def test_many_machines_rebuild_renders_the_changed_machine_and_equals_a_cold_build(tmp_path, monkeypatch):
+    """In the many-machine layout (``pages.MANY_MACHINES`` passed), one machine's re-measured record renders that
+    machine's record page and device page again (and the summaries that show it), never another machine's, and the
+    site is byte for byte the site built without the cache."""
+    from normbench.site import pages
+
+    monkeypatch.setattr(pages, "MANY_MACHINES", 1)
+    site, _, _ = sup.machines_site(tmp_path, cache=True)
+    results = tmp_path / "results"
+    _edit(results, lambda r: r["provenance"]["hardware_id"] == "gpu-machine-2",
+          lambda r: r["metrics"].update(peak_mem_bytes=123454321))
+    again = build_site(results, site, charts=False)
+    assert any(p.startswith("records/gpu-machine-2-") for p in again.rendered)
+    assert any(p.startswith("devices/gpu-machine-2-") for p in again.rendered)
+    assert not [p for p in again.rendered if "gpu-machine-0" in p or "gpu-machine-1" in p]
+    assert again.reused > 0
+    build_site(results, tmp_path / "cold", charts=False, cache=False)
+    assert _files(site) == _files(tmp_path / "cold")

@@ -205,6 +205,75 @@ def page_of(json_gz) -> Path:
     return Path(str(json_gz)[:-len(".json.gz")] + ".html")
 
 
+def machines_site(root, n: int = 3, cache: bool = False) -> tuple:
+    """A site of ``n`` machines (the demo's kernel records of its GPU machine copied onto ``n`` hardware ids, no
+    accuracy records), built without figures and with ``pages.MANY_MACHINES`` at 1, so its norms take the many-machine
+    layout a public leaderboard has (no page per norm and machine; a machine's records loaded on demand): (site,
+    report, records)."""
+    import copy
+
+    from normbench.records.schema import record_id
+    from normbench.site import build_site, pages
+
+    base = [r for r in demo_records() if r["kind"] == "kernel" and r["provenance"]["hardware_id"] == "gpu-nvidia-h200"]
+    recs = []
+    for m in range(n):
+        for r in base:
+            r = copy.deepcopy(r)
+            r["provenance"]["hardware_id"] = hw = f"gpu-machine-{m}"
+            r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
+            recs.append(r)
+    root = Path(root)
+    write_records(recs, root / "results")
+    old = pages.MANY_MACHINES
+    pages.MANY_MACHINES = 1
+    try:
+        report = build_site(root / "results", root / "site", charts=False, cache=cache)
+    finally:
+        pages.MANY_MACHINES = old
+    return root / "site", report, recs
+
+
+def flat2(obj: dict) -> list[tuple[str, object]]:
+    """(dotted key, value) of a record part as the record pages show it: a non-empty dict value one level down."""
+    out = []
+    for k, v in obj.items():
+        if isinstance(v, dict) and v:
+            out += [(f"{k}.{k2}", v2) for k2, v2 in v.items()]
+        else:
+            out.append((k, v))
+    return out
+
+
+def record_details(page) -> dict:
+    """A record page's records as its data file (``data/machines/<page>.js``) details them, read back here
+    independently of the site's script: record id (the page's ``details.record`` ids, in order) -> {"command", "flags"
+    [(label, flag, reason)], "config" {key: text}, "metrics", "provenance", "status" (0 ranked, 1 flagged, 2
+    invalid)}."""
+    import html as html_mod
+    import re
+
+    page = Path(page)
+    html = page.read_text(encoding="utf-8")
+    src = re.search(r'data-records-src="([^"]+)"', html).group(1)
+    text = (page.parent / src).read_text(encoding="utf-8")
+    assert text.startswith("window.nbRecords(") and text.endswith(");\n")
+    data = json.loads(text[len("window.nbRecords("):-3])
+    S, K = data["s"], data["k"]
+
+    def pairs(keys, values):
+        return {S[k]: S[v] for k, v in zip(K[keys], values)}
+
+    out = {}
+    order = re.findall(r'<details class="record" id="([^"]+)"><summary><code>([^<]+)</code>', html)
+    for (key, rid), rec in zip(order, data["r"], strict=True):
+        prov = data["p"][rec[4]]
+        out[key] = {"rid": html_mod.unescape(rid), "config": pairs(rec[0], rec[1]), "metrics": pairs(rec[2], rec[3]),
+                    "provenance": pairs(prov[0], prov[1]), "file": S[rec[5]], "index": rec[6],
+                    "flags": [(S[a], S[b], S[c]) for a, b, c in rec[9]], "command": S[rec[10]], "status": rec[11]}
+    return out
+
+
 def write_hostile(root) -> None:
     """Hostile but valid records, invalid ones, a file that is not JSON, and a hostile file name."""
     import json

@@ -423,6 +423,19 @@ def test_module_in_bfloat16(tb, dev):
     assert y.dtype == torch.bfloat16 and m.weight.grad.dtype == torch.bfloat16 and x.grad.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("name", ["rmsnorm", "dyt"])
+def test_second_order_gradient_is_a_clear_error(tb, dev, name):
+    """A first-order backward skips ``once_differentiable`` (host time); under ``create_graph=True`` it still runs
+    through it, so differentiating the gradient raises instead of silently treating it as a constant."""
+    import normbench
+
+    m = normbench.get_norm(name).create(32, backend="triton").to(dev)
+    x = torch.randn(3, 32, device=dev, requires_grad=True)
+    (gx,) = torch.autograd.grad(m(x).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        gx.sum().backward()
+
+
 def test_unsupported_dtype_is_a_clear_error(tb, dev):
     with pytest.raises(TypeError, match="backend='eager'"):
         tb.rms_norm(torch.randn(2, 8, device=dev, dtype=torch.float64), None)

@@ -8,6 +8,7 @@ import os
 
 import torch
 import triton
+import triton.language as tl
 
 from . import _env
 from ._env import INTERPRET_ENV, interpret_requested
@@ -184,6 +185,94 @@ def first_launch(tuner, kernel, grid_of, args, meta: dict, heuristics: dict | No
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The last step of a backward: the per-program partial sums of the parameter gradients, summed and cast to the
+# parameters' dtypes by one launch (instead of a sum and a cast per parameter: two ATen ops each, several µs of host
+# time apiece on a GPU). All partials of a call live in one float32 buffer: the vector ones as a [P, K] matrix
+# (K = NV·C: dγ in columns 0..C-1, dβ in C..2C-1), then the scalar ones (dα, ds, a scalar gain), S of each.
+# ---------------------------------------------------------------------------------------------------------------
+@triton.jit
+def _sum_parts_kernel(PART, OV0, OV1, OS0, OS1, P, C, K, SOFF, S, N_VB,
+                      NV: tl.constexpr, NS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Programs 0..N_VB-1: one column block of the NV vector sums (over the P rows of PART as [P, K]) each;
+    program N_VB (when NS > 0): the NS scalar sums of the S values each at PART + SOFF. A fixed order of
+    additions (a float32 tile per program, then a tree sum), so the result is the same on every run."""
+    pid = tl.program_id(0)
+    if pid < N_VB:
+        if NV > 0:
+            cols = pid * BLOCK_C + tl.arange(0, BLOCK_C)
+            cmask = cols < C
+            acc0 = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
+            acc1 = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
+            for p0 in range(0, P, BLOCK_P):
+                rows = p0 + tl.arange(0, BLOCK_P)
+                mask = (rows < P)[:, None] & cmask[None, :]
+                offs = rows.to(tl.int64)[:, None] * K + cols[None, :]
+                acc0 += tl.load(PART + offs, mask=mask, other=0.0)
+                if NV == 2:
+                    acc1 += tl.load(PART + C + offs, mask=mask, other=0.0)
+            tl.store(OV0 + cols, tl.sum(acc0, axis=0).to(OV0.dtype.element_ty), mask=cmask)
+            if NV == 2:
+                tl.store(OV1 + cols, tl.sum(acc1, axis=0).to(OV1.dtype.element_ty), mask=cmask)
+    else:
+        if NS > 0:
+            idx = tl.arange(0, BLOCK_C)
+            a0 = tl.zeros([BLOCK_C], dtype=tl.float32)
+            a1 = tl.zeros([BLOCK_C], dtype=tl.float32)
+            for s0 in range(0, S, BLOCK_C):
+                m = s0 + idx < S
+                a0 += tl.load(PART + SOFF + s0 + idx, mask=m, other=0.0)
+                if NS == 2:
+                    a1 += tl.load(PART + SOFF + S + s0 + idx, mask=m, other=0.0)
+            tl.store(OS0, tl.sum(a0, axis=0).to(OS0.dtype.element_ty))
+            if NS == 2:
+                tl.store(OS1, tl.sum(a1, axis=0).to(OS1.dtype.element_ty))
+
+
+class Plan:
+    """A row-wise launch plan (``_rownorm``): what a call decides from its shape, dtypes and device, kept per key."""
+
+    __slots__ = ("M", "C", "HW", "wide", "steps", "need_dw", "has_w", "P", "n_cb", "meta", "n_tiles", "path",
+                 "direct", "sums", "nv", "part_size")
+
+    def __init__(self, **kw):
+        self.steps = self.sums = None
+        self.direct = False
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+class SumParts:
+    """The final sums of one launch plan: ``sums(part, outs_v, outs_s)`` sums the partials in ``part`` (P rows of
+    the vector outputs' columns, then S partials per scalar output) into ``outs_v`` (0-2 tensors of C) and
+    ``outs_s`` (0-2 one-element tensors), each in its own dtype; one launch, its parameters fixed at the first."""
+
+    __slots__ = ("P", "C", "S", "n_vb", "step")
+
+    def __init__(self, P: int, C: int, S: int):
+        self.P, self.C, self.S, self.n_vb, self.step = P, C, S, 0, None
+
+    def __call__(self, part, outs_v, outs_s) -> None:
+        P, C = self.P, self.C
+        if self.step is not None:
+            self.step(*self._args(part, outs_v, outs_s))
+            return
+        nv, ns = len(outs_v), len(outs_s)
+        # about one column block per SM (each reads its P rows), 4096 partials per tile
+        block_c = max(16, min(256, next_pow2(cdiv(C, num_sms(part.device))))) if nv else 16
+        block_p = max(1, min(next_pow2(max(P, 1)), 4096 // block_c))
+        self.n_vb = cdiv(C, block_c) if nv else 0
+        grid = (self.n_vb + (1 if ns else 0),)
+        meta = dict(NV=nv, NS=ns, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps_for(block_p * block_c, 8, 1, 8))
+        self.step = first_launch(None, _sum_parts_kernel, lambda META: grid, self._args(part, outs_v, outs_s), meta)
+
+    def _args(self, part, outs_v, outs_s) -> tuple:
+        ov = (*outs_v, part, part)  # an absent output points at ``part``: the kernel never writes it
+        os_ = (*outs_s, part, part)
+        K = len(outs_v) * self.C
+        return (part, ov[0], ov[1], os_[0], os_[1], self.P, self.C, K, self.P * K, self.S, self.n_vb)
 
 
 def col_block(n: int, largest: int = 1024, smallest: int = 64) -> int:

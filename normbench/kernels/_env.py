@@ -9,6 +9,7 @@ import os
 import sys
 
 import torch
+from torch.autograd.function import once_differentiable
 
 INTERPRET_ENV = "TRITON_INTERPRET"
 
@@ -149,3 +150,21 @@ def _check(*tensors: torch.Tensor) -> None:
 def _on(x: torch.Tensor):
     """Launch on the tensor's GPU, not the current one (Triton launches on the current device)."""
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
+def _once(backward):
+    """``backward`` for a first-order gradient; under ``create_graph=True`` (grad mode on in the backward) it runs
+    through ``once_differentiable``, so differentiating its result raises instead of silently giving zero.
+
+    (``once_differentiable`` on every call costs a ``no_grad`` block and a scan of the gradients, about a tenth of
+    the floor's whole backward on the host; the engine already runs a first-order backward without grad mode.)
+    """
+    slow = once_differentiable(backward)
+
+    def run(ctx, *grads):
+        if torch.is_grad_enabled():
+            return slow(ctx, *grads)
+        return backward(ctx, *grads)
+
+    run.__doc__ = backward.__doc__
+    return run

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from ._common import (
     INTERPRET,
+    SumParts,
     cdiv,
     check_tensor,
     col_block,
@@ -90,8 +91,11 @@ def _pw_fwd_kernel(X, W, B, A, SH, Y, NROWS, NCOLS, C,
 
 @triton.jit
 def _pw_bwd_cols_kernel(X, W, A, SH, DY, DX, DW_PART, DB_PART, DA_PART, DS_PART, NROWS, C, n_tiles,
+                        PART_ROW, B_OFF, A_OFF, S_OFF,
                         KIND: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Tokens: program (p, cb) walks row tiles p, p+P, ... of column block cb; one partial row of dγ/dβ each."""
+    """Tokens: program (p, cb) walks row tiles p, p+P, ... of column block cb; one partial row of dγ/dβ each (row p,
+    ``PART_ROW`` apart, dβ at + B_OFF), dα/ds partials at + A_OFF/S_OFF (one buffer: ``_common.SumParts``). With
+    one program the partials are the gradients, stored in their dtypes."""
     pid = tl.program_id(0)
     cb = tl.program_id(1)
     cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -119,23 +123,25 @@ def _pw_bwd_cols_kernel(X, W, A, SH, DY, DX, DW_PART, DB_PART, DA_PART, DS_PART,
         acc_a += dz * x
         if KIND == 1:
             acc_s += dz
-    tl.store(DW_PART + pid * C + cols, tl.sum(acc_w, axis=0), mask=cmask)
-    tl.store(DB_PART + pid * C + cols, tl.sum(acc_b, axis=0), mask=cmask)
+    tl.store(DW_PART + pid * PART_ROW + cols, tl.sum(acc_w, axis=0).to(DW_PART.dtype.element_ty), mask=cmask)
+    tl.store(DB_PART + B_OFF + pid * PART_ROW + cols, tl.sum(acc_b, axis=0).to(DB_PART.dtype.element_ty), mask=cmask)
     k = pid * tl.num_programs(1) + cb
-    tl.store(DA_PART + k, tl.sum(tl.sum(acc_a, axis=1), axis=0))
+    tl.store(DA_PART + A_OFF + k, tl.sum(tl.sum(acc_a, axis=1), axis=0).to(DA_PART.dtype.element_ty))
     if KIND == 1:
-        tl.store(DS_PART + k, tl.sum(tl.sum(acc_s, axis=1), axis=0))
+        tl.store(DS_PART + S_OFF + k, tl.sum(tl.sum(acc_s, axis=1), axis=0).to(DS_PART.dtype.element_ty))
 
 
 @triton.jit
-def _pw_bwd_rows_kernel(X, W, A, SH, DY, DX, DW_ROW, DB_ROW, DA_PART, DS_PART, NROWS, HW, C, HW_PER_SPLIT,
+def _pw_bwd_rows_kernel(X, W, A, SH, DY, DX, PART, NROWS, HW, C, HW_PER_SPLIT, SOFF, S,
                         KIND: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Images: program (rb, sp) takes BLOCK_R (n, c) planes over pixel range sp; per-plane partial sums."""
+    """Images: program (rb, sp) takes BLOCK_R (n, c) planes over pixel range sp. Per-plane partial sums of dγ and dβ
+    go to row (n, sp) of PART as [N·splits, 2C] (dβ at + C), dα/ds per program at PART + SOFF (+ S for ds)."""
     pid = tl.program_id(0)
     sp = tl.program_id(1)
     rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < NROWS
-    w = tl.load(W + rows % C, mask=rmask, other=0.0).to(tl.float32)[:, None]
+    ch = rows % C
+    w = tl.load(W + ch, mask=rmask, other=0.0).to(tl.float32)[:, None]
     alpha = tl.load(A).to(tl.float32)
     shift = 0.0
     if KIND == 1:
@@ -161,12 +167,13 @@ def _pw_bwd_rows_kernel(X, W, A, SH, DY, DX, DW_ROW, DB_ROW, DA_PART, DS_PART, N
         if KIND == 1:
             acc_s += dz
     n_split = tl.num_programs(1)
-    tl.store(DW_ROW + rows * n_split + sp, tl.sum(acc_w, axis=1), mask=rmask)
-    tl.store(DB_ROW + rows * n_split + sp, tl.sum(acc_b, axis=1), mask=rmask)
+    prow = ((rows // C) * n_split + sp).to(tl.int64) * (2 * C) + ch
+    tl.store(PART + prow, tl.sum(acc_w, axis=1), mask=rmask)
+    tl.store(PART + prow + C, tl.sum(acc_b, axis=1), mask=rmask)
     k = pid * n_split + sp
-    tl.store(DA_PART + k, tl.sum(tl.sum(acc_a, axis=1), axis=0))
+    tl.store(PART + SOFF + k, tl.sum(tl.sum(acc_a, axis=1), axis=0))
     if KIND == 1:
-        tl.store(DS_PART + k, tl.sum(tl.sum(acc_s, axis=1), axis=0))
+        tl.store(PART + SOFF + S + k, tl.sum(tl.sum(acc_s, axis=1), axis=0))
 
 
 _FWD_CONFIGS = [triton.Config({"TILE": t}, num_warps=w) for t in (4096, 8192, 16384) for w in (4, 8, 16)]
@@ -222,10 +229,11 @@ def forward(x, alpha, shift, weight, bias, *, kind: int, images: bool):
 
 
 class _BwdPlan:
-    __slots__ = ("geometry", "grid", "parts", "meta", "step")
+    __slots__ = ("geometry", "grid", "parts", "meta", "step", "direct", "sums")
 
     def __init__(self, geometry, grid, parts, meta):
         self.geometry, self.grid, self.parts, self.meta, self.step = geometry, grid, parts, meta, None
+        self.direct, self.sums = False, None
 
 
 def _bwd_plan(dy, x, kind: int, images: bool) -> _BwdPlan:
@@ -243,40 +251,52 @@ def _bwd_plan(dy, x, kind: int, images: bool) -> _BwdPlan:
         per_split = cdiv(n_chunks, split) * block_c
         split = cdiv(ncols, per_split)
         grid = (n_rb, split)
-        # sizes of dγ/dβ per (plane, split) and dα (ds) per program; the extra argument: pixels per split
-        parts = (nrows * split, n_rb * split, per_split, split)
+        # rows of the dγ/dβ partials (samples × splits), dα (ds) partials (programs), the pixels per split
+        parts = ((nrows // C) * split, n_rb * split, per_split)
     else:
         n_tiles = cdiv(nrows, block_r)
         n_cb = cdiv(ncols, block_c)
         P = max(1, min(n_tiles, cdiv(PROGRAMS_PER_SM * sms, n_cb)))
         grid = (P, n_cb)
-        parts = ((P, C), P * n_cb, n_tiles, None)
+        parts = (P, P * n_cb, n_tiles)
     meta = dict(KIND=kind, BLOCK_R=block_r, BLOCK_C=block_c)
-    return _BwdPlan((nrows, ncols, C), grid, parts, meta)
+    plan = _BwdPlan((nrows, ncols, C), grid, parts, meta)
+    # one program (tokens) writes the gradients themselves; otherwise one buffer of partials and one final launch
+    plan.direct = not images and grid == (1, 1)
+    if not plan.direct:
+        plan.sums = SumParts(parts[0], C, parts[1])
+    return plan
 
 
-def backward(dy, x, alpha, shift, weight, *, kind: int, images: bool):
-    """(dx, dγ, dβ, dα, ds or None), parameter gradients in float32."""
-    key = (x.shape, x.dtype, x.device, dy.dtype, weight.dtype, alpha.dtype, kind, images)
+def backward(dy, x, alpha, shift, weight, bias_dtype, *, kind: int, images: bool):
+    """(dx, dγ, dβ, dα, ds or None), each parameter gradient in its parameter's dtype (β's: ``bias_dtype``)."""
+    key = (x.shape, x.dtype, x.device, dy.dtype, weight.dtype, bias_dtype, alpha.dtype, kind, images)
     plan = _BWD_PLANS.get(key)
     if plan is None:
         plan = _BWD_PLANS[key] = _bwd_plan(dy, x, kind, images)
     nrows, ncols, C = plan.geometry
-    f32 = dict(device=x.device, dtype=torch.float32)
+    dev = x.device
     dx = torch.empty_like(x)
+    derf = kind == DERF
     if plan.grid is None:
-        z = torch.zeros(C, **f32)
-        return dx, z, z.clone(), torch.zeros((), **f32), torch.zeros((), **f32) if kind == DERF else None
-    w_size, a_size, last, split = plan.parts
-    dw_part = torch.empty(w_size, **f32)
-    db_part = torch.empty(w_size, **f32)
-    da = torch.empty(a_size, **f32)
-    ds = torch.empty(a_size, **f32) if kind == DERF else da
+        return (dx, torch.zeros_like(weight), torch.zeros(C, device=dev, dtype=bias_dtype), torch.zeros_like(alpha),
+                torch.zeros_like(shift) if derf else None)
+    dw = torch.empty_like(weight)
+    db = torch.empty(C, device=dev, dtype=bias_dtype)
+    da = torch.empty_like(alpha)
+    ds = torch.empty_like(shift) if derf else None
+    p_rows, n_scalar, last = plan.parts
     sh = shift if shift is not None else alpha
-    if images:
-        args = (x, weight, alpha, sh, dy, dx, dw_part, db_part, da, ds, nrows, ncols, C, last)
+    if plan.direct:
+        args = (x, weight, alpha, sh, dy, dx, dw, db, da, ds if derf else da, nrows, C, last, 0, 0, 0, 0)
     else:
-        args = (x, weight, alpha, sh, dy, dx, dw_part, db_part, da, ds, nrows, C, last)
+        part = torch.empty(p_rows * 2 * C + n_scalar * (2 if derf else 1), device=dev, dtype=torch.float32)
+        soff = p_rows * 2 * C
+        if images:
+            args = (x, weight, alpha, sh, dy, dx, part, nrows, ncols, C, last, soff, n_scalar)
+        else:
+            args = (x, weight, alpha, sh, dy, dx, part, part, part, part, nrows, C, last, 2 * C, C, soff,
+                    soff + n_scalar)
     if plan.step is not None:
         plan.step(*args)
     else:
@@ -287,9 +307,6 @@ def backward(dy, x, alpha, shift, weight, *, kind: int, images: bool):
             meta = dict(meta, num_warps=warps_for(meta["BLOCK_R"] * meta["BLOCK_C"], 8, 2))
         grid = plan.grid
         plan.step = first_launch(tuner, kernel, lambda META: grid, args, meta)
-    if images:
-        dw = dw_part.view(-1, C, split).sum((0, 2))
-        db = db_part.view(-1, C, split).sum((0, 2))
-    else:
-        dw, db = dw_part.sum(0), db_part.sum(0)
-    return dx, dw, db, da.sum(), ds.sum() if kind == DERF else None
+    if plan.sums is not None:
+        plan.sums(part, (dw, db), (da, ds) if derf else (da,))
+    return dx, dw, db, da, ds

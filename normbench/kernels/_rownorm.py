@@ -4,16 +4,13 @@ One kernel family serves every mode; ``MODE`` picks the statistic (see ``_stats`
 Layouts: tokens ``[M, C]`` (rows contiguous) and images ``[N, C, H, W]`` normalised per pixel over C, read in
 place with a channel stride of H·W (``IMAGES``), so no permute copy is needed when C is at most ``MAX_IMAGES_C``.
 
-Paths (docs/kernels.md has the byte counts):
+Paths (docs/kernels.md has the details and byte counts):
 * fused: a row fits one block (C ≤ ``MAX_FUSED_C``). Forward reads x once, writes y and float32 (aux, rstd) per
-  row. Backward is persistent: ``P`` programs walk row tiles, write dx, and keep dγ/dβ partial sums in registers;
-  each program stores one partial row, summed afterwards (no atomics, so no contention at any row count).
-* wide: C > ``MAX_FUSED_C``. A per-row kernel loops over the row for the statistics (forward), then the same tile
-  kernel runs column-blocked on a 2-D grid. The wide backward (C > ``MAX_FUSED_C_BWD``) is one persistent kernel
-  (``_row_bwd_wide_kernel``): each program walks its rows, reads a row once for the two row reductions, then again
-  (from L2, where the row it just read still is) to write dx and add dγ/dβ into its own partial row: three passes
-  over M×C in HBM (x, dy read; dx written) instead of five (the reductions kernel's x, dy, then x, dy, dx). Where the
-  programs' rows and partial sums would not fit in ``WIDE_L2_SHARE`` of the L2, it falls back to the two-kernel path.
+  row. Backward is persistent: ``P`` programs walk row tiles, write dx, keep dγ/dβ partial sums in registers and
+  store one partial row each, summed by one more launch (``_common.SumParts``; no atomics).
+* wide: C > ``MAX_FUSED_C``: a per-row statistics kernel, then the tile kernel column-blocked. The wide backward
+  (C > ``MAX_FUSED_C_BWD``) is one persistent kernel (``_row_bwd_wide_kernel``, three HBM passes; a row's second
+  read comes from L2), or the two-kernel path (five) where its rows would not fit ``WIDE_L2_SHARE`` of the L2.
 
 Saved for backward: x (or the residual sum s), and per row ``aux`` and ``rstd`` in float32. ``aux`` is the mean for
 LayerNorm, Σx for CRMSNorm, 1/0 (norm ≥ ε or clamped) for ScaleNorm, and unused (0) for RMSNorm.
@@ -27,6 +24,8 @@ import triton.language as tl
 
 from ._common import (
     INTERPRET,
+    Plan,
+    SumParts,
     cdiv,
     check_tensor,
     compiled_occupancy,
@@ -223,6 +222,22 @@ def _coef(g, xh, aux, C, MODE: tl.constexpr):
 
 
 @triton.jit
+def _coef_of(gx, gs, aux, C, MODE: tl.constexpr):
+    """(c1, c2) of ``_coef`` from a row's Σg·x̂ and Σg (the wide kernels' accumulated sums)."""
+    c2 = 0.0 * gx
+    if MODE == 0:
+        c1 = gx / C
+        c2 = gs / C
+    elif MODE == 2:
+        c1 = gx / (C + 1)
+    elif MODE == 3:
+        c1 = gx * aux
+    else:
+        c1 = gx / C
+    return c1, c2
+
+
+@triton.jit
 def _dx(g, xh, aux, rstd, c1, c2, MODE: tl.constexpr):
     if MODE == 0:
         dx = (g - xh * c1[:, None] - c2[:, None]) * rstd[:, None]
@@ -258,29 +273,19 @@ def _row_coef_kernel(X, W, DY, AUX, RSTD, C1, C2, C,
             xh = x * rstd
         acc_gx += g * xh
         acc_g += g
-    gx = tl.sum(acc_gx, axis=0)
-    if MODE == 0:
-        c1 = gx / C
-        c2 = tl.sum(acc_g, axis=0) / C
-    elif MODE == 1:
-        c1 = gx / C
-        c2 = 0.0 * gx
-    elif MODE == 2:
-        c1 = gx / (C + 1)
-        c2 = 0.0 * gx
-    else:
-        c1 = gx * aux
-        c2 = 0.0 * gx
+    c1, c2 = _coef_of(tl.sum(acc_gx, axis=0), tl.sum(acc_g, axis=0), aux, C, MODE)
     tl.store(C1 + row, c1)
     tl.store(C2 + row, c2)
 
 
 @triton.jit
 def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_PART, M, C, HW, n_tiles,
+                    PART_ROW, B_OFF, SW_OFF,
                     MODE: tl.constexpr, IMAGES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                     SCALAR_W: tl.constexpr, HAS_DS: tl.constexpr, HAS_COEF: tl.constexpr, COMPUTE_DW: tl.constexpr,
                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Persistent: program (p, cb) handles row tiles p, p+P, ... of column block cb; partial dγ/dβ per program."""
+    """Persistent: program (p, cb) takes row tiles p, p+P, ... of column block cb; partial dγ/dβ per program at row
+    p (``PART_ROW`` apart) of DW_PART, DB_PART + B_OFF, dg's at DSW_PART + SW_OFF (one program: the gradients)."""
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
     cb = tl.program_id(1)
@@ -320,11 +325,13 @@ def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_P
                 acc_b += dy
     if COMPUTE_DW:
         if HAS_W:
-            tl.store(DW_PART + pid * C + cols, tl.sum(acc_w, axis=0), mask=cmask)
+            tl.store(DW_PART + pid * PART_ROW + cols, tl.sum(acc_w, axis=0).to(DW_PART.dtype.element_ty), mask=cmask)
         if HAS_B:
-            tl.store(DB_PART + pid * C + cols, tl.sum(acc_b, axis=0), mask=cmask)
+            tl.store(DB_PART + B_OFF + pid * PART_ROW + cols, tl.sum(acc_b, axis=0).to(DB_PART.dtype.element_ty),
+                     mask=cmask)
         if SCALAR_W:
-            tl.store(DSW_PART + pid * tl.num_programs(1) + cb, tl.sum(tl.sum(acc_w, axis=1), axis=0))
+            tl.store(DSW_PART + SW_OFF + pid * tl.num_programs(1) + cb,
+                     tl.sum(tl.sum(acc_w, axis=1), axis=0).to(DSW_PART.dtype.element_ty))
 
 
 _row_fwd_tuned = tuned(
@@ -373,11 +380,11 @@ def _geometry(x: torch.Tensor, images: bool):
 
 
 @triton.jit
-def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART, M, C,
+def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART, M, C, PART_ROW, B_OFF, SW_OFF,
                          MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, SCALAR_W: tl.constexpr,
                          HAS_DS: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Wide rows, persistent: program p takes rows p, p+P, ...; per row one pass for the reductions and one (from L2)
-    for dx; dγ/dβ accumulate in this program's row of DW_PART/DB_PART (zeroed by the caller)."""
+    """Wide rows, persistent: program p takes rows p, p+P, ...; per row one pass for the reductions, one (from L2)
+    for dx; dγ/dβ add up in its row of DW_PART, DB_PART + B_OFF (its first row writes them), dg at + SW_OFF."""
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
     if SCALAR_W:
@@ -385,6 +392,7 @@ def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART
     acc_sw = tl.zeros([1], dtype=tl.float32)
     for row in range(pid, M, n_progs):
         base = (row + 0 * pid).to(tl.int64) * C  # a tensor in the interpreter too (its loop variable is an int)
+        later = (row + 0 * pid) > pid  # not this program's first row: add to its partial sums
         aux = tl.load(AUX + row + tl.zeros([1], dtype=tl.int32))
         rstd = tl.load(RSTD + row + tl.zeros([1], dtype=tl.int32))
         gx = tl.zeros([1], dtype=tl.float32)
@@ -401,18 +409,7 @@ def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART
             xh = tl.where(mask, _xhat(x, aux, rstd, MODE), 0.0)
             gx += tl.sum(g * xh, axis=1)
             gs += tl.sum(g, axis=1)
-        if MODE == 0:
-            c1 = gx / C
-            c2 = gs / C
-        elif MODE == 2:
-            c1 = gx / (C + 1)
-            c2 = 0.0 * gx
-        elif MODE == 3:
-            c1 = gx * aux
-            c2 = 0.0 * gx
-        else:
-            c1 = gx / C
-            c2 = 0.0 * gx
+        c1, c2 = _coef_of(gx, gs, aux, C, MODE)
         for c0 in range(0, C, BLOCK_C):
             cols = c0 + tl.arange(0, BLOCK_C)
             cm = cols < C
@@ -432,17 +429,16 @@ def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART
             tl.store(DX + base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
             if COMPUTE_DW:
                 if HAS_W:
-                    part = DW_PART + pid.to(tl.int64) * C + cols
-                    tl.store(part, tl.load(part, mask=cm, other=0.0) + tl.sum(dy * xh, axis=0), mask=cm)
+                    part = DW_PART + pid.to(tl.int64) * PART_ROW + cols
+                    tl.store(part, tl.load(part, mask=cm & later, other=0.0) + tl.sum(dy * xh, axis=0), mask=cm)
                 if HAS_B:
-                    part = DB_PART + pid.to(tl.int64) * C + cols
-                    tl.store(part, tl.load(part, mask=cm, other=0.0) + tl.sum(dy, axis=0), mask=cm)
+                    part = DB_PART + B_OFF + pid.to(tl.int64) * PART_ROW + cols
+                    tl.store(part, tl.load(part, mask=cm & later, other=0.0) + tl.sum(dy, axis=0), mask=cm)
                 if SCALAR_W:
                     acc_sw += tl.sum(tl.sum(dy * xh, axis=1), axis=0)
     if COMPUTE_DW:
         if SCALAR_W:
-            tl.store(DSW_PART + pid + tl.arange(0, 1), acc_sw)
-
+            tl.store(DSW_PART + SW_OFF + pid + tl.arange(0, 1), acc_sw)
 
 
 #: "fused3": the one-kernel wide backward (three HBM passes); "split5": reductions kernel + tile kernel (five).
@@ -475,15 +471,6 @@ _FWD_PLANS = plan_cache()
 _BWD_PLANS = plan_cache()
 
 
-class _Plan:
-    __slots__ = ("M", "C", "HW", "wide", "steps", "need_dw", "has_w", "P", "n_cb", "meta", "n_tiles", "path")
-
-    def __init__(self, **kw):
-        self.steps = None
-        for k, v in kw.items():
-            setattr(self, k, v)
-
-
 def forward(x, residual, weight, bias, *, mode: int, eps: float, images: bool = False, scalar_weight: bool = False,
             store_stats: bool = True):
     """y (and s = x + residual) for contiguous ``x``; returns (y, s or None, aux, rstd). RMSNorm has no ``aux``
@@ -500,7 +487,7 @@ def forward(x, residual, weight, bias, *, mode: int, eps: float, images: bool = 
         if images and next_pow2(C) > MAX_IMAGES_C:
             raise ValueError(f"images kernel takes C <= {MAX_IMAGES_C}; the caller permutes wider inputs to "
                              "channels-last")
-        plan = _FWD_PLANS[key] = _Plan(M=M, C=C, HW=HW, wide=_wide(C, images, MAX_FUSED_C))
+        plan = _FWD_PLANS[key] = Plan(M=M, C=C, HW=HW, wide=_wide(C, images, MAX_FUSED_C))
     M = plan.M
     y = torch.empty_like(x)
     s = torch.empty_like(x) if residual is not None else None
@@ -551,23 +538,35 @@ def forward(x, residual, weight, bias, *, mode: int, eps: float, images: bool = 
     return y, s, aux, rstd
 
 
-def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_bias, need_dw) -> _Plan:
+def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_bias, need_dw) -> Plan:
     check_tensor(dy, "gradient")
     M, C, HW = _geometry(x, images)
     has_w = weight is not None and not scalar_weight
     need_dw = need_dw and (weight is not None or has_bias)
-    plan = _Plan(M=M, C=C, HW=HW, has_w=has_w, need_dw=need_dw, path="empty" if x.numel() == 0 else "tile")
+    plan = Plan(M=M, C=C, HW=HW, has_w=has_w, need_dw=need_dw, path="empty" if x.numel() == 0 else "tile")
     if plan.path == "empty":
         return plan
-    dev = x.device
-    wide = plan.wide = _wide(C, images, MAX_FUSED_C_BWD)
-    if wide and WIDE_BWD == "fused3":
-        P = max(1, min(M, WIDE_PROGRAMS_PER_SM * num_sms(dev)))
-        if _wide_fused_fits(P, C, x.element_size(), has_w and need_dw, has_bias and need_dw, l2_bytes(dev)):
-            plan.path, plan.P, plan.n_cb = "fused3", P, 1
-            return plan
+    plan.nv = (int(has_w) + int(has_bias)) if need_dw else 0
+    dev, wide = x.device, _wide(C, images, MAX_FUSED_C_BWD)
+    plan.wide = wide
+    P = max(1, min(M, WIDE_PROGRAMS_PER_SM * num_sms(dev)))
+    if wide and WIDE_BWD == "fused3" and _wide_fused_fits(P, C, x.element_size(), has_w and need_dw,
+                                                          has_bias and need_dw, l2_bytes(dev)):
+        plan.path, plan.P, plan.n_cb = "fused3", P, 1
+    else:
+        _tile_grid(plan, dy, ds, x, weight, aux, rstd, mode, images, scalar_weight, has_bias)
+    # One program (per column block) writes the gradients themselves, in the parameters' dtypes; otherwise one
+    # float32 buffer holds every partial sum (``_common.SumParts``), summed by one more launch.
+    plan.direct = plan.path == "tile" and plan.P * plan.n_cb == 1
+    if need_dw and not plan.direct:
+        n_scalar = plan.P * plan.n_cb if scalar_weight else 0
+        plan.part_size, plan.sums = plan.P * plan.nv * C + n_scalar, SumParts(plan.P, C, n_scalar)
+    return plan
+
+
+def _tile_grid(plan, dy, ds, x, weight, aux, rstd, mode, images, scalar_weight, has_bias) -> None:
+    M, C, HW, has_w, need_dw, wide, dev = plan.M, plan.C, plan.HW, plan.has_w, plan.need_dw, plan.wide, x.device
     block_c = WIDE_CHUNK if wide else next_pow2(C)
-    n_cb = cdiv(C, block_c)
     if images:
         # ≥16 pixels per channel run where registers allow (C ≤ 512); 8 at C = 1024 keeps the tile at 8192.
         block_r = min(max(BWD_TILE // block_c, min(16, 8192 // block_c)), next_pow2(HW))
@@ -578,17 +577,18 @@ def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_
     meta = dict(MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
                 HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
     probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, x, aux, rstd, aux, aux,
-             aux, aux, aux, M, C, HW, n_tiles)
-    plan.P = max(1, min(n_tiles, cdiv(_bwd_programs_per_sm(probe, meta) * num_sms(dev), n_cb)))
-    plan.n_cb, plan.meta, plan.n_tiles = n_cb, meta, n_tiles
-    return plan
+             aux, aux, aux, M, C, HW, n_tiles, C, C, C)
+    plan.n_cb, plan.meta, plan.n_tiles = cdiv(C, block_c), meta, n_tiles
+    plan.P = max(1, min(n_tiles, cdiv(_bwd_programs_per_sm(probe, meta) * num_sms(dev), plan.n_cb)))
 
 
 def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, scalar_weight: bool = False,
-             has_bias: bool = False, need_dw: bool = True):
-    """dx (+ ds when given) and the float32 parameter gradients (dγ or dg, dβ; None where absent)."""
+             bias_dtype: torch.dtype | None = None, need_dw: bool = True):
+    """dx (+ ds when given) and the parameter gradients (dγ or dg, dβ; None where absent or not needed), each in
+    its parameter's dtype (``bias_dtype``: the bias's, None without one)."""
+    has_bias = bias_dtype is not None
     key = (x.shape, x.dtype, x.device, dy.dtype, None if ds is None else ds.dtype,
-           None if weight is None else weight.dtype, mode, images, scalar_weight, has_bias, need_dw,
+           None if weight is None else weight.dtype, mode, images, scalar_weight, bias_dtype, need_dw,
            MAX_FUSED_C_BWD, WIDE_CHUNK, WIDE_BWD)
     plan = _BWD_PLANS.get(key)
     if plan is None:
@@ -597,37 +597,37 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
     dx = torch.empty_like(x)
     need_dw, has_w, C = plan.need_dw, plan.has_w, plan.C
     if plan.path == "empty":
-        dev = x.device
-        z = torch.zeros(C, device=dev, dtype=torch.float32)
-        return dx, (z if has_w else torch.zeros((), device=dev) if scalar_weight else None), (z if has_bias else None)
-    P, n_cb, M = plan.P, plan.n_cb, plan.M
-    f32 = dict(device=x.device, dtype=torch.float32)
-    w = weight if weight is not None else x
-    dsx = ds if ds is not None else x
+        db = torch.zeros(C, dtype=bias_dtype, device=x.device) if has_bias else None
+        return dx, None if weight is None else torch.zeros_like(weight), db
+    P, M, dw, db = plan.P, plan.M, None, None
+    # the kernels' gradient pointers and offsets: the gradients themselves (one program), or regions of one buffer
+    dwp = dbp = dswp = aux
+    row = b_off = sw_off = 0
+    if need_dw:
+        dw = torch.empty_like(weight) if weight is not None else None
+        db = torch.empty(C, device=x.device, dtype=bias_dtype) if has_bias else None
+        if plan.direct:
+            dwp, dbp, dswp = dw if has_w else aux, db if has_bias else aux, dw if scalar_weight else aux
+        else:
+            dwp = dbp = dswp = part = torch.empty(plan.part_size, device=x.device, dtype=torch.float32)
+            row, b_off, sw_off = plan.nv * C, C if has_w else 0, P * plan.nv * C
+    w, dsx, steps = weight if weight is not None else x, ds if ds is not None else x, plan.steps
     if plan.path == "fused3":
-        # the kernel adds each row's dγ/dβ into its program's partial row: they start at zero
-        dw_part = torch.zeros(P, C, **f32) if need_dw and has_w else aux
-        db_part = torch.zeros(P, C, **f32) if need_dw and has_bias else aux
-        dsw_part = torch.zeros(P, **f32) if need_dw and scalar_weight else aux
-        args = (x, w, dy, dsx, dx, aux, rstd, dw_part, db_part, dsw_part, M, C)
-        if plan.steps is None:
+        args = (x, w, dy, dsx, dx, aux, rstd, dwp, dbp, dswp, M, C, row, b_off, sw_off)
+        if steps is None:
             plan.steps = (first_launch(None, _row_bwd_wide_kernel, lambda META: (P,), args,
                                        dict(MODE=mode, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
                                             HAS_DS=ds is not None, COMPUTE_DW=need_dw, BLOCK_C=WIDE_CHUNK,
                                             num_warps=8)),)
         else:
-            plan.steps[0](*args)
+            steps[0](*args)
     else:
         c1 = c2 = aux
         if plan.wide:
-            c1 = torch.empty(M, **f32)
-            c2 = torch.empty(M, **f32)
-        dw_part = torch.empty(P, C, **f32) if need_dw and has_w else aux
-        db_part = torch.empty(P, C, **f32) if need_dw and has_bias else aux
-        dsw_part = torch.empty(P * n_cb, **f32) if need_dw and scalar_weight else aux
-        args = (x, w, dy, dsx, dx, aux, rstd, c1, c2, dw_part, db_part, dsw_part, M, C, plan.HW, plan.n_tiles)
+            c1, c2 = torch.empty(M, device=x.device, dtype=torch.float32), torch.empty_like(rstd)
+        args = (x, w, dy, dsx, dx, aux, rstd, c1, c2, dwp, dbp, dswp, M, C, plan.HW, plan.n_tiles, row, b_off,
+                sw_off)
         coef_args = (x, w, dy, aux, rstd, c1, c2, C)
-        steps = plan.steps
         if steps is not None:
             if plan.wide:
                 steps[1](*coef_args)
@@ -641,9 +641,9 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
             meta = plan.meta
             if _row_bwd_tuned is None:
                 meta = dict(meta, num_warps=_bwd_warps(meta))
+            n_cb = plan.n_cb
             plan.steps = (first_launch(_row_bwd_tuned, _row_bwd_kernel, lambda META: (P, n_cb), args, meta), coef)
-    if not need_dw:
-        return dx, None, None
-    dw = dw_part.sum(0) if has_w else dsw_part.sum() if scalar_weight else None
-    db = db_part.sum(0) if has_bias else None
+    if plan.sums is not None:
+        vec = (dw, db) if has_w and has_bias else (dw,) if has_w else (db,) if has_bias else ()
+        plan.sums(part, vec, (dw,) if scalar_weight else ())
     return dx, dw, db

@@ -25,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, next_pow2, warps_for
+from ._common import INTERPRET, Launch, check_tensor, next_pow2, warps_for
+from ._env import plan_cache
 
 THREE_PASS, ONLINE, TWO_PASS = 0, 1, 2
 ALGORITHMS = {"three_pass": THREE_PASS, "online": ONLINE, "two_pass": TWO_PASS}
@@ -237,34 +238,54 @@ def row_passes(algo: str, C: int, backward: bool = False, limit: int | None = No
     return 3 if ALGORITHMS[algo] == THREE_PASS else 2
 
 
+# Launch plans (as in ``_rownorm``): the kernel, grid and block size are chosen once per shape, dtype, device and
+# settings (the module limits included, so a test that changes one gets a fresh plan); a later call allocates its
+# output and launches through the launcher (``_env.Launcher``), the hook the host-path tests stub.
+_FWD_PLANS = plan_cache()
+_BWD_PLANS = plan_cache()
+_EMPTY = object()  # the plan of an empty input: nothing to launch
+
+
 def forward(x: torch.Tensor, algo: str, log: bool, *, limit: int | None = None, block: int | None = None):
     """y = softmax (or log_softmax) of contiguous ``x`` over its last axis."""
-    C = x.shape[-1]
-    M = x.numel() // max(1, C)
+    key = (x.shape, x.dtype, x.device, algo, log, limit, block, MAX_FUSED_C, BLOCK)
+    step = _FWD_PLANS.get(key)
     y = torch.empty_like(x)
-    if x.numel() == 0:
-        return y
-    if fused(C, False, limit):
-        bc = next_pow2(C)
-        _fused_fwd_kernel[(M,)](x, y, C, LOG=log, BLOCK_C=bc, num_warps=warps_for(bc, 8, 1, 16))
-    else:
-        bc = block or BLOCK
-        _looped_fwd_kernel[(M,)](x, y, C, ALGO=ALGORITHMS[algo], LOG=log, BLOCK_C=bc,
-                                 num_warps=warps_for(bc, 8, 1, 16))
+    C = x.shape[-1]
+    if step is None:
+        check_tensor(x)
+        M = x.numel() // max(1, C)
+        if x.numel() == 0:
+            step = _EMPTY
+        elif fused(C, False, limit):
+            bc = next_pow2(C)
+            step = Launch(_fused_fwd_kernel, (M,), dict(LOG=log, BLOCK_C=bc, num_warps=warps_for(bc, 8, 1, 16)))
+        else:
+            bc = block or BLOCK
+            step = Launch(_looped_fwd_kernel, (M,), dict(ALGO=ALGORITHMS[algo], LOG=log, BLOCK_C=bc,
+                                                         num_warps=warps_for(bc, 8, 1, 16)))
+        _FWD_PLANS[key] = step
+    if step is not _EMPTY:
+        step(x, y, C)
     return y
 
 
 def backward(y: torch.Tensor, dy: torch.Tensor, log: bool, *, limit: int | None = None, block: int | None = None):
     """dx from the saved output ``y`` and the output gradient ``dy`` (both contiguous, same shape)."""
-    C = y.shape[-1]
-    M = y.numel() // max(1, C)
+    key = (y.shape, y.dtype, y.device, dy.dtype, log, limit, block, MAX_FUSED_C_BWD, BLOCK)
+    step = _BWD_PLANS.get(key)
     dx = torch.empty_like(y)
-    if y.numel() == 0:
-        return dx
-    if fused(C, True, limit):
-        bc = next_pow2(C)
-        _fused_bwd_kernel[(M,)](y, dy, dx, C, LOG=log, BLOCK_C=bc, num_warps=warps_for(bc, 8, 1, 16))
-    else:
-        bc = block or BLOCK
-        _looped_bwd_kernel[(M,)](y, dy, dx, C, LOG=log, BLOCK_C=bc, num_warps=warps_for(bc, 8, 1, 16))
+    C = y.shape[-1]
+    if step is None:
+        check_tensor(dy, "gradient")
+        M = y.numel() // max(1, C)
+        if y.numel() == 0:
+            step = _EMPTY
+        else:
+            bc = next_pow2(C) if fused(C, True, limit) else (block or BLOCK)
+            kernel = _fused_bwd_kernel if fused(C, True, limit) else _looped_bwd_kernel
+            step = Launch(kernel, (M,), dict(LOG=log, BLOCK_C=bc, num_warps=warps_for(bc, 8, 1, 16)))
+        _BWD_PLANS[key] = step
+    if step is not _EMPTY:
+        step(y, dy, dx, C)
     return dx

@@ -48,6 +48,7 @@ def _cases(quick: bool):
                     br = max(1, R.BWD_TILE // bc)
                 vals = dict(X="x", W="fp32", DY="x", DS="x", DX="x", AUX="fp32", RSTD="fp32", C1="fp32", C2="fp32",
                             DW_PART="fp32", DB_PART="fp32", DSW_PART="fp32", M=1 << 16, C=C, HW=HW, n_tiles=1 << 14,
+                            PART_ROW=2 * C, B_OFF=C, SW_OFF=528 * C,
                             MODE=mode, IMAGES=images, HAS_W=mode != 3, HAS_B=mode == 0, SCALAR_W=mode == 3,
                             HAS_DS=res, HAS_COEF=False, COMPUTE_DW=True, BLOCK_R=br, BLOCK_C=bc)
                 out.append((f"row bwd  {tag} [{br}x{bc}]", R._row_bwd_kernel, vals,
@@ -62,11 +63,13 @@ def _cases(quick: bool):
         out.append((f"row wide bwd   {row_modes[mode]} [1x{bc}]", R._row_bwd_kernel,
                     dict(X="x", W="fp32", DY="x", DS="x", DX="x", AUX="fp32", RSTD="fp32", C1="fp32", C2="fp32",
                          DW_PART="fp32", DB_PART="fp32", DSW_PART="fp32", M=64, C=1 << 16, HW=1, n_tiles=64,
+                         PART_ROW=1 << 17, B_OFF=1 << 16, SW_OFF=1 << 22,
                          MODE=mode, IMAGES=False, HAS_W=mode != 3, HAS_B=mode == 0, SCALAR_W=mode == 3, HAS_DS=False,
                          HAS_COEF=True, COMPUTE_DW=True, BLOCK_R=1, BLOCK_C=bc), warps_for(bc, 8, 4)))
         out.append((f"row wide bwd fused {row_modes[mode]} [1x{bc}]", R._row_bwd_wide_kernel,
                     dict(X="x", W="fp32", DY="x", DS="x", DX="x", AUX="fp32", RSTD="fp32", DW_PART="fp32",
-                         DB_PART="fp32", DSW_PART="fp32", M=64, C=1 << 16, MODE=mode, HAS_W=mode != 3,
+                         DB_PART="fp32", DSW_PART="fp32", M=64, C=1 << 16, PART_ROW=1 << 17, B_OFF=1 << 16,
+                         SW_OFF=1 << 22, MODE=mode, HAS_W=mode != 3,
                          HAS_B=mode == 0, SCALAR_W=mode == 3, HAS_DS=mode == 1, COMPUTE_DW=True, BLOCK_C=bc), 8))
 
     for kind, name in ((0, "dyt"), (1, "derf")):
@@ -80,14 +83,24 @@ def _cases(quick: bool):
             br = max(1, PW.BWD_TILE // bc)
             common = dict(X="x", W="fp32", A="fp32", SH="fp32", DY="x", DX="x", KIND=kind, BLOCK_R=br, BLOCK_C=bc)
             if images:
-                vals = dict(DW_ROW="fp32", DB_ROW="fp32", DA_PART="fp32", DS_PART="fp32", NROWS=1 << 14, HW=ncols,
-                            C=256, HW_PER_SPLIT=ncols, **common)
+                vals = dict(PART="fp32", NROWS=1 << 14, HW=ncols, C=256, HW_PER_SPLIT=ncols, SOFF=1 << 18, S=1 << 10,
+                            **common)
                 kernel = PW._pw_bwd_rows_kernel
             else:
                 vals = dict(DW_PART="fp32", DB_PART="fp32", DA_PART="fp32", DS_PART="fp32", NROWS=1 << 16, C=ncols,
-                            n_tiles=1 << 12, **common)
+                            n_tiles=1 << 12, PART_ROW=2 * ncols, B_OFF=ncols, A_OFF=1 << 20, S_OFF=(1 << 20) + 528,
+                            **common)
                 kernel = PW._pw_bwd_cols_kernel
             out.append((f"pointwise bwd {name} {lay} [{br}x{bc}]", kernel, vals, warps_for(br * bc, 8, 2)))
+
+    from normbench.kernels import _common
+
+    for nv, ns in (((2, 2),) if quick else ((2, 0), (1, 0), (2, 2), (0, 1))):
+        bc = 32 if nv else 16
+        out.append((f"final sums of partials {nv} vectors, {ns} scalars", _common._sum_parts_kernel,
+                    dict(PART="fp32", OV0="x", OV1="x", OS0="x", OS1="x", P=264, C=4096, K=nv * 4096,
+                         SOFF=264 * nv * 4096, S=528, N_VB=128, NV=nv, NS=ns, BLOCK_P=4096 // bc, BLOCK_C=bc),
+                    8))
 
     gn = dict(C=256, G=32)
     out.append(("groupnorm fwd fused [8x1024]", GN._gn_fwd_fused_kernel,

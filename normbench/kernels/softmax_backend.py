@@ -10,35 +10,36 @@ import importlib
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
-from normbench.kernels._env import _check, _on, unavailable  # noqa: F401  (unavailable: the probe)
+from normbench.kernels._env import _once, unavailable  # noqa: F401  (unavailable: the probe)
 from normbench.kernels._softmax_module import AlgorithmSoftmax
+
+_K: list = []
 
 
 def _k():
-    return importlib.import_module("normbench.kernels._softmax")
+    """The kernel module, imported on first use (importing this module never imports Triton) and kept."""
+    if not _K:
+        _K.append(importlib.import_module("normbench.kernels._softmax"))
+    return _K[0]
 
 
 class _SoftmaxFn(torch.autograd.Function):
+    # The kernel module checks the input (device, dtype) when it first plans a launch for its shape, dtype and
+    # device, and launches through the launcher (on the tensor's device): no per-call check or guard here.
     @staticmethod
     def forward(ctx, x, algo, log, limit, block):
-        _check(x)
-        xk = x.contiguous()
-        with _on(xk):
-            y = _k().forward(xk, algo, log, limit=limit, block=block)
+        y = (_K[0] if _K else _k()).forward(x.contiguous(), algo, log, limit=limit, block=block)
         ctx.save_for_backward(y)
         ctx.cfg = (log, limit, block)
         return y
 
     @staticmethod
-    @once_differentiable
+    @_once
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
         log, limit, block = ctx.cfg
-        with _on(y):
-            dx = _k().backward(y, dy.contiguous(), log, limit=limit, block=block)
-        return dx, None, None, None, None
+        return _K[0].backward(y, dy.contiguous(), log, limit=limit, block=block), None, None, None, None
 
 
 def softmax(x, algo: str = "online", log: bool = False, *, limit: int | None = None, block: int | None = None):

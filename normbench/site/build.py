@@ -340,7 +340,7 @@ def _build(results: Path, out: Path, docs, charts: bool, jobs: int | None, cache
     glob = incremental._h(info.version, info.n_rejected, charts is not None, CSP, NAV, SCHEMA_FILE,
                           common["chart_scripts"], common["chart_styles"], tables.INLINE_MAX, tables.PREVIEW,
                           tables.DEEP_PREVIEW, tables.PAGE_ROWS, pages.INLINE_POINTS, pages.COMPARE_POINTS,
-                          records.PAGE_RECORDS)
+                          records.PAGE_RECORDS, pages.MANY_MACHINES)
     if store is not None:
         site.fig_store = PickleDir(store.figures, store.key)
     settled()

@@ -50,6 +50,11 @@ INLINE_POINTS = 1500
 #: The same bound for a norm's device-comparison page (its further figures are listed, not drawn).
 COMPARE_POINTS = 3000
 PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
+#: A norm measured on more machines than this has no page per machine (``norms/<norm>--<device>.html``: figures and
+#: records, and their data file): its page lists each machine's best results and loads a machine's every record of
+#: the norm on demand, from the machine's one kernel data file (``data/km-<device>.js``, written with its device
+#: page), so a submitted machine adds no file per norm (issue #38: 100 machines x 29 norms were 2,900 pages).
+MANY_MACHINES = 12
 
 NAV = (
     ("index.html", "Overview"),
@@ -337,7 +342,7 @@ class Site:
         if not with_norm:
             t.filters = [f for f in t.filters if f[0] != "norm"]
         if srcs is not None:
-            t.src = " ".join(up + x for x in srcs)
+            t.src = " ".join(up + x for x in srcs) or None   # none: the first rows only (a page loads the rest)
             return t
         shard = t.shard(up, force=file)
         if shard:
@@ -355,7 +360,28 @@ class Site:
     def norm_shared(self, name: str) -> bool:
         """Whether a norm's every-record table is too big for its page: its rows are then written once, in its
         per-device tables' data files (``knd-*``), which the norm page's table loads together."""
-        return len(self.by_norm.get(name, [])) > _tables.INLINE_MAX
+        return not self.many(name) and len(self.by_norm.get(name, [])) > _tables.INLINE_MAX
+
+    def norm_hws(self, name: str) -> list[str]:
+        """The machines with kernel records of a norm."""
+        memo = self.__dict__.setdefault("_norm_hws", {})
+        if name not in memo:
+            memo[name] = sorted({r["hardware"] for r in self.by_norm.get(name, [])})
+        return memo[name]
+
+    def many(self, name: str) -> bool:
+        """Whether a norm is on more than ``MANY_MACHINES`` machines: then no page per machine (``MANY_MACHINES``)."""
+        return len(self.norm_hws(name)) > MANY_MACHINES
+
+    def norm_hw_href(self, name: str, hw: str, up: str = "") -> str:
+        """Where a norm on one machine is shown: its figure page, or (``many``) the machine's section of the norm's
+        page, whose button loads the machine's every record of the norm."""
+        return up + (f"{norm_file(name)}#{slug('d', hw)}" if self.many(name) else norm_device_file(name, hw))
+
+    @staticmethod
+    def machine_file(hw: str) -> str:
+        """A machine's every kernel record as table rows (site-relative; written with its device page)."""
+        return Table(slug("km", hw), []).data_path
 
     # --- figures -------------------------------------------------------------------------------------------------
 
@@ -528,7 +554,7 @@ class Site:
                 r = best[hw].get(n)
                 rc = best_copy[hw].get(n)
                 if r is None and rc is not None:
-                    cells.append(cell(fmt_pct(rc["pct_copy"]), None, cls="muted", href=norm_device_file(n, hw),
+                    cells.append(cell(fmt_pct(rc["pct_copy"]), None, cls="muted", href=self.norm_hw_href(n, hw),
                                       note=f"{rc['backend']}, of same-size copy",
                                       title=f"only cache-resident ({rc['cache']}) records: best against a same-size "
                                             f"copy, not the DRAM ceiling: {rc['backend']} · {rc['dtype']} · "
@@ -536,10 +562,10 @@ class Site:
                 elif r is None:
                     measured = any(x["norm"] == n for x in self.by_hw[hw])
                     cells.append(cell("unranked" if measured else "–", None, cls="muted" if measured else None,
-                                      href=norm_device_file(n, hw) if measured else None,
+                                      href=self.norm_hw_href(n, hw) if measured else None,
                                       title="measured, but every record is flagged" if measured else None))
                 else:
-                    cells.append(cell(fmt_pct(r["pct"]), r["pct"], href=norm_device_file(n, hw),
+                    cells.append(cell(fmt_pct(r["pct"]), r["pct"], href=self.norm_hw_href(n, hw),
                                       note=r["backend"], title=f"best: {r['backend']} · {r['dtype']} · {r['pass']} · "
                                                                f"{r['layout']} {fmt_shape(r['shape'])}; click for "
                                                                f"{n}'s figures on {hw}"))
@@ -600,10 +626,17 @@ class Site:
         norms = sorted({r["norm"] for r in rows})
         best = {r["norm"]: r for r in agg.best_backend_per_norm(rows)}
         best_copy = {r["norm"]: r for r in agg.best_backend_per_norm(rows, "copy")}
-        p.ctx = dict(facts=self.hw_facts(hw), n=len(rows),
-                     norms=[(n, "../" + norm_device_file(n, hw), best.get(n), best_copy.get(n)) for n in norms],
-                     table=self.kernel_table(slug("kd", hw), self.best_per_case(rows), p.up, with_hw=False)
-                     if rows else None,
+        if any(self.many(n) for n in norms):
+            # Every kernel record of the machine, once, in its data file: its first rows in this page, and the norm
+            # pages load a machine's rows of their norm from it (a best-per-case table beside it held the same rows
+            # again: ~400 kB a machine; the leaderboard has them per case, filterable by device).
+            table = self.kernel_table(slug("km", hw), rows, p.up, with_hw=False, file=True,
+                                      preview=_tables.DEEP_PREVIEW)
+        else:
+            table = self.kernel_table(slug("kd", hw), self.best_per_case(rows), p.up, with_hw=False) if rows else None
+        p.ctx = dict(facts=self.hw_facts(hw), n=len(rows), every=table is not None and table.id.startswith("km-"),
+                     norms=[(n, self.norm_hw_href(n, hw, "../"), best.get(n), best_copy.get(n)) for n in norms],
+                     table=table,
                      fmt_pct=fmt_pct)
         return p
 
@@ -699,7 +732,7 @@ class Site:
                 points += n
         p.charts = bool(figs)
         p.ctx = dict(name=name, figs=figs, left=left, norm_href=p.up + norm_file(name),
-                     devices=[(hw, p.up + norm_device_file(name, hw)) for hw in sorted({r["hardware"] for r in rows})])
+                     devices=[(hw, self.norm_hw_href(name, hw, p.up)) for hw in sorted({r["hardware"] for r in rows})])
         return p
 
     def norms_index(self) -> Page:
@@ -733,12 +766,14 @@ class Site:
         rows = self.by_norm.get(name, [])
         devices = []
         inline = self.norm_inline(name)
+        many = self.many(name)
         for hw in sorted({r["hardware"] for r in rows}):
             hr = [r for r in rows if r["hardware"] == hw]
             figs, points = self._width_figures(name, hw, hr, up, draw=inline)
             devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw), "figs": figs,
                             "points": points, "href": up + device_file(hw),
-                            "fig_href": up + norm_device_file(name, hw),
+                            "fig_href": up + (device_file(hw) if many else norm_device_file(name, hw)),
+                            "pick": up + self.machine_file(hw) if many else None,
                             "widths": len({r["num_features"] for r in hr}), "n": len(hr),
                             "best": [self._top_row(r) | {"href": self.rec_href(r["entry"], up)}
                                      for r in agg.best_by_bandwidth(hr, 3)],
@@ -755,13 +790,17 @@ class Site:
         p.charts = inline and any(d["figs"] for d in devices)
         p.ctx = dict(
             name=name, meta=m, paper=paper, paper_url=paper.get("url"), devices=devices, acc=acc, inline=inline,
+            compare_href=norm_compare_file(name),
             layouts=", ".join(str(x) for x in m.get("layouts") or [] if isinstance(x, (str, int))),
             backends=", ".join(str(x) for x in m.get("backends") or [] if isinstance(x, (str, int))),
             table=(self.kernel_table(slug("kn", name), rows, up, with_norm=False,
                                      srcs=[Table(slug("knd", name, hw), []).data_path
                                            for hw in sorted({r["hardware"] for r in rows})])
-                   if self.norm_shared(name) else self.kernel_table(slug("kn", name), rows, up, with_norm=False))
+                   if self.norm_shared(name) else
+                   self.kernel_table(slug("kn", name), rows, up, with_norm=False, srcs=[] if many else None))
             if rows else None)
+        if many and p.ctx["table"] is not None:
+            p.ctx["table"].only = ("norm", name)   # a machine's file holds every norm's rows
         return p
 
     def norm_device_page(self, name: str, hw: str) -> Page:
@@ -1113,7 +1152,7 @@ class Site:
         for n, hw, hr, _ in plans:
             figs, points = self._width_figures(n, hw, hr, "", draw=inline)
             sections.append({"norm": n, "hw": hw, "href": norm_file(n), "figs": figs, "points": points,
-                             "fig_href": norm_device_file(n, hw),
+                             "fig_href": self.norm_hw_href(n, hw),
                              "best": [self._top_row(r) for r in agg.best_by_bandwidth(hr, 5)]})
         # As on a norm's page: figures inline while the page stays small, else one click away per device.
         for x in sections:
@@ -1127,59 +1166,85 @@ class Site:
 
     # --- records -------------------------------------------------------------------------------------------------
 
-    def record_section(self, e: Entry, prov_ids: dict) -> dict:
-        rec = e.rec
-        flags = (agg.record_flags(rec) if e.kind == "kernel"
-                 else {f: _s((rec.get("flag_reasons") or {}).get(f)) for f in rec.get("flags") or []})
-        chk = rec.get("check")
-        prov = {k: v for k, v in rec["provenance"].items() if k != "hardware"}
-        pkey = _text(prov)
-        if pkey not in prov_ids:
-            prov_ids[pkey] = (f"prov-{len(prov_ids) + 1}", _flat(prov), rec["provenance"])
-        return dict(e=e, rec=rec, command=command(rec), flags=flag_badges(flags), timing=timing_text(rec),
-                    check=chk if isinstance(chk, dict) else None,
-                    prov_id=prov_ids[pkey][0], ranked=not flags, invalid=any(f in INVALID_FLAGS for f in flags))
-
     @staticmethod
-    def record_data(entries: list[Entry]) -> str:
-        """A record page's data file: each record's config and metrics (two levels flattened, as text), the strings
-        once in a table ``s`` (keys and values repeat across a page's records) and each list of keys once in ``k``
-        (a page's records share a few); a record is ``[config keys, config values, metrics keys, metrics values]``
-        as indices. ``assets/site.js`` (``nbRecords``) shows them as each section's tables. JSON with ASCII escapes
-        cannot leave its string literals."""
+    def record_summary(e: Entry) -> str:
+        """A record's one line on its machine's record page (its detail is loaded on demand): norm, kind and the
+        config that tells it from its neighbours."""
+        rec, cfg = e.rec, e.rec.get("config") or {}
+        keys = (("backend", "shape_label", "dtype", "pass", "timing", "layout") if e.kind == "kernel"
+                else ("task", "model", "placement", "seed", "lr"))
+        parts = [_text(cfg[k]) for k in keys if cfg.get(k) not in (None, "")]
+        return f"{rec['norm']['name']} · {rec['kind']}" + (": " + " · ".join(parts) if parts else "")
+
+    def record_flags(self, e: Entry) -> dict:
+        rec = e.rec
+        return (agg.record_flags(rec) if e.kind == "kernel"
+                else {f: _s((rec.get("flag_reasons") or {}).get(f)) for f in rec.get("flags") or []})
+
+    def record_data(self, entries: list[Entry]) -> str:
+        """A record page's data file (``data/machines/<page>.js``): each record's detail, which ``assets/site.js``
+        (``nbRecords``) shows when the record is opened. Every string once in ``s``, each list of keys once in ``k``
+        (a machine's records share a few), each run's provenance once in ``p`` (``[keys, values]``); a record is
+        ``[config keys, config values, metrics keys, metrics values, provenance, file, position in it, check, timing,
+        [[flag label, flag, reason]...], reproduce command, 0 ranked | 1 flagged | 2 invalid]`` with strings as
+        indices (null where absent). JSON with ASCII escapes cannot leave its string literals."""
         strings: dict[str, int] = {}
         keysets: dict[tuple, int] = {}
+        provs: dict[str, int] = {}
+        prov_rows: list = []
+
+        def st(v):
+            return None if v is None else strings.setdefault(v, len(strings))
 
         def part(obj) -> list:
             flat = _flat(obj)
-            keys = tuple(strings.setdefault(k, len(strings)) for k, _ in flat)
-            return [keysets.setdefault(keys, len(keysets)), [strings.setdefault(v, len(strings)) for _, v in flat]]
+            keys = tuple(st(k) for k, _ in flat)
+            return [keysets.setdefault(keys, len(keysets)), [st(v) for _, v in flat]]
 
-        recs = [part(e.rec.get("config")) + part({k: v for k, v in e.rec["metrics"].items() if k != "curve"})
-                for e in entries]
-        return "window.nbRecords(" + json.dumps({"s": list(strings), "k": [list(k) for k in keysets], "r": recs},
+        recs = []
+        for e in entries:
+            rec = e.rec
+            prov = {k: v for k, v in rec["provenance"].items() if k != "hardware"}
+            pkey = _text(prov)
+            if pkey not in provs:
+                provs[pkey] = len(prov_rows)
+                prov_rows.append(part(rec["provenance"]))
+            flags = self.record_flags(e)
+            chk = rec.get("check")
+            check = (f"check: {_text(chk.get('status'))}" if isinstance(chk, dict)
+                     else "never checked (check: null)" if chk is None else None)
+            status = 2 if any(f in INVALID_FLAGS for f in flags) else 1 if flags else 0
+            recs.append(part(rec.get("config")) + part({k: v for k, v in rec["metrics"].items() if k != "curve"})
+                        + [provs[pkey], st(e.path), e.index, st(check), st(timing_text(rec)),
+                           [[st(label), st(f), st(why)] for label, f, why in flag_badges(flags)],
+                           st(command(rec)), status])
+        return "window.nbRecords(" + json.dumps({"s": list(strings), "k": [list(k) for k in keysets],
+                                                 "p": prov_rows, "r": recs},
                                                 ensure_ascii=True, separators=(",", ":")) + ");\n"
 
     def record_page(self, path: str, entries: list[Entry]) -> Page:
-        """The records of one norm on one device (or one bucket of them): a section per record, anchored by its
-        key, and each run's provenance once."""
-        first = entries[0].rec
-        name, hw = first["norm"]["name"], first["provenance"]["hardware_id"]
-        p = Page(path, "record.html", f"Records of {name} on {hw}", crumbs=[(norm_file(name), name)])
-        prov_ids: dict = {}
-        sections = [self.record_section(e, prov_ids) for e in entries]
-        data = path[:-len(".html")] + ".js"
+        """The records of one machine (or one bucket of them): a line per record, anchored by its key, whose detail
+        (flags with reasons, the reproduce command, config, metrics, its run's provenance) the page's script loads
+        from the machine's data file when the record is opened; the records as validated in ``<page>.json.gz``."""
+        from normbench.site.records import record_data_file
+
+        hw = entries[0].rec["provenance"]["hardware_id"]
+        p = Page(path, "record.html", f"Records of {hw}", lead=self.hw_name(hw),
+                 crumbs=[("devices.html", "Devices"), (device_file(hw), hw)])
+        data = record_data_file(path)
         self.data_files[data] = self.record_data(entries)
         # The page's records exactly as validated. gzip (no name, no time: the same records give the same bytes): a
         # page's records repeat their run's provenance and config keys, so they compress ~10x.
         text = "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
         self.extra_files[entries[0].json_file] = gzip.compress((text + "\n]\n").encode("utf-8"), mtime=0)
-        # The file most of the page's records come from is named once, at the top.
-        file = Counter(e.path for e in entries).most_common(1)[0][0]
-        p.ctx = dict(sections=sections, provenances=list(prov_ids.values()), norm=name, hw=hw, file=file,
-                     json_href=entries[0].json_file.rsplit("/", 1)[-1], data_href=data.rsplit("/", 1)[-1],
-
-                     hw_href=f"../{device_file(hw)}", norm_href=f"../{norm_file(name)}")
+        rows = []
+        for i, e in enumerate(entries):
+            flags = self.record_flags(e)
+            rows.append((e.key, e.rid, self.record_summary(e), flag_badges(flags), i))
+        norms = Counter(e.rec["norm"]["name"] for e in entries)
+        p.ctx = dict(rows=rows, hw=hw, json_href=entries[0].json_file.rsplit("/", 1)[-1], data_href=p.up + data,
+                     hw_href=f"../{device_file(hw)}",
+                     norms=[(n, f"../{norm_file(n)}", k) for n, k in sorted(norms.items())])
         return p
 
     # --- methodology, downloads, rejected -------------------------------------------------------------------------
@@ -1254,7 +1319,8 @@ class Site:
         jobs.append(("norms_index",))
         for name in sorted(self.norm_meta):
             jobs.append(("norm", name))
-            jobs += [("norm_device", name, hw) for hw in sorted({r["hardware"] for r in self.by_norm.get(name, [])})]
+            if not self.many(name):
+                jobs += [("norm_device", name, hw) for hw in self.norm_hws(name)]
         jobs += [("softmax_page",), ("accuracy_page",)]
         jobs += [("cell_page", key) for key, _ in self._acc_tables()]
         jobs += [("claims_page",), ("methodology_page",)]

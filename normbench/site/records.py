@@ -84,17 +84,18 @@ def _assign_keys(entries: list[Entry]) -> None:
         e.key = key
 
 
-#: Records per record page (about 1-3 kB of HTML each), on average at most: pages of a larger (norm, device) group
-#: are split into 2, 4, 8, ... buckets by a hash of the record id, so a record keeps its page while its group's size
-#: stays in the same power of two. (Buckets by hex digit, 16 at a time, made pages of ~25 records at 100k records:
-#: ten times the pages, each repeating the navigation and its run's provenance.)
-PAGE_RECORDS = 250
+#: Records per record page (a short summary line each in the page; their detail in the page's data file), on average
+#: at most: a machine with more is split into 2, 4, 8, ... pages by a hash of the record id, so a record keeps its
+#: page while its machine's count stays in the same power of two. One page per machine, not per norm and machine: a
+#: submitted machine then adds one page, one data file and one JSON file whatever the number of norms (a page per
+#: norm and machine made 87 files a machine at 29 norms, 165 MB of a 80-machine site; issue #38).
+PAGE_RECORDS = 2000
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 
 
 def norm_stem(name: str) -> str:
-    """A norm's name in file names (its pages, its record pages); odd names get a hash so they cannot escape."""
+    """A norm's name in file names (its pages); odd names get a hash so they cannot escape."""
     return name if _NAME_RE.match(name) else f"n-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
@@ -106,17 +107,15 @@ def slug(*parts) -> str:
 
 
 def _assign_pages(entries: list[Entry]) -> None:
-    """One record page per (norm, device), split into 2, 4, 8, ... buckets of about ``PAGE_RECORDS`` records at most.
-
-    One page per record made a 100k-record site 1.6 GB (page and JSON copy, ~11 kB a record, each repeating the
-    navigation and the provenance); grouped, the provenance of a run is shown once per page."""
-    groups: dict[tuple[str, str], list[Entry]] = {}
+    """One record page per machine (hardware id), split into 2, 4, 8, ... buckets of about ``PAGE_RECORDS`` records
+    at most. The page holds each record's anchor and summary line; its detail (flags with reasons, the reproduce
+    command, config, metrics, provenance) is in the page's data file, ``data/machines/<page>.js``, loaded when a
+    record is opened (``record_data``)."""
+    groups: dict[str, list[Entry]] = {}
     for e in entries:
-        norm = e.rec.get("norm", {}).get("name")
-        hw = e.rec.get("provenance", {}).get("hardware_id")
-        groups.setdefault((str(norm), str(hw)), []).append(e)
-    for (norm, hw), group in groups.items():
-        stem = f"records/{norm_stem(norm)}--{slug(hw)}"
+        groups.setdefault(str(e.rec.get("provenance", {}).get("hardware_id")), []).append(e)
+    for hw, group in groups.items():
+        stem = f"records/{slug(hw)}"
         bits = 0
         while len(group) > PAGE_RECORDS << bits and bits < 16:
             bits += 1
@@ -128,6 +127,11 @@ def _assign_pages(entries: list[Entry]) -> None:
         for e in group:   # the first 32 bits of the id's SHA-256, its top ``bits`` bits
             bucket = int.from_bytes(hashlib.sha256(e.rid.encode()).digest()[:4], "big") >> (32 - bits)
             e.page = f"{stem}-{bucket + 1}{of}"
+
+
+def record_data_file(page: str) -> str:
+    """The data file of a record page (site-relative): its records' detail, loaded on demand."""
+    return "data/machines/" + page[len("records/"):-len(".html")] + ".js"
 
 
 def pages_of(entries: list[Entry]) -> dict[str, list[Entry]]:

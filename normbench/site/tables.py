@@ -62,6 +62,7 @@ class Table:
     n_total: int | None = None          # rows in all, where only the first are built (``rows`` is the preview)
     all_filters: list | None = None     # every row's filter values, where only the first rows are built
     preview: int | None = None          # rows kept in the page when a data file holds them all (default PREVIEW)
+    only: tuple[str, str] | None = None  # (filter, value): the rows a data file loaded on demand must match
 
     @property
     def count(self) -> int:

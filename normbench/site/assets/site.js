@@ -61,52 +61,118 @@
     });
   }
 
-  // Called by a record page's data file (records/<page>.js): each record's config and metrics, written once there,
-  // become the two key/value tables of its section (div.kv[data-rec=i]). Strings come packed: {s: [strings],
-  // r: [[[config key, value]...], [[metrics key, value]...]] per record}; only textContent is written.
-  window.nbRecords = function (data) {
-    if (!data || !data.s || !data.r || !data.k) return;
-    var S = data.s, K = data.k;
-    // A record is [config keys, config values, metrics keys, metrics values]: a key list's index in K, then the
-    // values' indices in S, in that list's order.
+  // A record page (records/<machine>.html) has a line per record (details.record, its id the record's anchor); the
+  // detail of every record of the page is in one data file, data/machines/<page>.js (normbench/site/pages.py,
+  // record_data), loaded by a <script> tag (same origin: allowed by the CSP, and it works from file://, where fetch()
+  // of a local file does not) the first time a record is opened, or at once when the URL names a record. The file
+  // calls nbRecords; only textContent and vetted attributes are written.
+  var recData = null, recWanted = [], recLoading = false;
+
+  function recordsSrc() {
+    var el = document.querySelector("[data-records-src]");
+    var src = el ? el.getAttribute("data-records-src") : "";
+    return /^(\.\.\/)*data\/machines\/[A-Za-z0-9_.-]+\.js$/.test(src) ? src : null;
+  }
+
+  function fillRecord(box) {
+    var data = recData, S = data.s, K = data.k;
+    var rec = data.r[parseInt(box.getAttribute("data-rec"), 10)];
+    if (!rec || box.getAttribute("data-filled")) return;
+    function str(i) { return typeof i === "number" && i >= 0 && i < S.length ? String(S[i]) : null; }
     function pairsOf(keys, values) {
-      var ks = K[keys] || [];
-      var out = [];
-      for (var j = 0; j < ks.length && j < (values || []).length; j++) out.push([ks[j], values[j]]);
+      var ks = K[keys] || [], out = [];
+      for (var j = 0; j < ks.length && j < (values || []).length; j++) out.push([str(ks[j]), str(values[j])]);
       return out;
     }
+    function el(tag, text, cls) {
+      var x = document.createElement(tag);
+      if (text !== null && text !== undefined) x.textContent = text;
+      if (cls) x.className = cls;
+      return x;
+    }
     function table(pairs) {
-      var t = document.createElement("table");
-      t.className = "lb compact kv";
-      var body = document.createElement("tbody");
+      var t = el("table", null, "lb compact kv"), body = document.createElement("tbody");
       pairs.forEach(function (kv) {
         var tr = document.createElement("tr");
-        var th = document.createElement("th");
-        th.textContent = String(S[kv[0]]);
-        var td = document.createElement("td");
-        td.textContent = String(S[kv[1]]);
-        tr.appendChild(th);
-        tr.appendChild(td);
+        tr.appendChild(el("th", kv[0]));
+        tr.appendChild(el("td", kv[1]));
         body.appendChild(tr);
       });
       t.appendChild(body);
       return t;
     }
-    var boxes = document.querySelectorAll("div.kv[data-rec]");
-    for (var i = 0; i < boxes.length; i++) {
-      var rec = data.r[parseInt(boxes[i].getAttribute("data-rec"), 10)];
-      if (!rec) continue;
-      var frag = document.createDocumentFragment();
-      [["Config", pairsOf(rec[0], rec[1])], ["Metrics", pairsOf(rec[2], rec[3])]].forEach(function (part) {
-        var h = document.createElement("h3");
-        h.textContent = part[0];
-        frag.appendChild(h);
-        frag.appendChild(table(part[1]));
+    // [config keys, config values, metrics keys, metrics values, provenance, file, position, check, timing, flags,
+    //  command, status]
+    var frag = document.createDocumentFragment();
+    frag.appendChild(el("p", (str(rec[5]) || "") + " [" + String(rec[6]) + "]" + (str(rec[7]) ? "; " + str(rec[7]) : "")));
+    if (rec[11] === 2) frag.appendChild(el("p", "Invalid: the output or a gradient was not finite. Its numbers are used nowhere.", "notice"));
+    else if (rec[11] === 1) frag.appendChild(el("p", "Flagged: shown, never ranked.", "notice"));
+    if (str(rec[8])) frag.appendChild(el("p", str(rec[8]) + ".", "timing"));
+    if ((rec[9] || []).length) {
+      var ul = document.createElement("ul");
+      rec[9].forEach(function (f) {
+        var li = document.createElement("li");
+        li.appendChild(el("span", str(f[0]), "flag flag-" + String(str(f[1])).replace(/[^a-z_]/g, "")));
+        li.appendChild(document.createTextNode(" " + (str(f[2]) || "")));
+        ul.appendChild(li);
       });
-      while (boxes[i].firstChild) boxes[i].removeChild(boxes[i].firstChild);
-      boxes[i].appendChild(frag);
+      frag.appendChild(ul);
     }
+    frag.appendChild(el("pre", str(rec[10]), "command"));
+    var prov = data.p[rec[4]] || [0, []];
+    [["Config", pairsOf(rec[0], rec[1])], ["Metrics", pairsOf(rec[2], rec[3])],
+     ["Provenance (its run)", pairsOf(prov[0], prov[1])]].forEach(function (part) {
+      frag.appendChild(el("h3", part[0]));
+      frag.appendChild(table(part[1]));
+    });
+    while (box.firstChild) box.removeChild(box.firstChild);
+    box.appendChild(frag);
+    box.setAttribute("data-filled", "1");
+    box.className += " kv";
+  }
+
+  window.nbRecords = function (data) {
+    if (!data || !data.s || !data.r || !data.k || !data.p || recData) return;
+    recData = data;
+    var wanted = recWanted;
+    recWanted = [];
+    wanted.forEach(fillRecord);
   };
+
+  // Open a record's line and show its detail (loading the page's data file the first time).
+  function openRecord(details) {
+    var box = details.querySelector("div.detail[data-rec]");
+    if (!box) return;
+    if (!details.open) details.open = true;
+    if (recData) { fillRecord(box); return; }
+    recWanted.push(box);
+    var src = recordsSrc();
+    if (src && !recLoading) {
+      recLoading = true;
+      var rs = document.createElement("script");
+      rs.src = src;
+      document.head.appendChild(rs);
+    }
+  }
+
+  function recordFromHash() {
+    var id = decodeURIComponent((location.hash || "").slice(1));
+    var target = id ? document.getElementById(id) : null;
+    if (target && target.tagName === "DETAILS" && target.classList.contains("record")) {
+      openRecord(target);
+      target.scrollIntoView();
+    }
+  }
+
+  function initRecords() {
+    if (!recordsSrc()) return;
+    document.addEventListener("toggle", function (ev) {
+      var d = ev.target;
+      if (d && d.tagName === "DETAILS" && d.classList.contains("record") && d.open) openRecord(d);
+    }, true);
+    window.addEventListener("hashchange", recordFromHash);
+    recordFromHash();
+  }
 
   // Called by a table's data file (data/<id>.js): its rows wait in `arrived` until every file a table names in its
   // data-src is in; then they replace the page's first rows. A table may show the rows of several files (a norm's
@@ -146,6 +212,13 @@
     if (!ids.every(function (id) { return arrived[id]; })) return;
     var rows = [];
     ids.forEach(function (id) { rows = rows.concat(unpack(arrived[id])); });
+    // A machine's data file holds every norm's rows; a norm's table keeps its own (data-only="norm=<name>").
+    var only = table.getAttribute("data-only"), eq = only ? only.indexOf("=") : -1;
+    if (eq > 0) {
+      var key = only.slice(0, eq), want = only.slice(eq + 1);
+      rows = rows.filter(function (r) { return r.f && r.f[key] === want; });
+      table.setAttribute("data-rows", String(rows.length));
+    }
     if (ids.length > 1) {
       rows = rows.map(function (r, i) { r.i = i; return r; });
       rows.sort(rankCompare);
@@ -334,13 +407,22 @@
   }
 
   function init() {
-    // A record page's config and metrics live in its data file (same origin: allowed by the CSP, also from file://).
-    var recs = document.querySelector("[data-records-src]");
-    if (recs && /^[A-Za-z0-9_.-]+\.js$/.test(recs.getAttribute("data-records-src"))) {
-      var rs = document.createElement("script");
-      rs.src = recs.getAttribute("data-records-src");
-      document.head.appendChild(rs);
-    }
+    initRecords();
+    // A norm's page on many machines: a machine's button loads its every record of the norm into the norm's table,
+    // from the machine's one data file (data/km-<machine>.js; a <script>, so it works from file:// too).
+    document.querySelectorAll("button[data-pick-src]").forEach(function (b) {
+      b.addEventListener("click", function () {
+        var table = document.getElementById(b.getAttribute("data-pick-for") || "");
+        var src = b.getAttribute("data-pick-src") || "";
+        if (!table || !/^(\.\.\/)*data\/[A-Za-z0-9_.-]+\.js$/.test(src)) return;
+        table.setAttribute("data-src", src);
+        table.removeAttribute("data-loaded");
+        table._nbAll = false;
+        var label = document.querySelector('[data-pick-label-for="' + table.id + '"]');
+        if (label) label.textContent = "Every record on " + (b.getAttribute("data-pick-label") || "") + ":";
+        load(table, function () { refresh(table); table.scrollIntoView(); });
+      });
+    });
     var pending = 1;  // this function itself, so tables done at once do not mark the page ready early
     var tables = document.querySelectorAll("table.sortable");
     for (var t = 0; t < tables.length; t++) {
