@@ -39,6 +39,7 @@ import importlib
 import multiprocessing
 import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -524,13 +525,18 @@ def _forkserver_running() -> None:
     """Start the forkserver with SIGINT blocked: it imports torch before it ignores SIGINT, and a Ctrl-C to the
     process group meanwhile printed a traceback from it. (The mask survives its exec; it ignores SIGINT from then on,
     and each worker unblocks SIGINT first, since a Ctrl-C is how a worker is asked to stop.)"""
-    import signal
-    import threading
-    from multiprocessing import forkserver
+    with _FORKSERVER_LOCK:
+        _start_forkserver()
 
-    if threading.current_thread() is not threading.main_thread():
-        forkserver.ensure_running()
-        return
+
+def _start_forkserver() -> None:
+    import signal
+    from multiprocessing import forkserver, resource_tracker
+
+    # The resource tracker first: starting it, multiprocessing blocks SIGINT and SIGTERM around its spawn and then
+    # *unblocks* them, which would undo this block just before the forkserver's own spawn (a lane thread's first
+    # worker: a group Ctrl-C then hit the forkserver's interpreter while it imported site, "Fatal Python error").
+    resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         forkserver.ensure_running()
@@ -549,6 +555,9 @@ def _forkserver_running() -> None:
 
 
 _atexit = False
+#: The lanes of ``suites.train_cells`` start and stop workers from several threads: one forkserver start or stop at
+#: a time (two threads stopping it at once, each in multiprocessing's unlocked ``_stop``, printed a traceback).
+_FORKSERVER_LOCK = threading.RLock()
 
 
 def _stop_forkserver() -> None:
@@ -557,10 +566,14 @@ def _stop_forkserver() -> None:
     a fresh one."""
     from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
-    pid = getattr(server, "_forkserver_pid", None)
-    if not pid:
-        return
+    with _FORKSERVER_LOCK:
+        server = getattr(forkserver, "_forkserver", None)
+        pid = getattr(server, "_forkserver_pid", None)
+        if pid:
+            _kill_forkserver(server, pid)
+
+
+def _kill_forkserver(server, pid: int) -> None:
     import signal
 
     with contextlib.suppress(OSError):
@@ -568,6 +581,7 @@ def _stop_forkserver() -> None:
     with contextlib.suppress(Exception):
         server._stop()   # closes its pipe, reaps it (dead already), forgets it
     track(pid, on=False)
+
 
 @contextlib.contextmanager
 def _main_module_hidden():

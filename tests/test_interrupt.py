@@ -152,7 +152,11 @@ def _group(pgid: int) -> list[str]:
                 continue
             fields = stat[stat.rindex(")") + 2:].split()
             if pgid in (int(fields[2]), int(fields[3])) and fields[0] != "Z":
-                left.append(f"{d.name} {stat[:stat.rindex(')') + 1]}")
+                try:
+                    cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
+                except OSError:
+                    cmd = ""
+                left.append(f"{d.name} {stat[:stat.rindex(')') + 1]} {cmd}")
     return left
 
 
