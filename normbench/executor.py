@@ -39,6 +39,7 @@ import importlib
 import multiprocessing
 import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -235,11 +236,23 @@ class InProcessExecutor(Executor):
 ORPHANED_EXIT = 75
 
 
+def _first_interrupt_only(signum, frame) -> None:
+    """A worker's SIGINT handler: the first raises ``KeyboardInterrupt``, any later one is ignored."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
     """The worker's loop: receive a task, run it (:func:`run_task`), send its outcome; heartbeats go up the same
     pipe."""
     import signal
 
+    # One Ctrl-C stops a worker; later ones are ignored: the group's SIGINT is followed by the parent's (which passes
+    # the interruption on: it cannot know that the group's reached the worker), and a second KeyboardInterrupt in the
+    # worker's exit (multiprocessing's _exit_function) printed a traceback ("Process normbench-worker: ...").
+    signal.signal(signal.SIGINT, _first_interrupt_only)
     # Forked from a forkserver started with SIGINT blocked (_forkserver_running): a Ctrl-C must reach a worker.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
@@ -276,8 +289,11 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
         conn.send(("ready", None))
     except KeyboardInterrupt:
         return   # the command was interrupted while this worker started: nothing to say
+    except (BrokenPipeError, ConnectionResetError):
+        return   # the parent gave up on this worker while it started (interrupted): no one to tell
     except BaseException as exc:  # a worker that cannot start says why
-        conn.send(("start_failed", _describe_exc(exc)))
+        with contextlib.suppress(OSError):
+            conn.send(("start_failed", _describe_exc(exc)))
         return
     # Ctrl-C (the group's, or passed on by the parent) ends this worker quietly wherever it lands: the parent
     # reports the interruption.
@@ -332,6 +348,7 @@ class WorkerExecutor(Executor):
         self._proc = None
         self._conn = None
         self.restarts = 0
+        self._interrupted = False   # interrupt() was called: no task starts any more (see _run)
 
     def _start(self) -> str | None:
         parent, child = self._ctx.Pipe(duplex=True)
@@ -339,10 +356,21 @@ class WorkerExecutor(Executor):
         env = {**os.environ, **self._env}
         proc = self._ctx.Process(target=_worker_main, args=(child, env, self._preload), daemon=True,
                                  name="normbench-worker")
+        if self._interrupted:   # not even a forkserver started (interrupt() stopped the last one)
+            child.close()
+            parent.close()
+            return "interrupted before its worker process started"
         if self._ctx.get_start_method() == "forkserver":
             _forkserver_running()
-        with _main_module_hidden():
-            proc.start()
+        try:
+            with _main_module_hidden():
+                proc.start()
+        except (EOFError, OSError):
+            if not self._interrupted:
+                raise
+            child.close()
+            parent.close()
+            return "interrupted while its worker process started"   # interrupt() stopped the forkserver
         child.close()
         self._proc, self._conn = proc, parent
         track(proc.pid)
@@ -352,7 +380,10 @@ class WorkerExecutor(Executor):
             if left <= 0:
                 self._kill()
                 return f"the worker process did not start within {WORKER_START_LIMIT_S:.0f}s"
-            ready = _mp_wait([parent, proc.sentinel], timeout=left)
+            ready = _mp_wait([parent, proc.sentinel], timeout=min(left, 0.1))
+            if self._interrupted:   # interrupt() came before this worker was there to be told
+                self._kill(TERM_GRACE_S)
+                return "interrupted while its worker process started"
             if parent in ready:
                 try:
                     kind, payload = parent.recv()
@@ -387,15 +418,23 @@ class WorkerExecutor(Executor):
 
     def interrupt(self) -> None:
         """From another thread: pass a Ctrl-C to the worker (the task stops, a training run saves its checkpoint);
-        the thread waiting on it then sees the worker end."""
+        the thread waiting on it then sees the worker end. No task starts on this executor afterwards: a worker
+        still starting is stopped, and so is the forkserver (a thread waiting on it to fork a worker, while it
+        imports torch for seconds, is released at once). Without this, an interruption that came while a worker
+        started was missed and the thread trained its whole run before it looked again (the suites' lanes)."""
+        self._interrupted = True
         proc = self._proc
         if proc is not None:
             import signal
 
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 os.kill(proc.pid, signal.SIGINT)
+        if self._ctx.get_start_method() == "forkserver":
+            _stop_forkserver()
 
     def _run(self, task: Task) -> Outcome:
+        if self._interrupted:
+            return Outcome(task.label, CRASHED, error="interrupted before it started")
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1
@@ -403,6 +442,8 @@ class WorkerExecutor(Executor):
             problem = self._start()
             if problem is not None:
                 return Outcome(task.label, CRASHED, error=problem)
+        if self._interrupted:
+            return Outcome(task.label, CRASHED, error="interrupted before it started")
         t0 = time.monotonic()
         last_beat = t0
         try:
@@ -484,13 +525,18 @@ def _forkserver_running() -> None:
     """Start the forkserver with SIGINT blocked: it imports torch before it ignores SIGINT, and a Ctrl-C to the
     process group meanwhile printed a traceback from it. (The mask survives its exec; it ignores SIGINT from then on,
     and each worker unblocks SIGINT first, since a Ctrl-C is how a worker is asked to stop.)"""
-    import signal
-    import threading
-    from multiprocessing import forkserver
+    with _FORKSERVER_LOCK:
+        _start_forkserver()
 
-    if threading.current_thread() is not threading.main_thread():
-        forkserver.ensure_running()
-        return
+
+def _start_forkserver() -> None:
+    import signal
+    from multiprocessing import forkserver, resource_tracker
+
+    # The resource tracker first: starting it, multiprocessing blocks SIGINT and SIGTERM around its spawn and then
+    # *unblocks* them, which would undo this block just before the forkserver's own spawn (a lane thread's first
+    # worker: a group Ctrl-C then hit the forkserver's interpreter while it imported site, "Fatal Python error").
+    resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         forkserver.ensure_running()
@@ -509,6 +555,9 @@ def _forkserver_running() -> None:
 
 
 _atexit = False
+#: The lanes of ``suites.train_cells`` start and stop workers from several threads: one forkserver start or stop at
+#: a time (two threads stopping it at once, each in multiprocessing's unlocked ``_stop``, printed a traceback).
+_FORKSERVER_LOCK = threading.RLock()
 
 
 def _stop_forkserver() -> None:
@@ -517,10 +566,14 @@ def _stop_forkserver() -> None:
     a fresh one."""
     from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
-    pid = getattr(server, "_forkserver_pid", None)
-    if not pid:
-        return
+    with _FORKSERVER_LOCK:
+        server = getattr(forkserver, "_forkserver", None)
+        pid = getattr(server, "_forkserver_pid", None)
+        if pid:
+            _kill_forkserver(server, pid)
+
+
+def _kill_forkserver(server, pid: int) -> None:
     import signal
 
     with contextlib.suppress(OSError):
@@ -528,6 +581,7 @@ def _stop_forkserver() -> None:
     with contextlib.suppress(Exception):
         server._stop()   # closes its pipe, reaps it (dead already), forgets it
     track(pid, on=False)
+
 
 @contextlib.contextmanager
 def _main_module_hidden():

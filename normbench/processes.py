@@ -87,8 +87,9 @@ def interruptible(program: bool = False):
     follows (the handlers stay then); a stop that takes longer than :data:`STOP_DEADLINE_S` says where it is stuck
     and is forced. ``program``: this process ends when the block does (the ``normbench`` command); otherwise (a
     command run inside another program, a test) the handlers are restored and the deadline dropped at its end.
-    Outside the main thread: no change."""
-    if threading.current_thread() is not threading.main_thread():
+    Outside the main thread, or inside another ``interruptible`` block (a library call that takes the signals when
+    run on its own, made by a command that already did): no change."""
+    if threading.current_thread() is not threading.main_thread() or _State.installed:
         yield
         return
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -171,11 +172,12 @@ def say_stuck(what: str) -> None:
 
 # --- the test-only phase hook ------------------------------------------------------------------------------------
 
-def phase(name: str) -> None:
+def phase(name: str, until: threading.Event | None = None) -> None:
     """A named point of a command's run (``read``, ``judge``, ``task``, ``write``, ``render``, ``pool-end``,
-    ``swap``...). Inert unless ``$NORMBENCH_TEST_PHASE`` names it: then the first process to get there (once per
-    run) writes ``<name> <pid>`` to ``$NORMBENCH_TEST_PHASE_FILE`` and pauses (up to a minute) for the
-    interruption test to signal it there."""
+    ``swap``, ``lane``...). Inert unless ``$NORMBENCH_TEST_PHASE`` names it: then the first process to get there
+    (once per run) writes ``<name> <pid>`` to ``$NORMBENCH_TEST_PHASE_FILE`` and pauses (up to a minute) for the
+    interruption test to signal it there. Outside the main thread (which no signal interrupts) the pause also ends
+    when the command is stopping or ``until`` is set, as the thread's real work there would."""
     if os.environ.get(PHASE_ENV) != name:
         return
     path = os.environ.get(PHASE_FILE_ENV)
@@ -187,7 +189,9 @@ def phase(name: str) -> None:
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"{name} {os.getpid()}\n")
     deadline = time.monotonic() + PHASE_PAUSE_S
-    while time.monotonic() < deadline and _State.pending is None:
+    while (time.monotonic() < deadline and _State.pending is None
+           and not (threading.current_thread() is not threading.main_thread()
+                    and (_State.stopping or (until is not None and until.is_set())))):
         time.sleep(0.02)
 
 

@@ -41,6 +41,10 @@ from normbench.executor import CRASHED, ERROR, STALLED, TIMEOUT, Executor, Outco
 
 #: Ray's usage statistics go to outside hosts: normbench never enables them.
 _RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+#: At shutdown a Ray process flushes its task events (the dashboard's data, which normbench never starts) to the
+#: GCS for up to 5 s by default; when the GCS is already gone (a SIGTERM to the command's whole group reaches it
+#: too) the driver waited those 5 s, past the command's stop deadline. One second is plenty for a live GCS.
+_RAY_DEFAULTS = {"RAY_task_events_shutdown_flush_timeout_ms": "1000"}
 DEFAULT_RETRIES = 1
 #: How often the driver looks at deadlines and heartbeats.
 _POLL_S = 0.5
@@ -53,6 +57,8 @@ class RayUnavailable(ValueError):
 def import_ray():
     """``ray``, imported with usage statistics off; a clear :class:`RayUnavailable` when it is missing."""
     os.environ.update(_RAY_ENV)
+    for k, v in _RAY_DEFAULTS.items():
+        os.environ.setdefault(k, v)
     try:
         import ray
     except ImportError as exc:
@@ -84,6 +90,12 @@ def _private_token() -> None:
 
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        # Ray read its configuration (the auth mode among it) when it was imported: have it read the environment
+        # again, as Ray's own ``_enable_token_auth`` does; without this the driver starts a cluster whose GCS
+        # demands the token and then connects without it ("Failed to start GCS ... InvalidAuthToken").
+        from ray._raylet import Config
+
+        Config.initialize("")
 
 
 # --- inside a Ray worker --------------------------------------------------------------------------------------------
@@ -174,6 +186,14 @@ class RayExecutor(Executor):
             from normbench.processes import reinstall
 
             reinstall()
+        # The embedded instance's processes (GCS, raylet, agents: children of this process, which Ray starts with
+        # SIGINT blocked and killed by the kernel if this process dies) are killed too if the command's stop
+        # overruns its deadline; its workers are the raylet's children and end with it.
+        self._ray_pids = [p for _, p in _embedded_processes(ray)] if self._owns_ray else []
+        from normbench.processes import track
+
+        for pid in self._ray_pids:
+            track(pid)
         self._remote = ray.remote(_run_task)
         self._beats_actor = None
         self._pending: dict = {}          # ref -> _Pending
@@ -315,19 +335,81 @@ class RayExecutor(Executor):
         """Ray's view of the cluster's total resources (CPU, GPU, memory, custom ones)."""
         return dict(self._ray.cluster_resources())
 
-    def close(self) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(interrupted=exc_type is not None and issubclass(exc_type, KeyboardInterrupt))
+
+    def close(self, interrupted: bool = False) -> None:
+        """Cancel what still runs and leave Ray: an embedded instance is stopped, a joined cluster only left.
+        ``interrupted`` (or a command on its way out: Ctrl-C, SIGTERM): an embedded instance's processes are killed
+        at once instead of Ray's graceful shutdown, which waits a second or more per process (GCS, raylet, their
+        agents) and, after a SIGTERM to the whole group, outran the command's stop deadline."""
         if self._closed:
             return
+        from normbench.processes import stopping, track
+
+        interrupted = interrupted or stopping()
+        kill = interrupted and self._owns_ray
         with self._lock:
             pending = list(self._pending.values())
         for p in pending:
-            with contextlib.suppress(Exception):
-                self._ray.cancel(p.ref, force=True)
+            if not kill:  # the embedded instance goes whole below; a joined cluster must stop running our tasks
+                with contextlib.suppress(Exception):
+                    self._ray.cancel(p.ref, force=True)
             self._resolve(p, Outcome(p.task.label, CRASHED, error="the executor was closed before it finished"))
         self._closed = True
-        self._monitor.join(5)
+        self._monitor.join(1 if interrupted else 5)
+        if kill:
+            _kill_embedded(self._ray)
         with contextlib.suppress(Exception):
             self._ray.shutdown()  # stops the embedded instance; for a joined cluster, only disconnects
+        for pid in self._ray_pids:
+            track(pid, False)
+
+
+def _embedded_processes(ray) -> list[tuple[str, int]]:
+    """(type, pid) of every process the embedded Ray instance started from this process."""
+    from ray._private import worker
+
+    node = worker._global_node
+    out = []
+    for kind, infos in (getattr(node, "all_processes", None) or {}).items():
+        for info in infos:
+            pid = getattr(getattr(info, "process", None), "pid", None)
+            if pid:
+                out.append((kind, pid))
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux ``/proc``; none elsewhere)."""
+    kids = []
+    with contextlib.suppress(OSError):
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    with open(f"/proc/{d}/stat", "rb") as f:
+                        stat = f.read()
+                    if int(stat[stat.rindex(b")") + 2:].split()[1]) == pid:
+                        kids.append(int(d))
+    return kids
+
+
+def _kill_embedded(ray) -> None:
+    """SIGKILL the embedded instance: the raylet's children first (the workers, one running the interrupted task
+    among them: a killed raylet would leave them to notice on their own), then every process Ray started here."""
+    import signal
+
+    procs = _embedded_processes(ray)
+    victims = [c for kind, pid in procs if kind == "raylet" for c in _children(pid)] + [pid for _, pid in procs]
+    for pid in victims:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    from ray._private import worker
+
+    node = worker._global_node
+    with contextlib.suppress(Exception):
+        # reaps them (no zombie), each already dead: Ray's shutdown then finds nothing left to wait for
+        node.kill_all_processes(check_alive=False, allow_graceful=False, wait=False)
 
 
 def _ray_failure(exc: BaseException, retries: int) -> str:

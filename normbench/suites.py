@@ -205,12 +205,14 @@ def _train_lane(lane: list[tuple], stop=None, running: list | None = None) -> li
     is set; the executor is in ``running`` meanwhile (to be interrupted from the main thread)."""
     from normbench.executor import Task
     from normbench.executors import make_executor
+    from normbench.processes import phase
 
     out = []
     with make_executor("worker", preload=("normbench.train.loop",)) as ex:
         if running is not None:
             running.append(ex)
         for args in lane:
+            phase("lane", until=stop)   # the test-only hook: a lane between its runs (a thread of the parent)
             if stop is not None and stop.is_set():
                 break
             o = ex.submit(Task(_train_one, args, label=f"{args[0]} {args[1]}")).result()
@@ -249,20 +251,26 @@ def train_cells(params: list[list[str]], out, env_prefix: str = "NORMBENCH_ASV",
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
+    from normbench.processes import interruptible
+
     jobs = max(1, min(jobs, len(args)))
     lanes = [args[i::jobs] for i in range(jobs)]
     stop, running = threading.Event(), []
     pool = ThreadPoolExecutor(jobs)
-    try:
-        done = list(pool.map(lambda lane: _train_lane(lane, stop, running), lanes)) if args else []
-    except BaseException:
-        # Ctrl-C lands in this thread only: the lanes stop after their current run, whose worker is interrupted
-        # now (it saves its checkpoint), instead of training their whole lane first.
-        stop.set()
-        for ex in list(running):
-            ex.interrupt()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
+    # SIGTERM too takes the Ctrl-C path below (ASV's set-up calls this with the interpreter's own handlers, where a
+    # SIGTERM ended this process at once and left each lane's worker training as an orphan), the clean-up bounded
+    # by the stop deadline and not cut short by a repeated signal; inside a command, the command's handlers stay.
+    with interruptible():
+        try:
+            done = list(pool.map(lambda lane: _train_lane(lane, stop, running), lanes)) if args else []
+        except BaseException:
+            # Ctrl-C lands in this thread only: the lanes stop after their current run, whose worker is interrupted
+            # now (it saves its checkpoint), instead of training their whole lane first.
+            stop.set()
+            for ex in list(running):
+                ex.interrupt()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     pool.shutdown()
     outcomes: list = [None] * len(args)
     for i, lane in enumerate(done):

@@ -1,7 +1,8 @@
 """A process that imports normbench once and forks each command the interruption tests run (tests/test_interrupt.py),
 so that fifty interruptions do not pay fifty imports of torch. Each command is a fork in a session of its own (its
 own process group, as a shell gives it), with the request's environment, working directory and output files, and
-runs ``normbench.cli.main`` as the console script does. Protocol: one JSON request a line on stdin
+runs ``normbench.cli.main`` as the console script does (or, for the pseudo-command ``@lanes``, the suites'
+training lanes as ASV runs them). Protocol: one JSON request a line on stdin
 (``{"args", "env", "cwd", "stdout", "stderr"}``), answered ``{"started": pid}``; ``{"exited": pid, "rc": code}``
 when a command ends (a signal's death: minus its number)."""
 
@@ -35,6 +36,8 @@ def _child(req: dict) -> int:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # what a fresh interpreter has
+    if req["args"][0] == "@lanes":
+        return _lanes(*req["args"][1:])
     sys.argv = ["normbench", *req["args"]]
     from normbench.cli import main
 
@@ -43,6 +46,20 @@ def _child(req: dict) -> int:
     except SystemExit as exc:
         rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return int(rc or 0)
+
+
+def _lanes(out: str, norms: str, cells: str) -> int:
+    """The suites' training lanes (``suites.train_cells``, two lanes) as ASV's set-up calls them: a library call in
+    a process with the interpreter's own signal handlers. Exit 130 when interrupted, as a command's."""
+    from normbench import suites
+
+    try:
+        res = suites.train_cells([norms.split(","), cells.split(",")], out, env_prefix="NORMBENCH_TEST_LANES", jobs=2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    print(json.dumps(res["skipped"]), file=sys.stderr)
+    return 0 if res["results"] and not res["skipped"] else 1
 
 
 def serve() -> None:

@@ -140,8 +140,9 @@ class _Real:
 
 
 def _group(pgid: int) -> list[str]:
-    """The live processes of group ``pgid`` (a zombie whose parent is gone is dead: an init that does not reap it
-    is this container's, not the command's)."""
+    """The live processes of group ``pgid``, and of the session it leads (Ray puts each of its workers in a process
+    group of its own: a group's SIGINT does not reach them, nor would a check of the group alone); a zombie whose
+    parent is gone is dead (an init that does not reap it is this container's, not the command's)."""
     left = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -150,8 +151,12 @@ def _group(pgid: int) -> list[str]:
             except OSError:
                 continue
             fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                left.append(f"{d.name} {stat[:stat.rindex(')') + 1]}")
+            if pgid in (int(fields[2]), int(fields[3])) and fields[0] != "Z":
+                try:
+                    cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
+                except OSError:
+                    cmd = ""
+                left.append(f"{d.name} {stat[:stat.rindex(')') + 1]} {cmd}")
     return left
 
 
@@ -226,6 +231,9 @@ def interrupt(run, args: list[str], env: dict, cwd: Path, phase: str, delivery: 
             run.wait(pid, 30)
     err_text = err_path.read_text()
     assert "Traceback" not in err_text, f"{where}: printed a traceback\n{err_text[-3000:]}"
+    # Stopped by itself, not forced by its stop deadline (which exits 130 too, within the bound: a stop that hangs
+    # would pass the checks above without this one).
+    assert "did not stop within" not in err_text, f"{where}: forced by the stop deadline\n{err_text[-3000:]}"
     if target != "worker":
         assert rc == 130, f"{where}: exit {rc}, not the interrupted exit 130\n{err_text[-2000:]}"
     for p in (mark, err_path, out_path, Path(f"{mark}.taken")):
@@ -482,13 +490,13 @@ def test_writing_commands_interrupted_then_resumed(tmp_path, launcher, command):
     assert _ids(tmp_path / "results") == want
 
 
-def test_ingest_asv_interrupted_then_resumed(tmp_path, launcher):
+def test_ingest_asv_interrupted_then_resumed(tmp_path, launcher, committed_results):
 
     from test_suites_accuracy import _a_committed_record, _asv_result_file
 
     from normbench import results, suites
 
-    rec = _a_committed_record("synth-lm")
+    rec = _a_committed_record("synth-lm", committed_results)
     norm = rec["norm"]["name"]
     asv_dir, sidecar = tmp_path / ".asv" / "results", tmp_path / ".asv" / "normbench"
     run_dir = sidecar / "accuracy" / "abc-virtualenv-py3.11"
@@ -509,4 +517,79 @@ def test_ingest_asv_interrupted_then_resumed(tmp_path, launcher):
         no_partial(tmp_path)
         assert not _ids(tmp_path / "results")   # stopped before its one file was in place: nothing, not a part
     run_clean(launcher, args + ["results"], env, tmp_path)
+    assert _ids(tmp_path / "results") == want
+
+
+# --- the Ray executor (an embedded instance) and the suites' training lanes -----------------------------------------
+
+# Every signal, to the parent and to the group, lands in the Ray worker running a measurement; each run starts an
+# embedded Ray instance (GCS, raylet, agents: the command's children; workers: the raylet's, each in a group of its
+# own), the costly part (~10-30 s a run here), so the default schedule takes the group's SIGTERM (it reaches GCS and
+# raylet too: the case that overran the deadline) and one seeded other; the full variant takes every signal.
+RAY_DELIVERIES = (GROUP_TERM, PARENT_INT, PARENT_TERM, GROUP_INT, REPEAT_INT, REPEAT_TERM)
+
+
+@pytest.mark.slow
+def test_ray_executor_interrupted_then_resumed(tmp_path, launcher):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'normbench[ray]')")
+    import tempfile
+
+    env = _env(tmp_path)
+    inproc = {**env, "NORMBENCH_EXECUTOR": "inprocess"}
+    # The reference, in the command's process; it also leaves the gate's verdict in the cache, so that every Ray
+    # task below is a measurement (a check's task would be interrupted instead).
+    run_clean(launcher, _bench_args("whole"), inproc, tmp_path)
+    want = _ids(tmp_path / "whole")
+    assert want
+    ray_tmp = tempfile.mkdtemp(prefix="nbri")   # Ray's sockets live below it: a short path (107-byte limit)
+    ray_env = {**env, "RAY_TMPDIR": ray_tmp}
+    ray_env.pop("RAY_ADDRESS", None)   # an embedded instance: never a cluster this machine runs
+    args = _bench_args("results") + ["--executor", "ray"]
+    rng = random.Random(f"{SEED}-ray")
+    deliveries = RAY_DELIVERIES if FULL else (RAY_DELIVERIES[0], rng.choice(RAY_DELIVERIES[1:]))
+    try:
+        for delivery in deliveries:
+            interrupt(launcher, args, ray_env, tmp_path, "task", delivery, pool=True)
+            no_partial(tmp_path)
+            assert _ids(tmp_path / "results") <= want
+        run_clean(launcher, args, ray_env, tmp_path)   # a re-run through Ray completes: the same records
+        assert _ids(tmp_path / "results") == want
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+LANE_PHASES = {"lane": (2, False), "task": (1, True)}   # a "task" case costs a worker start
+# The lanes run as a library call (ASV's set-up) with the interpreter's own handlers; a repeated signal's second
+# arrival after the call returned is the host program's to handle, not the lanes'.
+LANE_SIGNALS = (PARENT_INT, PARENT_TERM, GROUP_INT, GROUP_TERM)
+
+
+def test_suites_training_lanes_interrupted_then_resumed(tmp_path, launcher):
+    """``suites.train_cells`` (two lanes, threads of the parent, each driving a worker process) interrupted between
+    runs (``lane``) and in a run (``task``, in a lane's worker): prompt stop, nothing left, nothing half-written, and
+    a resumed call trains exactly what an uninterrupted one did."""
+    import torch
+
+    from normbench.train import Run, record_id_for
+
+    env = _env(tmp_path)
+    norms = ("rmsnorm", "layernorm")
+    lanes = lambda out: ["@lanes", out, ",".join(norms), "synth-lm"]   # noqa: E731
+    # What an uninterrupted call writes: the ids train gives these quick runs (record_id_for, what it skips by; the
+    # same id as a `normbench train --norm layernorm --quick` record, checked by hand), not a second full training.
+    threads = torch.get_num_threads()
+    try:
+        want = {record_id_for(Run(task="synth-lm", model="gpt", norm=n, seed=0, quick=True, device="cpu", threads=1))
+                for n in norms}
+    finally:
+        torch.set_num_threads(threads)
+    assert len(want) == 2
+    rng = random.Random(f"{SEED}-lanes")
+    for ph, (n, in_worker) in LANE_PHASES.items():
+        picks = list(LANE_SIGNALS) if FULL else rng.sample(LANE_SIGNALS, n)
+        for delivery in picks:
+            interrupt(launcher, lanes("results"), env, tmp_path, ph, delivery, pool=in_worker)
+            no_partial(tmp_path)
+            assert _ids(tmp_path / "results") <= want
+    run_clean(launcher, lanes("results"), env, tmp_path)
     assert _ids(tmp_path / "results") == want

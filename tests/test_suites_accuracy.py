@@ -122,17 +122,19 @@ def _asv_result_file(path: Path, rows: dict, commit: str, env: str = "virtualenv
     path.write_text(json.dumps(data))
 
 
-def _a_committed_record(task: str) -> dict:
-    for _, rec in iter_records(REPO / "results" / "accuracy" / task, kind="accuracy"):
+def _a_committed_record(task: str, committed: Path) -> dict:
+    """An unflagged accuracy record of ``task`` among the committed records (the ``committed_results`` fixture: not
+    the working tree's, to which the main job adds its own)."""
+    for _, rec in iter_records(committed / "accuracy" / task, kind="accuracy"):
         if not rec["flags"]:
             return rec
     raise AssertionError(f"no unflagged accuracy record of {task} in results/")
 
 
-def test_ingest_asv_writes_the_accuracy_records_the_run_trained(tmp_path):
+def test_ingest_asv_writes_the_accuracy_records_the_run_trained(tmp_path, committed_results):
     from normbench import cli
 
-    rec = _a_committed_record("synth-lm")
+    rec = _a_committed_record("synth-lm", committed_results)
     norm = rec["norm"]["name"]
     asv_dir, sidecar = tmp_path / ".asv" / "results", tmp_path / ".asv" / "normbench"
     # what the suite's setup_cache left for the ASV run abc-virtualenv-py3.11: the records and their index
