@@ -235,9 +235,7 @@ class Relative:
             raise NotImplementedError(str(exc)) from None
 
         clock = time.perf_counter if case.device.startswith("cuda") else time.process_time
-        fn()
-        sync()
-        t0 = clock()
+        t0 = clock()   # prepare() has warmed the pass up: one call sizes a sample
         fn()
         sync()
         calls = max(1, min(1000, round(self.sample_s / max(clock() - t0, 1e-7))))
