@@ -184,12 +184,13 @@ def input_digest(site, job: tuple) -> str | None:
         # machines its table is every record of the machine (``data/km-*``), which any change to them changes.
         hw = job[1]
         norms = sorted({r["norm"] for r in site.by_hw.get(hw, [])})
-        return _h("device_page", hw, site.hw_name(hw), *(entry_print(e) for e in site.hw_entries.get(hw, [])),
+        return _h("device_page", hw, site.hw_name(hw), site.machine_print(hw),
                   *(f"{n}\x1f{site.many(n)}" for n in norms), *(row_print(r) for r in site.by_hw.get(hw, [])))
     if what == "model_page":
         # ``normbench best``'s answer for one model on one machine reads that machine's records alone.
         key, hw = job[1], job[2]
-        return _h("model_page", key, hw, site.hw_name(hw), *(entry_print(e) for e in site.hw_entries.get(hw, [])))
+        # the machine's print, memoised per build: computed once for its device page and all its model pages
+        return _h("model_page", key, hw, site.hw_name(hw), site.machine_print(hw))
     if what == "doc_page":
         return _h("doc_page", *job[1:], site.docs.get(job[2]))
     if what == "norm_device":
