@@ -495,11 +495,16 @@ def forward(x, residual, weight, bias, mode: int, eps: float, images: bool = Fal
            None if residual is None else residual.dtype, None if weight is None else weight.dtype,
            None if bias is None else bias.dtype, MAX_FUSED_C, MAX_FUSED_C_BWD, MAX_IMAGES_C, WIDE_CHUNK)
     plan = _FWD_PLANS.get(key)
-    if plan is not None and plan.lean:  # the common call: planned, one fused launch, nothing kept but y
+    if plan is not None and plan.lean:  # the common call: planned, one fused launch, no statistics kept
         y = torch.empty_like(x)
-        plan.steps[0](x, x, weight if weight is not None else x, bias if bias is not None else x, y, x, x, x, plan.M,
-                      plan.C, plan.HW, eps)
-        return y, None, None, None
+        w = weight if weight is not None else x
+        b = bias if bias is not None else x
+        if residual is None:
+            plan.steps[0](x, x, w, b, y, x, x, x, plan.M, plan.C, plan.HW, eps)
+            return y, None, None, None
+        s = torch.empty_like(x)
+        plan.steps[0](x, residual, w, b, y, s, x, x, plan.M, plan.C, plan.HW, eps)
+        return y, s, None, None
     if plan is None:
         check_tensor(x)
         if residual is not None:
@@ -540,8 +545,8 @@ def forward(x, residual, weight, bias, mode: int, eps: float, images: bool = Fal
         else:
             grid_of = lambda META: (cdiv(M, META["BLOCK_R"]), 1)  # noqa: E731
         plan.steps = (first_launch(_row_fwd_tuned, _row_fwd_kernel, grid_of, args, meta, _FWD_HEURISTICS),)
-        # later calls take the lean path at the top when they pass only placeholders besides x, w, b, y
-        plan.lean = residual is None and not plan.keep
+        # later calls take the lean path at the top (the same arguments, with placeholders for the statistics)
+        plan.lean = not plan.keep and M > 0
         return y, s, aux, rstd
     # wide rows: a statistics pass, then the tile kernel column-blocked over the stored statistics
     src = s if s is not None else x
