@@ -155,8 +155,11 @@ class _AddRowNormFn(torch.autograd.Function):
         need = ctx.needs_input_grad
         y, s, aux, rstd = (_KERNELS.get("_rownorm") or _mod("_rownorm")).forward(
             xk, rk, weight, bias, mode, eps, False, False, need[0] or need[1] or need[2] or need[3])
-        _save(ctx, s, weight, aux, rstd)
-        ctx.cfg = (mode, eps, _dtype(bias), x.dtype, residual.dtype)
+        if rstd is None:  # the backward recomputes the statistics (``_save``'s first case, without its call)
+            ctx.save_for_backward(s, weight)
+        else:
+            _save(ctx, s, weight, aux, rstd)
+        ctx.cfg = (mode, eps, None if bias is None else bias.dtype, x.dtype, residual.dtype)
         ctx.set_materialize_grads(False)  # an unused s (or y) then costs no zero tensor and no read
         return y, s
 
@@ -377,8 +380,10 @@ def _run_add_layernorm(m, x, residual):
 
 
 def _run_add_rmsnorm(m, x, residual):
+    e = m.eager
     _check_pair(m, x, residual, "AddRMSNorm")
-    return add_rms_norm(x, residual, _param(m, "weight"), m.eager.eps)
+    w = _param(m, "weight")
+    return _AddNoBiasFn.apply(x, residual, w if w is None else w.contiguous(), (1, float(e.eps)))
 
 
 def _run_dyt(m, x):
