@@ -1,6 +1,7 @@
 """Fused Triton kernels for the row-wise norms: LayerNorm, RMSNorm, CRMSNorm, SRMSNorm, ScaleNorm, residual variants.
 
-One kernel family serves every mode; ``MODE`` picks the statistic (see ``_stats``), a few flags the affine part.
+One kernel family serves every mode; ``MODE`` picks the statistic (``_rowmath._stats``: the device functions the
+kernels share live there), a few flags the affine part.
 Layouts: tokens ``[M, C]`` (rows contiguous) and images ``[N, C, H, W]`` normalised per pixel over C, read in
 place with a channel stride of H·W (``IMAGES``), so no permute copy is needed when C is at most ``MAX_IMAGES_C``.
 
@@ -41,6 +42,7 @@ from ._common import (
     warps_for,
 )
 from ._env import plan_cache
+from ._rowmath import _coef, _coef_of, _dx, _stats, _tile, _xhat
 
 LAYERNORM, RMSNORM, CRMSNORM, SCALENORM = 0, 1, 2, 3
 
@@ -72,57 +74,6 @@ def _fwd_rows(args) -> int:
 
 _FWD_CONFIGS = [triton.Config({"TILE": t}, num_warps=w) for t in (4096, 8192, 16384) for w in (4, 8, 16, 32)]
 _BWD_CONFIGS = [triton.Config({}, num_warps=w) for w in (4, 8, 16, 32)]
-
-
-@triton.jit
-def _stats(x, mask, C, eps, MODE: tl.constexpr):
-    """(aux, rstd) per row of a tile holding whole rows; masked entries of ``x`` are 0."""
-    if MODE == 0:
-        mean = tl.sum(x, axis=1) / C
-        d = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = tl.math.rsqrt(tl.sum(d * d, axis=1) / C + eps)
-        aux = mean
-    elif MODE == 1:
-        rstd = tl.math.rsqrt(tl.sum(x * x, axis=1) / C + eps)
-        aux = tl.zeros_like(rstd)
-    elif MODE == 2:
-        s = tl.sum(x, axis=1)
-        rstd = tl.math.rsqrt((tl.sum(x * x, axis=1) + s * s) / (C + 1) + eps)
-        aux = s
-    else:
-        nrm = tl.sqrt(tl.sum(x * x, axis=1))
-        rstd = 1.0 / tl.maximum(nrm, eps)
-        aux = (nrm >= eps).to(tl.float32)
-    return aux, rstd
-
-
-@triton.jit
-def _xhat(x, aux, rstd, MODE: tl.constexpr):
-    if MODE == 0:
-        xh = (x - aux[:, None]) * rstd[:, None]
-    else:
-        xh = x * rstd[:, None]
-    return xh
-
-
-@triton.jit
-def _tile(t, M, C, HW, cols, IMAGES: tl.constexpr, BLOCK_R: tl.constexpr):
-    """Offsets of row tile ``t``: (element offsets, element mask, row mask, statistic index per row)."""
-    r = tl.arange(0, BLOCK_R)
-    cmask = cols < C
-    if IMAGES:
-        nhb = tl.cdiv(HW, BLOCK_R)
-        n = t // nhb
-        hw = (t % nhb) * BLOCK_R + r
-        rmask = hw < HW
-        srow = n * HW + hw
-        offs = (n.to(tl.int64) * C * HW + hw)[:, None] + cols.to(tl.int64)[None, :] * HW
-    else:
-        rows = t * BLOCK_R + r
-        rmask = rows < M
-        srow = rows
-        offs = rows.to(tl.int64)[:, None] * C + cols[None, :]
-    return offs, rmask[:, None] & cmask[None, :], rmask, srow
 
 
 @triton.jit
@@ -203,52 +154,6 @@ def _row_stats_kernel(X, R, S, AUX, RSTD, C, eps,
     if MODE != 1:
         tl.store(AUX + row, aux)
     tl.store(RSTD + row, rstd)
-
-
-@triton.jit
-def _coef(g, xh, aux, C, MODE: tl.constexpr):
-    """The row reductions of the backward: dx = rstd·(g − x̂·c1 − c2) (CRMSNorm: (x̂ + Σx·rstd)·c1)."""
-    gx = tl.sum(g * xh, axis=1)
-    if MODE == 0:
-        c1 = gx / C
-        c2 = tl.sum(g, axis=1) / C
-    elif MODE == 1:
-        c1 = gx / C
-        c2 = tl.zeros_like(c1)
-    elif MODE == 2:
-        c1 = gx / (C + 1)
-        c2 = tl.zeros_like(c1)
-    else:
-        c1 = gx * aux  # a clamped norm (aux = 0) is a constant: no term through it
-        c2 = tl.zeros_like(c1)
-    return c1, c2
-
-
-@triton.jit
-def _coef_of(gx, gs, aux, C, MODE: tl.constexpr):
-    """(c1, c2) of ``_coef`` from a row's Σg·x̂ and Σg (the wide kernels' accumulated sums)."""
-    c2 = 0.0 * gx
-    if MODE == 0:
-        c1 = gx / C
-        c2 = gs / C
-    elif MODE == 2:
-        c1 = gx / (C + 1)
-    elif MODE == 3:
-        c1 = gx * aux
-    else:
-        c1 = gx / C
-    return c1, c2
-
-
-@triton.jit
-def _dx(g, xh, aux, rstd, c1, c2, MODE: tl.constexpr):
-    if MODE == 0:
-        dx = (g - xh * c1[:, None] - c2[:, None]) * rstd[:, None]
-    elif MODE == 2:
-        dx = (g - (xh + (aux * rstd)[:, None]) * c1[:, None]) * rstd[:, None]
-    else:
-        dx = (g - xh * c1[:, None]) * rstd[:, None]
-    return dx
 
 
 @triton.jit

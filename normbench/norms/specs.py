@@ -12,11 +12,11 @@ def _arxiv(arxiv_id: str) -> str:
 
 
 _K = "normbench.kernels."
-#: The kernel module each Triton backend runs (``triton_backend`` dispatches to it), for its implementation hash.
+#: The kernel modules each Triton backend runs (``triton_backend`` dispatches to them), for its implementation hash.
 _TRITON_KERNELS = {
     **dict.fromkeys(("layernorm", "rmsnorm", "srmsnorm", "crmsnorm", "scalenorm", "add_layernorm", "add_rmsnorm"),
-                    "_rownorm"),
-    "dyt": "_pointwise", "derf": "_pointwise", "groupnorm": "_groupnorm",
+                    ("_rownorm", "_rowmath")),
+    "dyt": ("_pointwise",), "derf": ("_pointwise",), "groupnorm": ("_groupnorm",),
 }
 
 
@@ -27,7 +27,7 @@ def _triton(name: str) -> tuple[Backend, ...]:
             "triton",
             build=f"{_K}triton_backend:build_{name}",
             available=f"{_K}triton_backend:unavailable",
-            sources=(_K + _TRITON_KERNELS[name], _K + "_common", _K + "_env"),
+            sources=(*(_K + k for k in _TRITON_KERNELS[name]), _K + "_common", _K + "_env"),
             devices=triton_devices,
         ),
     )
