@@ -156,17 +156,18 @@ def _group(pgid: int) -> list[str]:
                     cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
                 except OSError:
                     cmd = ""
-                left.append(f"{d.name} {stat[:stat.rindex(')') + 1]} {cmd}")
+                left.append(f"{stat[:stat.rindex(')') + 1]} state {fields[0]} ppid {fields[1]}: {cmd}")
     return left
 
 
-def _group_gone(pgid: int, wait_s: float = 3.0) -> bool:
+def _left_after(pgid: int, wait_s: float = 3.0) -> list[str]:
+    """What of group ``pgid`` still lives ``wait_s`` after its command exited (as last seen: empty when gone)."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if not _group(pgid):
-            return True
+    while True:
+        left = _group(pgid)
+        if not left or time.monotonic() >= deadline:
+            return left
         time.sleep(0.05)
-    return False
 
 
 def run_clean(run, args: list[str], env: dict, cwd: Path) -> tuple[str, str]:
@@ -223,7 +224,8 @@ def interrupt(run, args: list[str], env: dict, cwd: Path, phase: str, delivery: 
             rc = run.wait(pid, (300 if target == "worker" and not pool_worker else BOUND_S) - (time.monotonic() - t0))
         stopped = time.monotonic() - t0
         assert rc is not None, f"{where}: still running {BOUND_S:g}s after the signal\n{err_path.read_text()}"
-        assert _group_gone(pid), f"{where}: processes of its group are left: {_group(pid)}"
+        left = _left_after(pid)
+        assert not left, f"{where}: processes of its group are left (paused there: {paused}): {left}"
     finally:
         if rc is None:
             with contextlib.suppress(ProcessLookupError):
