@@ -247,22 +247,6 @@ def _first_interrupt_only(signum, frame) -> None:
 def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
     """The worker's loop: receive a task, run it (:func:`run_task`), send its outcome; heartbeats go up the same
     pipe."""
-    import signal
-
-    # One Ctrl-C stops a worker; later ones are ignored: the group's SIGINT is followed by the parent's (which passes
-    # the interruption on: it cannot know that the group's reached the worker), and a second KeyboardInterrupt in the
-    # worker's exit (multiprocessing's _exit_function) printed a traceback ("Process normbench-worker: ...").
-    signal.signal(signal.SIGINT, _first_interrupt_only)
-    # Forked from a forkserver started with SIGINT blocked (_start_forkserver): a Ctrl-C must reach a worker.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
-        os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    for key in set(os.environ) - set(env):
-        del os.environ[key]
-    os.environ.update(env)
     last = [0.0]
 
     def beat() -> None:
@@ -279,6 +263,25 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
                 pass
 
     try:
+        # Inside the try: a Ctrl-C passed on while this worker starts (a lane interrupted as it forks its worker) may
+        # land on any of these lines, and must end it quietly (it printed "Process normbench-worker: Traceback").
+        import signal
+
+        # One Ctrl-C stops a worker; later ones are ignored: the group's SIGINT is followed by the parent's (which
+        # passes the interruption on: it cannot know that the group's reached the worker), and a second
+        # KeyboardInterrupt in the worker's exit (multiprocessing's _exit_function) printed a traceback.
+        signal.signal(signal.SIGINT, _first_interrupt_only)
+        # Forked from a forkserver started with SIGINT blocked (_start_forkserver): a Ctrl-C must reach a worker.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        for key in set(os.environ) - set(env):
+            del os.environ[key]
+        os.environ.update(env)
+
         import torch  # noqa: F401  (the import this worker exists to pay once)
 
         from normbench.discovery import REGISTRY

@@ -201,3 +201,29 @@ def test_an_interrupted_worker_is_ended_though_its_forkserver_is_gone(tmp_path, 
         ex.close()
         if worker is not None and _alive(worker):
             os.kill(worker, 9)
+
+
+def _worker_with_a_ctrl_c_waiting(conn) -> None:
+    """A worker as a forkserver forks it, with a Ctrl-C already on its way (SIGINT pending behind the mask)."""
+    import signal
+
+    from normbench import executor
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    os.kill(os.getpid(), signal.SIGINT)
+    executor._worker_main(conn, dict(os.environ))
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_sigmask"), reason="POSIX signal masks")
+def test_a_worker_interrupted_as_it_starts_ends_quietly(capfd):
+    """A Ctrl-C passed on to a worker in its first lines (a lane interrupted as it forked its worker) ends it with no
+    traceback: it printed "Process normbench-worker: Traceback ... KeyboardInterrupt" (full interruption test)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_worker_with_a_ctrl_c_waiting, args=(child,), name="normbench-worker")
+    proc.start()
+    proc.join(60)
+    err = capfd.readouterr().err
+    assert proc.exitcode == 0 and "Traceback" not in err, err
