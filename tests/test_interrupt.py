@@ -376,6 +376,62 @@ def test_a_stuck_pool_says_which_worker_on_which_task_and_where(monkeypatch, cap
     assert "in _nap" in err   # the worker's own stack (faulthandler at SIGUSR1)
 
 
+_STOPPED_PROGRAM = """
+import argparse, atexit, os, signal, sys, threading, time
+from normbench import cli, processes
+
+MARK = sys.argv[1]
+
+class Teardown:   # its __del__ runs in the interpreter's teardown of __main__, and only there
+    def __del__(self, _open=open, _mark=MARK):   # (builtins may be cleared by then)
+        _open(_mark + ".teardown", "w").close()
+
+keep = Teardown()
+atexit.register(lambda: open(MARK + ".atexit", "w").close())
+# no exit when nothing was interrupted, nor while another non-daemon thread is at work (it may be finishing a file)
+processes.exit_stopped(3)
+busy = threading.Thread(target=time.sleep, args=(0.3,))
+busy.start()
+processes._State.stopping = True
+processes.exit_stopped(3)
+processes._State.stopping = False
+busy.join()
+open(MARK + ".guarded", "w").close()
+
+def command(args):
+    print("partial output", end="")   # still in stdout's buffer when the command stops
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+
+def build_parser():
+    p = argparse.ArgumentParser()
+    p.set_defaults(func=command)
+    return p
+
+cli.build_parser = build_parser
+sys.argv = ["normbench"]
+rc = cli.main()
+open(MARK + ".returned", "w").close()
+sys.exit(rc)
+"""
+
+
+def test_an_interrupted_program_exits_without_the_interpreters_teardown(tmp_path):
+    """The ``normbench`` program, interrupted, leaves at once (``processes.exit_stopped``): its output flushed and
+    its atexit handlers run (the forkserver's stop among them), but not the interpreter's teardown of every module
+    (seconds with torch loaded, after the command had stopped); not when nothing was interrupted, nor while another
+    non-daemon thread runs."""
+    mark = tmp_path / "m"
+    p = subprocess.run([sys.executable, "-c", _STOPPED_PROGRAM, str(mark)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 130, p.stderr
+    assert "Traceback" not in p.stderr and "interrupted" in p.stderr, p.stderr
+    assert (tmp_path / "m.guarded").exists(), "exit_stopped exited with nothing interrupted or a thread at work"
+    assert p.stdout == "partial output" and (tmp_path / "m.atexit").exists()
+    assert not (tmp_path / "m.returned").exists() and not (tmp_path / "m.teardown").exists(), \
+        "the interrupted program went through the interpreter's normal exit"
+
+
 # --- the commands ------------------------------------------------------------------------------------------------
 
 SITE_PHASES = {"read": (2, False), "judge": (5, True), "pool-end": (2, False), "render": (5, True), "swap": (3, False)}
