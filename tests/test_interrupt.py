@@ -524,6 +524,24 @@ WRITING = {"bench": (_bench_args, {"task": (2, True), "write": (1, False)}),
            "sweep": (_sweep_args, {"task": (1, False), "write": (1, False)})}
 
 
+def _training_ids(norms, steps: int | None = None) -> set:
+    """The record ids ``train`` and the suites' lanes give quick synth-lm runs of ``norms`` (seed 0, one
+    thread, ``steps`` if given) on this machine: ``record_id_for``, what they skip finished runs by. The resumed
+    runs' records must carry them (the same id as an uninterrupted run's, checked by hand: a ``train --norm
+    layernorm --quick`` record)."""
+    import torch
+
+    from normbench.train.loop import record_id_for
+    from normbench.train.runner import RunSettings
+
+    threads = torch.get_num_threads()
+    try:
+        settings = RunSettings(quick=True, steps=steps, device="cpu", threads=1)
+        return {record_id_for(settings.runs(n, "synth-lm", "gpt", "default", None, [0])[0]) for n in norms}
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("command", sorted(WRITING))
 def test_writing_commands_interrupted_then_resumed(tmp_path, launcher, command):
     make, phases = WRITING[command]
@@ -531,8 +549,11 @@ def test_writing_commands_interrupted_then_resumed(tmp_path, launcher, command):
     # other runs in the command's process, the same records (the executor is not part of a record's identity).
     env = _env(tmp_path)
     inproc = {**env, "NORMBENCH_EXECUTOR": "inprocess"}
-    run_clean(launcher, make("whole"), inproc, tmp_path)
-    want = _ids(tmp_path / "whole")
+    if command == "train":   # the id an uninterrupted run gets (what train skips by), without a run of its own
+        want = _training_ids(["rmsnorm"], steps=2)
+    else:   # (a sweep's runs are other cells: its own settings)
+        run_clean(launcher, make("whole"), inproc, tmp_path)
+        want = _ids(tmp_path / "whole")
     assert want
     for ph, delivery in _schedule(command, phases):
         interrupt(launcher, make("results"), env if ph == "task" else inproc, tmp_path, ph, delivery,
@@ -624,21 +645,11 @@ def test_suites_training_lanes_interrupted_then_resumed(tmp_path, launcher):
     """``suites.train_cells`` (two lanes, threads of the parent, each driving a worker process) interrupted between
     runs (``lane``) and in a run (``task``, in a lane's worker): prompt stop, nothing left, nothing half-written, and
     a resumed call trains exactly what an uninterrupted one did."""
-    import torch
-
-    from normbench.train import Run, record_id_for
-
     env = _env(tmp_path)
     norms = ("rmsnorm", "layernorm")
     lanes = lambda out: ["@lanes", out, ",".join(norms), "synth-lm"]   # noqa: E731
-    # What an uninterrupted call writes: the ids train gives these quick runs (record_id_for, what it skips by; the
-    # same id as a `normbench train --norm layernorm --quick` record, checked by hand), not a second full training.
-    threads = torch.get_num_threads()
-    try:
-        want = {record_id_for(Run(task="synth-lm", model="gpt", norm=n, seed=0, quick=True, device="cpu", threads=1))
-                for n in norms}
-    finally:
-        torch.set_num_threads(threads)
+    # What an uninterrupted call writes: the ids train gives these quick runs, not a second full training.
+    want = _training_ids(norms)
     assert len(want) == 2
     rng = random.Random(f"{SEED}-lanes")
     for ph, (n, in_worker) in LANE_PHASES.items():
