@@ -571,7 +571,7 @@ def register(subparsers) -> None:
 
 
 def main(argv=None) -> int:
-    from normbench.processes import interruptible
+    from normbench.processes import exit_stopped, interruptible
 
     p = argparse.ArgumentParser(prog="python -m normbench.campaign", description=__doc__.split("\n\n")[0])
     add_arguments(p)
@@ -583,6 +583,8 @@ def main(argv=None) -> int:
             return command(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        if argv is None:
+            exit_stopped(130)   # out now, without the interpreter's seconds of tearing torch down
         return 130
 
 

@@ -112,22 +112,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from normbench.processes import interruptible
+    from normbench.processes import exit_stopped, interruptible
 
     # SIGTERM (``kill``, a CI runner's timeout) takes the Ctrl-C path: what is written is kept, and worker processes
     # are stopped instead of left timing as orphans; a repeated signal does not cut that short (processes.py).
     # argv None: run as the program (the console script, ``python -m normbench.cli``), which ends with this call.
     with interruptible(program=argv is None):
-        try:
-            parser = build_parser()
-            args = parser.parse_args(argv)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
-        if not getattr(args, "func", None):
-            parser.print_help()
-            return 2
-        return _run(args)
+        rc = _parse_and_run(argv)
+    if argv is None:
+        exit_stopped(rc)   # interrupted: out now, without the interpreter's seconds of tearing torch down
+    return rc
+
+
+def _parse_and_run(argv: list[str] | None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return _run(args)
 
 
 def _run(args) -> int:

@@ -247,22 +247,6 @@ def _first_interrupt_only(signum, frame) -> None:
 def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
     """The worker's loop: receive a task, run it (:func:`run_task`), send its outcome; heartbeats go up the same
     pipe."""
-    import signal
-
-    # One Ctrl-C stops a worker; later ones are ignored: the group's SIGINT is followed by the parent's (which passes
-    # the interruption on: it cannot know that the group's reached the worker), and a second KeyboardInterrupt in the
-    # worker's exit (multiprocessing's _exit_function) printed a traceback ("Process normbench-worker: ...").
-    signal.signal(signal.SIGINT, _first_interrupt_only)
-    # Forked from a forkserver started with SIGINT blocked (_forkserver_running): a Ctrl-C must reach a worker.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
-        os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    for key in set(os.environ) - set(env):
-        del os.environ[key]
-    os.environ.update(env)
     last = [0.0]
 
     def beat() -> None:
@@ -279,6 +263,25 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
                 pass
 
     try:
+        # Inside the try: a Ctrl-C passed on while this worker starts (a lane interrupted as it forks its worker) may
+        # land on any of these lines, and must end it quietly (it printed "Process normbench-worker: Traceback").
+        import signal
+
+        # One Ctrl-C stops a worker; later ones are ignored: the group's SIGINT is followed by the parent's (which
+        # passes the interruption on: it cannot know that the group's reached the worker), and a second
+        # KeyboardInterrupt in the worker's exit (multiprocessing's _exit_function) printed a traceback.
+        signal.signal(signal.SIGINT, _first_interrupt_only)
+        # Forked from a forkserver started with SIGINT blocked (_start_forkserver): a Ctrl-C must reach a worker.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        for key in set(os.environ) - set(env):
+            del os.environ[key]
+        os.environ.update(env)
+
         import torch  # noqa: F401  (the import this worker exists to pay once)
 
         from normbench.discovery import REGISTRY
@@ -324,6 +327,74 @@ def _serve(conn, beat, last: list) -> None:
             conn.send(("done", Outcome(task.label, ERROR, error=msg, exc_type=type(exc).__name__, message=msg)))
 
 
+class _Watched:
+    """A worker process watched through its own pid (a pidfd on Linux), not only through multiprocessing's ``Popen``.
+
+    A forkserver's child is not this process's child: ``Popen`` learns of its exit from the forkserver, and once the
+    forkserver is gone (an interruption stops it, :func:`_stop_forkserver`) it reports every child of it dead (exit
+    255) and its ``terminate()``/``kill()`` send nothing, while the child lives on: a lane's worker outlived its
+    interrupted command that way (issue #36). Here liveness, waiting and signals go to the process itself."""
+
+    def __init__(self, proc):
+        self.proc, self.pid = proc, proc.pid
+        self.fd = None
+        with contextlib.suppress(AttributeError, OSError):   # no pidfd (not Linux, kernel < 5.3): by pid
+            self.fd = os.pidfd_open(proc.pid)
+
+    @property
+    def sentinel(self):
+        """What to wait on (``multiprocessing.connection.wait``) for this process's exit."""
+        return self.fd if self.fd is not None else self.proc.sentinel
+
+    def alive(self) -> bool:
+        if self.fd is not None:
+            return not _mp_wait([self.fd], timeout=0)
+        if self.proc.is_alive():
+            return True
+        if self.proc.exitcode != 255:   # the exit status its forkserver (or this process) saw: gone
+            return False
+        try:   # 255: perhaps only its forkserver died; ask the system (a zombie is reaped by init)
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        """Whether it ended within ``timeout`` seconds."""
+        if self.fd is not None:
+            return bool(_mp_wait([self.fd], timeout=max(0.0, timeout)))
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def signal(self, signum: int) -> None:
+        import signal
+
+        with contextlib.suppress(ProcessLookupError):
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, signum)
+            elif self.alive():
+                os.kill(self.pid, signum)
+
+    def exitcode(self, wait: float = 5.0):
+        """Its exit status as its parent saw it (the forkserver reports it shortly after the exit; ``None`` or 255
+        where the forkserver is gone)."""
+        with contextlib.suppress(ValueError, AssertionError):
+            self.proc.join(wait)
+        return self.proc.exitcode
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
 class WorkerExecutor(Executor):
     """Runs tasks one at a time in a reusable worker process (torch imported once; see the module docstring).
 
@@ -346,9 +417,10 @@ class WorkerExecutor(Executor):
         self._env = dict(env or {})
         self._preload = tuple(preload)
         self._proc = None
+        self._watch: _Watched | None = None
         self._conn = None
         self.restarts = 0
-        self._interrupted = False   # interrupt() was called: no task starts any more (see _run)
+        self._interrupted: float | None = None   # when interrupt() was called: no task starts any more (see _run)
 
     def _start(self) -> str | None:
         parent, child = self._ctx.Pipe(duplex=True)
@@ -356,23 +428,34 @@ class WorkerExecutor(Executor):
         env = {**os.environ, **self._env}
         proc = self._ctx.Process(target=_worker_main, args=(child, env, self._preload), daemon=True,
                                  name="normbench-worker")
-        if self._interrupted:   # not even a forkserver started (interrupt() stopped the last one)
-            child.close()
-            parent.close()
-            return "interrupted before its worker process started"
-        if self._ctx.get_start_method() == "forkserver":
-            _forkserver_running()
-        try:
-            with _main_module_hidden():
-                proc.start()
-        except (EOFError, OSError):
-            if not self._interrupted:
-                raise
-            child.close()
-            parent.close()
-            return "interrupted while its worker process started"   # interrupt() stopped the forkserver
+        forkserver = self._ctx.get_start_method() == "forkserver"
+        # Under the forkserver's lock from the last look at _interrupted to the fork: interrupt() either comes first
+        # (no forkserver is started again, nor a worker) or stops the forkserver this start then holds, which
+        # releases the start at once (EOF) instead of letting it run into a new one (Process.start() would start
+        # it itself: seconds of importing torch, after the command was told to stop).
+        with _FORKSERVER_LOCK if forkserver else contextlib.nullcontext():
+            if self._interrupted is not None:   # not even a forkserver started (interrupt() stopped the last one)
+                child.close()
+                parent.close()
+                return "interrupted before its worker process started"
+            if forkserver:
+                _start_forkserver()
+                if self._interrupted is not None:   # interrupt() came meanwhile (and may have found none to stop)
+                    _stop_forkserver()
+                    child.close()
+                    parent.close()
+                    return "interrupted before its worker process started"
+            try:
+                with _main_module_hidden():
+                    proc.start()
+            except (EOFError, OSError):
+                if self._interrupted is None:
+                    raise
+                child.close()
+                parent.close()
+                return "interrupted while its worker process started"   # interrupt() stopped the forkserver
         child.close()
-        self._proc, self._conn = proc, parent
+        self._proc, self._watch, self._conn = proc, _Watched(proc), parent
         track(proc.pid)
         deadline = time.monotonic() + WORKER_START_LIMIT_S
         while True:
@@ -380,69 +463,77 @@ class WorkerExecutor(Executor):
             if left <= 0:
                 self._kill()
                 return f"the worker process did not start within {WORKER_START_LIMIT_S:.0f}s"
-            ready = _mp_wait([parent, proc.sentinel], timeout=min(left, 0.1))
-            if self._interrupted:   # interrupt() came before this worker was there to be told
+            ready = _mp_wait([parent, self._watch.sentinel], timeout=min(left, 0.1))
+            if self._interrupted is not None:   # interrupt() came before this worker was there to be told
                 self._kill(TERM_GRACE_S)
                 return "interrupted while its worker process started"
             if parent in ready:
                 try:
                     kind, payload = parent.recv()
                 except (EOFError, OSError):
-                    kind, payload = "start_failed", f"the worker process died while starting (exit {proc.exitcode})"
+                    kind, payload = "start_failed", "the worker process died while starting"
                 if kind == "ready":
                     return None
                 self._kill()
                 return str(payload)
-            if proc.sentinel in ready:
-                code = proc.exitcode
+            if self._watch.sentinel in ready:
+                code = self._watch.exitcode()
                 self._kill()
                 return f"the worker process died while starting (exit code {code})"
 
     def _kill(self, grace: float = 5.0) -> None:
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
-        if proc is not None:
-            track(proc.pid, on=False)
+        """End the worker, whatever state it and its forkserver are in: SIGTERM, then SIGKILL after ``grace``."""
+        watch, conn = self._watch, self._conn
+        self._proc = self._watch = self._conn = None
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.close()
-        if proc is not None and proc.is_alive():
-            proc.terminate()
-            proc.join(grace)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(grace)
+        if watch is None:
+            return
+        import signal
+
+        if watch.alive():
+            watch.signal(signal.SIGTERM)
+            if not watch.wait(grace):
+                watch.signal(signal.SIGKILL)
+                watch.wait(grace)
+        watch.exitcode(0)   # reaped where it is this process's child (spawn)
+        watch.close()
+        track(watch.pid, on=False)
 
     def submit(self, task: Task) -> concurrent.futures.Future:
         return _done(self._run(task))
 
     def interrupt(self) -> None:
         """From another thread: pass a Ctrl-C to the worker (the task stops, a training run saves its checkpoint);
-        the thread waiting on it then sees the worker end. No task starts on this executor afterwards: a worker
-        still starting is stopped, and so is the forkserver (a thread waiting on it to fork a worker, while it
-        imports torch for seconds, is released at once). Without this, an interruption that came while a worker
-        started was missed and the thread trained its whole run before it looked again (the suites' lanes)."""
-        self._interrupted = True
-        proc = self._proc
-        if proc is not None:
-            import signal
+        the thread waiting on it then sees the worker end, or ends it after ``INTERRUPT_GRACE_S`` (SIGTERM, then
+        SIGKILL). No task starts on this executor afterwards: a worker still starting is stopped, and so is the
+        forkserver (a thread waiting on it to fork a worker, while it imports torch for seconds, is released at
+        once). Without this, an interruption that came while a worker started was missed and the thread trained its
+        whole run before it looked again (the suites' lanes)."""
+        import signal
 
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                os.kill(proc.pid, signal.SIGINT)
+        self._interrupted = time.monotonic()
+        watch = self._watch
+        if watch is not None:
+            watch.signal(signal.SIGINT)
         if self._ctx.get_start_method() == "forkserver":
+            # First without the lock, which a thread starting a worker holds while the forkserver imports torch:
+            # the forkserver's end releases that thread (EOF); then, with the lock, whatever forkserver is there.
+            _kill_forkserver_now()
             _stop_forkserver()
 
     def _run(self, task: Task) -> Outcome:
-        if self._interrupted:
+        if self._interrupted is not None:
             return Outcome(task.label, CRASHED, error="interrupted before it started")
-        if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
+        if self._watch is None or not self._watch.alive():
+            if self._watch is not None:
                 self.restarts += 1
             self._kill()
             problem = self._start()
             if problem is not None:
                 return Outcome(task.label, CRASHED, error=problem)
-        if self._interrupted:
+        if self._interrupted is not None:
             return Outcome(task.label, CRASHED, error="interrupted before it started")
         t0 = time.monotonic()
         last_beat = t0
@@ -453,37 +544,45 @@ class WorkerExecutor(Executor):
                            exc_type=type(exc).__name__)
         stuck = stuck_after()
         said = t0
+        watch = self._watch
         try:
             while True:
                 now = time.monotonic()
                 if stuck is not None and now - max(last_beat, said) >= stuck:
                     # No result and no heartbeat for a while (a limit may be far or none): say what it waits on.
                     said = now
-                    say_stuck(f"task {task.label or task.fn!r} in worker pid {self._proc.pid}: running "
+                    say_stuck(f"task {task.label or task.fn!r} in worker pid {watch.pid}: running "
                               f"{now - t0:.0f}s, last heartbeat {now - last_beat:.0f}s ago")
-                waits = [60.0 if stuck is None else max(0.1, max(last_beat, said) + stuck - now)]
+                # At most a quarter second at a time: interrupt(), from another thread, is seen without a wake-up.
+                waits = [0.25 if stuck is None else max(0.0, min(0.25, max(last_beat, said) + stuck - now))]
                 if task.timeout is not None:
                     waits.append(t0 + task.timeout - now)
                 if task.stall_timeout is not None:
                     waits.append(last_beat + task.stall_timeout - now)
-                ready = _mp_wait([self._conn, self._proc.sentinel], timeout=max(0.0, min(waits)))
+                ready = _mp_wait([self._conn, watch.sentinel], timeout=max(0.0, min(waits)))
                 now = time.monotonic()
                 if self._conn in ready:
                     try:
                         kind, payload = self._conn.recv()
                     except (EOFError, OSError):
-                        ready = [self._proc.sentinel]
+                        ready = [watch.sentinel]
                     else:
                         if kind == "beat":
                             last_beat = now
                             continue
                         return replace(payload, wall_s=now - t0)  # "done": the task's outcome
-                if self._proc.sentinel in ready:
-                    self._proc.join(5)
-                    code = self._proc.exitcode
+                if watch.sentinel in ready:
+                    code = watch.exitcode()
                     self._kill()
                     return Outcome(task.label, CRASHED, wall_s=now - t0,
                                    error=f"the process running it died (exit code {code}{_signal_name(code)})")
+                interrupted = self._interrupted
+                if interrupted is not None and now - interrupted >= INTERRUPT_GRACE_S:
+                    # Told to stop (SIGINT) by interrupt() and still running: ended, as _interrupt would.
+                    self._kill(TERM_GRACE_S)
+                    return Outcome(task.label, CRASHED, wall_s=now - t0,
+                                   error=f"interrupted; it did not stop within {INTERRUPT_GRACE_S:g}s, so it was "
+                                         "ended")
                 if task.timeout is not None and now - t0 >= task.timeout:
                     self._kill()
                     return Outcome(task.label, TIMEOUT, wall_s=now - t0,
@@ -500,13 +599,12 @@ class WorkerExecutor(Executor):
         """Pass the interruption on: the worker may have had no signal (SIGTERM to this process alone), so it is
         sent SIGINT (a training run saves its checkpoint and returns), then SIGTERM, then SIGKILL, all within the
         bound an interruption may take (``INTERRUPT_GRACE_S`` + 2 * ``TERM_GRACE_S``)."""
-        proc = self._proc
-        if proc is not None and proc.is_alive():
+        watch = self._watch
+        if watch is not None and watch.alive():
             import signal
 
-            with contextlib.suppress(OSError):
-                os.kill(proc.pid, signal.SIGINT)
-            proc.join(INTERRUPT_GRACE_S)
+            watch.signal(signal.SIGINT)
+            watch.wait(INTERRUPT_GRACE_S)
         self._kill(TERM_GRACE_S)
         _stop_forkserver()
 
@@ -514,22 +612,18 @@ class WorkerExecutor(Executor):
         if self._conn is not None:
             with contextlib.suppress(OSError, ValueError):
                 self._conn.send(None)
-        if self._proc is not None:
-            self._proc.join(TERM_GRACE_S if stopping() else 5)
+        if self._watch is not None:
+            self._watch.wait(TERM_GRACE_S if stopping() else 5)
         self._kill(TERM_GRACE_S if stopping() else 5)
         if stopping():
             _stop_forkserver()
 
 
-def _forkserver_running() -> None:
-    """Start the forkserver with SIGINT blocked: it imports torch before it ignores SIGINT, and a Ctrl-C to the
-    process group meanwhile printed a traceback from it. (The mask survives its exec; it ignores SIGINT from then on,
-    and each worker unblocks SIGINT first, since a Ctrl-C is how a worker is asked to stop.)"""
-    with _FORKSERVER_LOCK:
-        _start_forkserver()
-
-
 def _start_forkserver() -> None:
+    """Start the forkserver (under ``_FORKSERVER_LOCK``) with SIGINT blocked: it imports torch before it ignores
+    SIGINT, and a Ctrl-C to the process group meanwhile printed a traceback from it. (The mask survives its exec; it
+    ignores SIGINT from then on, and each worker unblocks SIGINT first, since a Ctrl-C is how a worker is asked to
+    stop.)"""
     import signal
     from multiprocessing import forkserver, resource_tracker
 
@@ -571,6 +665,19 @@ def _stop_forkserver() -> None:
         pid = getattr(server, "_forkserver_pid", None)
         if pid:
             _kill_forkserver(server, pid)
+
+
+def _kill_forkserver_now() -> None:
+    """SIGTERM to the forkserver without waiting for ``_FORKSERVER_LOCK`` (held by a thread starting a worker, for as
+    long as the forkserver imports torch): that thread's start then ends at once (EOF); :func:`_stop_forkserver`
+    cleans up after it."""
+    import signal
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
 
 
 def _kill_forkserver(server, pid: int) -> None:

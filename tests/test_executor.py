@@ -151,3 +151,79 @@ def test_sigterm_takes_the_interrupt_path_and_the_handler_is_restored(monkeypatc
 def _with_func(args, func):
     args.func = func
     return args
+
+
+def deaf_sleep(pid_file: str) -> None:
+    """A task that ignores Ctrl-C (C code that does not return to the interpreter, a handler that swallows it): it
+    writes its pid, then sleeps."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(pid_file + ".tmp", pid_file)
+    time.sleep(120)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc to see whether the worker still runs")
+def test_an_interrupted_worker_is_ended_though_its_forkserver_is_gone(tmp_path, monkeypatch):
+    """``interrupt()`` from another thread (the suites' lanes) passes a Ctrl-C on and stops the forkserver. A worker
+    forked from it is not this process's child: multiprocessing then reported it dead (exit 255, its forkserver
+    gone) and its terminate() and kill() sent nothing, so the lane returned while its worker lived on (#36). The
+    worker must be ended (SIGTERM after the grace period) and the waiting thread return."""
+    import threading
+
+    from normbench import executor
+
+    if executor.WorkerExecutor()._ctx.get_start_method() != "forkserver":
+        pytest.skip("no forkserver on this platform")
+    monkeypatch.setattr(executor, "INTERRUPT_GRACE_S", 0.5)
+    pid_file = tmp_path / "worker.pid"
+    ex, got = WorkerExecutor(), []
+    lane = threading.Thread(target=lambda: got.append(ex.submit(Task(deaf_sleep, (str(pid_file),),
+                                                                     label="deaf")).result()))
+    lane.start()
+    worker = None
+    try:
+        deadline = time.monotonic() + 300
+        while not pid_file.exists() and time.monotonic() < deadline and lane.is_alive():
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+        ex.interrupt()
+        lane.join(30)
+        assert not lane.is_alive(), "the thread waiting on the interrupted worker did not return"
+        deadline = time.monotonic() + 5
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker), f"the interrupted worker lives on; the thread was told: {got[0].error}"
+        assert got[0].status == "crashed" and "interrupted" in got[0].error, got[0]
+    finally:
+        ex.close()
+        if worker is not None and _alive(worker):
+            os.kill(worker, 9)
+
+
+def _worker_with_a_ctrl_c_waiting(conn) -> None:
+    """A worker as a forkserver forks it, with a Ctrl-C already on its way (SIGINT pending behind the mask)."""
+    import signal
+
+    from normbench import executor
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    os.kill(os.getpid(), signal.SIGINT)
+    executor._worker_main(conn, dict(os.environ))
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_sigmask"), reason="POSIX signal masks")
+def test_a_worker_interrupted_as_it_starts_ends_quietly(capfd):
+    """A Ctrl-C passed on to a worker in its first lines (a lane interrupted as it forked its worker) ends it with no
+    traceback: it printed "Process normbench-worker: Traceback ... KeyboardInterrupt" (full interruption test)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_worker_with_a_ctrl_c_waiting, args=(child,), name="normbench-worker")
+    proc.start()
+    proc.join(60)
+    err = capfd.readouterr().err
+    assert proc.exitcode == 0 and "Traceback" not in err, err

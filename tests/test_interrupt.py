@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -119,15 +120,36 @@ def launcher(tmp_path_factory):
     z.close()
 
 
+#: ``python -m normbench.cli ARGS`` with two marks on the way out, under ``$NORMBENCH_TEST_EXIT_MARK``: ``.atexit`` (its
+#: atexit handlers ran) and ``.teardown`` (the interpreter tore down ``__main__``: a normal exit, which an interrupted
+#: command skips, ``processes.exit_stopped``).
+_REAL_MAIN = """
+import atexit, os, runpy, sys
+
+MARK = os.environ.get("NORMBENCH_TEST_EXIT_MARK")
+
+class Teardown:
+    def __del__(self, _open=open, _mark=MARK):   # (builtins may be cleared by then)
+        _open(_mark + ".teardown", "w").close()
+
+if MARK:
+    keep = Teardown()
+    atexit.register(lambda: open(MARK + ".atexit", "w").close())
+sys.argv = ["normbench", *sys.argv[1:]]
+runpy.run_module("normbench.cli", run_name="__main__", alter_sys=True)
+"""
+
+
 class _Real:
-    """Runs commands as real ``normbench`` processes (``python -m normbench.cli``), with the launcher's interface."""
+    """Runs commands as real ``normbench`` processes (``python -m normbench.cli``, with the exit marks of
+    ``_REAL_MAIN``), with the launcher's interface."""
 
     def __init__(self):
         self.procs: dict[int, subprocess.Popen] = {}
 
     def start(self, args, env, cwd, stdout, stderr) -> int:
         with open(stdout, "w") as out, open(stderr, "w") as err:
-            p = subprocess.Popen([sys.executable, "-m", "normbench.cli", *args], env=env, cwd=cwd, stdout=out,
+            p = subprocess.Popen([sys.executable, "-c", _REAL_MAIN, *args], env=env, cwd=cwd, stdout=out,
                                  stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
         self.procs[p.pid] = p
         return p.pid
@@ -156,24 +178,28 @@ def _group(pgid: int) -> list[str]:
                     cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
                 except OSError:
                     cmd = ""
-                left.append(f"{d.name} {stat[:stat.rindex(')') + 1]} {cmd}")
+                left.append(f"{stat[:stat.rindex(')') + 1]} state {fields[0]} ppid {fields[1]}: {cmd}")
     return left
 
 
-def _group_gone(pgid: int, wait_s: float = 3.0) -> bool:
+def _left_after(pgid: int, wait_s: float = 3.0) -> list[str]:
+    """What of group ``pgid`` still lives ``wait_s`` after its command exited (as last seen: empty when gone)."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if not _group(pgid):
-            return True
+    while True:
+        left = _group(pgid)
+        if not left or time.monotonic() >= deadline:
+            return left
         time.sleep(0.05)
-    return False
 
 
 def run_clean(run, args: list[str], env: dict, cwd: Path) -> tuple[str, str]:
     """A run to completion: it succeeds and its stderr holds no traceback. (stdout, stderr)."""
     out, err = cwd / ".clean.out", cwd / ".clean.err"
+    t0 = time.monotonic()
     pid = run.start(args, env, cwd, out, err)
     rc = run.wait(pid, 600)
+    _log({"command": args[0], "clean": True, "rc": rc, "wall_s": round(time.monotonic() - t0, 2),
+          "executor": env.get("NORMBENCH_EXECUTOR", "worker")})
     stdout, stderr = out.read_text(), err.read_text()
     out.unlink()
     err.unlink()
@@ -223,7 +249,8 @@ def interrupt(run, args: list[str], env: dict, cwd: Path, phase: str, delivery: 
             rc = run.wait(pid, (300 if target == "worker" and not pool_worker else BOUND_S) - (time.monotonic() - t0))
         stopped = time.monotonic() - t0
         assert rc is not None, f"{where}: still running {BOUND_S:g}s after the signal\n{err_path.read_text()}"
-        assert _group_gone(pid), f"{where}: processes of its group are left: {_group(pid)}"
+        left = _left_after(pid)
+        assert not left, f"{where}: processes of its group are left (paused there: {paused}): {left}"
     finally:
         if rc is None:
             with contextlib.suppress(ProcessLookupError):
@@ -238,13 +265,19 @@ def interrupt(run, args: list[str], env: dict, cwd: Path, phase: str, delivery: 
         assert rc == 130, f"{where}: exit {rc}, not the interrupted exit 130\n{err_text[-2000:]}"
     for p in (mark, err_path, out_path, Path(f"{mark}.taken")):
         p.unlink()
-    log = os.environ.get("NORMBENCH_INTERRUPT_LOG")   # the tally by command and phase (the issue's closing note)
+    _log({"command": args[0], "phase": phase, "target": target, "signal": sig.name, "repeated": repeated, "rc": rc,
+          "reached_s": round(reached, 2), "stopped_s": round(stopped, 2),
+          "wall_s": round(time.monotonic() - t_start, 2)})
+    return {"rc": rc, "stderr": err_text}
+
+
+def _log(entry: dict) -> None:
+    """One line of ``$NORMBENCH_INTERRUPT_LOG``: the tally by command and phase (the issue's closing note), and where
+    the test's time goes (each run to completion too)."""
+    log = os.environ.get("NORMBENCH_INTERRUPT_LOG")
     if log:
         with open(log, "a") as f:
-            f.write(json.dumps({"command": args[0], "phase": phase, "target": target, "signal": sig.name,
-                                "repeated": repeated, "rc": rc, "reached_s": round(reached, 2),
-                                "stopped_s": round(stopped, 2)}) + "\n")
-    return {"rc": rc, "stderr": err_text}
+            f.write(json.dumps(entry) + "\n")
 
 
 def no_partial(root: Path, site: Path | None = None, site_files: set | None = None) -> None:
@@ -374,6 +407,20 @@ def test_a_stuck_pool_says_which_worker_on_which_task_and_where(monkeypatch, cap
     assert "in _nap" in err   # the worker's own stack (faulthandler at SIGUSR1)
 
 
+def test_exit_stopped_leaves_the_normal_exit_when_nothing_stopped_or_a_thread_works(monkeypatch):
+    """``processes.exit_stopped`` (an interrupted program's prompt exit, checked on real processes below) does
+    nothing when the command was not interrupted, nor while another non-daemon thread may still be finishing a file
+    (a failure here ends this test's process)."""
+    processes.exit_stopped(3)
+    busy = threading.Thread(target=time.sleep, args=(0.3,))
+    busy.start()
+    monkeypatch.setattr(processes._State, "stopping", True)
+    try:
+        processes.exit_stopped(3)
+    finally:
+        busy.join()
+
+
 # --- the commands ------------------------------------------------------------------------------------------------
 
 SITE_PHASES = {"read": (2, False), "judge": (5, True), "pool-end": (2, False), "render": (5, True), "swap": (3, False)}
@@ -387,14 +434,23 @@ def _site_args(n) -> list[str]:
 
 def test_a_successful_build_prints_no_traceback_and_real_processes_stop(prepared, tmp_path):
     """The console script itself (no launcher): a plain build with a pool prints no traceback (it printed
-    ``ForkPoolWorker`` ``KeyboardInterrupt`` tracebacks on every build), and stops at a pool phase."""
+    ``ForkPoolWorker`` ``KeyboardInterrupt`` tracebacks on every build) and exits normally; interrupted at a pool
+    phase, it stops, and leaves after its atexit handlers without the interpreter's teardown."""
     root = _work(prepared, tmp_path)
-    env, run = _env(root), _Real()
+    mark = tmp_path / "exit"
+    env, run = {**_env(root), "NORMBENCH_TEST_EXIT_MARK": str(mark)}, _Real()
     run_clean(run, _site_args(0), env, root)
     files = _files(root / "site")
+    # a successful command: the interpreter's normal exit
+    assert {p.name for p in tmp_path.glob("exit.*")} == {"exit.atexit", "exit.teardown"}
     for n, (ph, delivery) in enumerate([("judge", GROUP_TERM)], 1):
+        for p in tmp_path.glob("exit.*"):
+            p.unlink()
         interrupt(run, _site_args(n), env, root, ph, delivery, pool=True)
         no_partial(root, root / "site", files)
+        # interrupted: out at once after its atexit handlers (processes.exit_stopped), not through the
+        # interpreter's seconds of tearing torch down
+        assert {p.name for p in tmp_path.glob("exit.*")} == {"exit.atexit"}, "not the interrupted program's exit"
 
 
 def test_site_build_interrupted_at_each_phase(prepared, tmp_path, launcher):
@@ -468,6 +524,24 @@ WRITING = {"bench": (_bench_args, {"task": (2, True), "write": (1, False)}),
            "sweep": (_sweep_args, {"task": (1, False), "write": (1, False)})}
 
 
+def _training_ids(norms, steps: int | None = None) -> set:
+    """The record ids ``train`` and the suites' lanes give quick synth-lm runs of ``norms`` (seed 0, one
+    thread, ``steps`` if given) on this machine: ``record_id_for``, what they skip finished runs by. The resumed
+    runs' records must carry them (the same id as an uninterrupted run's, checked by hand: a ``train --norm
+    layernorm --quick`` record)."""
+    import torch
+
+    from normbench.train.loop import record_id_for
+    from normbench.train.runner import RunSettings
+
+    threads = torch.get_num_threads()
+    try:
+        settings = RunSettings(quick=True, steps=steps, device="cpu", threads=1)
+        return {record_id_for(settings.runs(n, "synth-lm", "gpt", "default", None, [0])[0]) for n in norms}
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("command", sorted(WRITING))
 def test_writing_commands_interrupted_then_resumed(tmp_path, launcher, command):
     make, phases = WRITING[command]
@@ -475,8 +549,11 @@ def test_writing_commands_interrupted_then_resumed(tmp_path, launcher, command):
     # other runs in the command's process, the same records (the executor is not part of a record's identity).
     env = _env(tmp_path)
     inproc = {**env, "NORMBENCH_EXECUTOR": "inprocess"}
-    run_clean(launcher, make("whole"), inproc, tmp_path)
-    want = _ids(tmp_path / "whole")
+    if command == "train":   # the id an uninterrupted run gets (what train skips by), without a run of its own
+        want = _training_ids(["rmsnorm"], steps=2)
+    else:   # (a sweep's runs are other cells: its own settings)
+        run_clean(launcher, make("whole"), inproc, tmp_path)
+        want = _ids(tmp_path / "whole")
     assert want
     for ph, delivery in _schedule(command, phases):
         interrupt(launcher, make("results"), env if ph == "task" else inproc, tmp_path, ph, delivery,
@@ -568,21 +645,11 @@ def test_suites_training_lanes_interrupted_then_resumed(tmp_path, launcher):
     """``suites.train_cells`` (two lanes, threads of the parent, each driving a worker process) interrupted between
     runs (``lane``) and in a run (``task``, in a lane's worker): prompt stop, nothing left, nothing half-written, and
     a resumed call trains exactly what an uninterrupted one did."""
-    import torch
-
-    from normbench.train import Run, record_id_for
-
     env = _env(tmp_path)
     norms = ("rmsnorm", "layernorm")
     lanes = lambda out: ["@lanes", out, ",".join(norms), "synth-lm"]   # noqa: E731
-    # What an uninterrupted call writes: the ids train gives these quick runs (record_id_for, what it skips by; the
-    # same id as a `normbench train --norm layernorm --quick` record, checked by hand), not a second full training.
-    threads = torch.get_num_threads()
-    try:
-        want = {record_id_for(Run(task="synth-lm", model="gpt", norm=n, seed=0, quick=True, device="cpu", threads=1))
-                for n in norms}
-    finally:
-        torch.set_num_threads(threads)
+    # What an uninterrupted call writes: the ids train gives these quick runs, not a second full training.
+    want = _training_ids(norms)
     assert len(want) == 2
     rng = random.Random(f"{SEED}-lanes")
     for ph, (n, in_worker) in LANE_PHASES.items():
