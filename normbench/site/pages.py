@@ -83,6 +83,11 @@ def device_file(hw: str) -> str:
     return f"devices/{slug(hw)}.html"
 
 
+def figures_file(hw: str) -> str:
+    """A machine's width figures, one section per norm on many machines (``MANY_MACHINES``), drawn in the browser."""
+    return f"devices/{slug(hw)}--figures.html"
+
+
 def norm_compare_file(name: str) -> str:
     """A norm across devices."""
     return norm_file(name)[:-len(".html")] + "--devices.html"
@@ -401,14 +406,21 @@ class Site:
             memo[name] = sorted({r["hardware"] for r in self.by_norm.get(name, [])})
         return memo[name]
 
+    def machine_norms(self, hw: str) -> list[str]:
+        """The norms a machine has kernel records of."""
+        memo = self.__dict__.setdefault("_machine_norms", {})
+        if hw not in memo:
+            memo[hw] = sorted({r["norm"] for r in self.by_hw.get(hw, [])})
+        return memo[hw]
+
     def many(self, name: str) -> bool:
         """Whether a norm is on more than ``MANY_MACHINES`` machines: then no page per machine (``MANY_MACHINES``)."""
         return len(self.norm_hws(name)) > MANY_MACHINES
 
     def norm_hw_href(self, name: str, hw: str, up: str = "") -> str:
-        """Where a norm on one machine is shown: its figure page, or (``many``) the machine's section of the norm's
-        page, whose button loads the machine's every record of the norm."""
-        return up + (f"{norm_file(name)}#{slug('d', hw)}" if self.many(name) else norm_device_file(name, hw))
+        """Where a norm on one machine is shown: its figure page, or (``many``) the norm's section of the machine's
+        figures page (which links the machine's section of the norm's page, whose button loads its every record)."""
+        return up + (f"{figures_file(hw)}#{slug('f', name)}" if self.many(name) else norm_device_file(name, hw))
 
     @staticmethod
     def machine_file(hw: str) -> str:
@@ -554,8 +566,12 @@ class Site:
         return figs, points
 
     def norm_inline(self, name: str) -> bool:
-        """Whether a norm's page draws its figures itself (few points in all); else each device's figure page holds
-        them, drawn in the browser from their spec (a deep page: its records table is the no-JavaScript view)."""
+        """Whether a norm's page draws its figures itself (few points in all, on at most ``MANY_MACHINES`` machines);
+        else each device's figure page holds them, drawn in the browser from their spec (a deep page: its records
+        table is the no-JavaScript view). A norm on many machines never draws them on its page: that page would grow
+        with the machines (3.8 MB at 30) and its static SVGs were a quarter of a cold build's time."""
+        if name not in self._inline and self.many(name):
+            self._inline[name] = False
         if name not in self._inline:   # asked by each of the norm's jobs: counted once per process
             per_hw: dict[str, list[dict]] = {}
             for r in self.by_norm.get(name, []):
@@ -807,10 +823,10 @@ class Site:
             hr = [r for r in rows if r["hardware"] == hw]
             # With many machines and no figures inline, a machine's section is its button: its figures are not
             # shown, so not planned either (their frames were most of a rebuild's norm pages).
-            figs, points = (([], 0) if many and not inline else self._width_figures(name, hw, hr, up, draw=inline))
+            figs, points = self._width_figures(name, hw, hr, up, draw=inline)   # many: counted, not planned
             devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw), "figs": figs,
                             "points": points, "href": up + device_file(hw),
-                            "fig_href": up + (device_file(hw) if many else norm_device_file(name, hw)),
+                            "fig_href": up + self.norm_hw_href(name, hw),
                             "pick": up + self.machine_file(hw) if many else None,
                             "widths": len({r["num_features"] for r in hr}), "n": len(hr),
                             "best": [self._top_row(r) | {"href": self.rec_href(r["entry"], up)}
@@ -855,6 +871,25 @@ class Site:
                      table=self.kernel_table(slug("knd", name, hw), hr, p.up, with_norm=False,
                                              with_hw=self.norm_shared(name), file=self.norm_shared(name),
                                              preview=_tables.DEEP_PREVIEW))
+        return p
+
+    def machine_figures_page(self, hw: str) -> Page:
+        """A machine's GB/s and %-of-ceiling figures against hidden size, one section per norm it measured that is on
+        many machines (``MANY_MACHINES``: no page per norm and machine), drawn in the browser from their specs (no
+        SVG at build time: one page a machine, whatever the number of norms)."""
+        p = Page(figures_file(hw), "machine_figures.html", f"Figures of {hw}", active="devices.html",
+                 lead=self.hw_name(hw), crumbs=[("devices.html", "Devices"), (device_file(hw), hw)])
+        sections = []
+        for name in self.machine_norms(hw):
+            if not self.many(name):
+                continue
+            hr = self.by_norm_hw.get((name, hw), [])
+            figs, _ = self._width_figures(name, hw, hr, p.up, static=False)
+            sections.append({"norm": name, "hw": hw, "anchor": slug("f", name), "figs": figs, "n": len(hr),
+                             "widths": len({r["num_features"] for r in hr}),
+                             "norm_href": f"{p.up}{norm_file(name)}#{slug('d', hw)}"})
+        p.charts = any(x["figs"] for x in sections)
+        p.ctx = dict(hw=hw, sections=sections, device_href=p.up + device_file(hw))
         return p
 
     # --- by model (``bymodel``: normbench best's answer per model, device, site and regime) -------------------------
@@ -1354,6 +1389,8 @@ class Site:
         jobs.append(("devices_page",))
         jobs += [("compare_page", name) for name in self.compared_norms()]
         jobs += [("device_page", hw) for hw in sorted(self.hw_entries)]
+        jobs += [("machine_figures_page", hw) for hw in self.kernel_hws if any(self.many(n) for n in
+                                                                                self.machine_norms(hw))]
         jobs.append(("norms_index",))
         for name in sorted(self.norm_meta):
             jobs.append(("norm", name))
@@ -1375,6 +1412,10 @@ class Site:
             self._wfig.clear()   # a norm's figure frames, shared by its pages; one norm's at a time
             self._wplan.clear()
             self._memo_norm = args[0]
+        if what == "machine_figures_page":   # a machine's figures of every norm: its frames are its own
+            self._wfig.clear()
+            self._wplan.clear()
+            self._memo_norm = None
         if what == "norm":
             yield self.norm_page(args[0])
         elif what == "norm_device":
