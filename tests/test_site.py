@@ -636,6 +636,24 @@ def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
         for n in norms:   # every record of the machine, once, under its norm
             keys = {r["id"].replace(":", "_") for r in mine if r["norm"]["name"] == n}
             assert seen.get(n, set()) == keys, (hw, n)
+    # The leaderboard: one data file per machine (its best row per case, none of another machine's), loaded together
+    kl = sorted((site / "data").glob("kl-*.js"))
+    assert len(kl) == len(hws) and not (site / "data" / "kernels.js").exists()
+    src = re.search(r'<table[^>]* id="kernels"[^>]*data-src="([^"]+)"', (site / "kernels.html").read_text())
+    assert src and sorted(src.group(1).split()) == [f"data/{p.name}" for p in kl]
+    cases = []
+    for p in kl:
+        text = p.read_text()
+        data = json.loads(text[text.index(",") + 1:-3])
+        S, fk = data["s"], data["fk"]
+        for row in data["rows"]:
+            f = {k: S[i] for k, i in zip(fk, row[1]) if i is not None}
+            assert p.name.startswith(f"kl-{f['hardware']}-") and len(row) == 4   # its rank key orders the union
+            cases.append(tuple(f[k] for k in ("hardware", "norm", "backend", "dtype", "pass", "shape_class",
+                                              "layout", "timing", "harness")))
+    assert len(cases) == len(set(cases))
+    assert {c[:5] for c in cases} == {(r["provenance"]["hardware_id"], r["norm"]["name"], r["config"]["backend"],
+                                       r["config"]["dtype"], r["config"]["pass"]) for r in recs}
     for n in norms:
         page = (site / "norms" / f"{n}.html").read_text()
         picks = re.findall(r'data-pick-src="\.\./(data/km-[^"]+\.js)"', page)

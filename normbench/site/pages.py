@@ -664,8 +664,30 @@ class Site:
                              r["layout"], r["timing"], r["harness"]), r)
         return list(best.values())
 
+    def many_site(self) -> bool:
+        """Whether any norm is on many machines (``MANY_MACHINES``): a public leaderboard of submitted machines."""
+        memo = self.__dict__.setdefault("_many_site", [])
+        if not memo:
+            memo.append(any(self.many(n) for n in self.by_norm))
+        return memo[0]
+
+    @staticmethod
+    def leaderboard_file(hw: str) -> str:
+        """A machine's rows of the kernel leaderboard (its best per case), in a many-machine site (site-relative)."""
+        return Table(slug("kl", hw), []).data_path
+
+    def kernels_part(self, hw: str):
+        """A machine's rows of the leaderboard (``best_per_case`` is per machine, so the leaderboard is the union of
+        these), each with its rank key, in one data file per machine that ``kernels.html`` loads together: a changed
+        machine rewrites its own file, not a 13 MB one of every machine's rows. No page."""
+        self.kernel_table(slug("kl", hw), self.best_per_case(self.by_hw.get(hw, [])), "", file=True)
+        return iter(())
+
     def kernels_page(self) -> Page:
-        table = self.kernel_table("kernels", self.best_per_case(self.kernels), "")
+        rows = self.best_per_case(self.kernels)
+        # Many machines: the page holds the first rows; every row is in the machines' files (``kernels_part``).
+        table = self.kernel_table("kernels", rows, "", srcs=[self.leaderboard_file(hw) for hw in self.kernel_hws]
+                                  if self.many_site() else None)
         return Page("kernels.html", "kernels.html", "Kernel leaderboard", active="kernels.html", ctx=dict(
             table=table, n=len(self.kernels), flags=[(FLAG_LABELS.get(f, f), f) for f in FLAGS],
             hws=[(hw, self.hw_name(hw), device_file(hw), len(self.by_hw[hw])) for hw in self.kernel_hws],
@@ -1402,6 +1424,8 @@ class Site:
         jobs += [("doc_page", *d) for d in DOCS]
         jobs += [("downloads_page",), ("rejected_page",)]
         jobs += [("download_part", hw) for hw in sorted(self.hw_entries)]
+        if self.many_site():
+            jobs += [("kernels_part", hw) for hw in self.kernel_hws]
         jobs += [("record_page", path) for path in self._record_groups()]
         return jobs
 
@@ -1426,6 +1450,8 @@ class Site:
             yield self.record_page(args[0], self._record_groups()[args[0]])
         elif what == "download_part":
             yield from self.download_part(args[0])
+        elif what == "kernels_part":
+            yield from self.kernels_part(args[0])
         else:
             yield getattr(self, what)(*args)
 
