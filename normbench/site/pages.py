@@ -841,8 +841,8 @@ class Site:
         devices = []
         inline = self.norm_inline(name)
         many = self.many(name)
-        for hw in sorted({r["hardware"] for r in rows}):
-            hr = [r for r in rows if r["hardware"] == hw]
+        for hw in self.norm_hws(name):
+            hr = self.by_norm_hw.get((name, hw), [])   # the same rows in the same order (100 scans of all rows)
             # With many machines and no figures inline, a machine's section is its button: its figures are not
             # shown, so not planned either (their frames were most of a rebuild's norm pages).
             figs, points = self._width_figures(name, hw, hr, up, draw=inline)   # many: counted, not planned
@@ -1221,9 +1221,12 @@ class Site:
         return Page("claims.html", "claims.html", "Paper claims", active="claims.html", ctx=dict(
             claims=claims, counts=counts, alpha=C.ALPHA, n_comp=sum(len(c["comparisons"]) for c in results)))
 
+    @staticmethod
+    def _softmaxish(r: dict) -> bool:
+        return r["entry"].rec["norm"].get("family") == "softmax" or r["norm"] in ("softmax", "log_softmax")
+
     def softmax_page(self) -> Page:
-        rows = [r for r in self.kernels if r["entry"].rec["norm"].get("family") == "softmax"
-                or r["norm"] in ("softmax", "log_softmax")]
+        rows = [r for r in self.kernels if self._softmaxish(r)]
         algorithms: dict[str, str] = {}
         if rows:
             try:
@@ -1241,7 +1244,7 @@ class Site:
         sections, plans = [], []
         for n in sorted({r["norm"] for r in rows}):
             for hw in sorted({r["hardware"] for r in rows if r["norm"] == n}):
-                hr = [r for r in rows if r["norm"] == n and r["hardware"] == hw]
+                hr = [r for r in self.by_norm_hw.get((n, hw), []) if self._softmaxish(r)]   # ``rows``' order
                 plans.append((n, hw, hr, self._width_points(n, hw, hr, "")))
         inline = sum(x[3] for x in plans) <= INLINE_POINTS
         for n, hw, hr, _ in plans:
