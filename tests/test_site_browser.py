@@ -426,7 +426,7 @@ def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path, monk
     from normbench.site import tables
 
     monkeypatch.setattr(tables, "PREVIEW", 5)   # the leaderboard's 24 rows: 5 in the page, the rest from the files
-    site, _, recs = sup.machines_site(tmp_path)
+    site, _, recs = sup.machines_site(tmp_path, charts=True)
     hw = "gpu-machine-1"
     want = {r["id"].replace(":", "_") for r in recs if r["provenance"]["hardware_id"] == hw
             and r["norm"]["name"] == "rmsnorm"}
@@ -456,6 +456,14 @@ def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path, monk
         assert len(rows) == int(v.page.get_attribute("#kernels", "data-rows")) > len(inline) > 0
         assert [r["cells"][-1]["text"] for r in rows[:len(inline)]] == [r["cells"][-1]["text"] for r in inline]
         assert {r["cells"][0]["text"] for r in rows} == {f"gpu-machine-{m}" for m in range(3)}
+        # A machine's figures page: the browser draws each figure from its spec (none was drawn at build time).
+        figs = next((site / "devices").glob(f"{hw}-*--figures.html"))
+        v.open(figs)
+        ids = v.page.eval_on_selector_all("figure.nb-chart", "fs => fs.map(f => f.id)")
+        assert ids and v.page.locator("figure.nb-chart .nb-static svg").count() == 0
+        for fid in ids:
+            v.page.wait_for_selector(f"figure[id='{fid}'].nb-interactive", timeout=15000, state="attached")
+        assert v.page.locator("figure.nb-chart .nb-live svg").count() == len(ids)
         assert not v.errors, v.errors
     finally:
         v.close()
