@@ -57,13 +57,27 @@ CASES = [
 BACKENDS = {"softmax": "triton_online"}
 
 #: At most this many ATen ops per call after warm-up (counted by TorchDispatchMode), forward / backward:
-#: forward allocates y (and s), and rstd (and aux for LayerNorm); backward
-#: allocates dx, each parameter's gradient (in its dtype) and, where more than one program reduces, one float32
-#: buffer of partial sums, which a second launch sums into the gradients. A saved output (add+RMSNorm's s,
-#: softmax's y) costs autograd a detach in each direction.
+#: forward allocates y (and s); backward allocates dx, each parameter's gradient (in its dtype) and, where more
+#: than one program reduces, one float32 buffer of partial sums, which a second launch sums into the gradients.
+#: A saved output (add+RMSNorm's s, softmax's y) costs autograd a detach in each direction.
 MAX_ATEN = {
-    "rmsnorm": (2, 3), "layernorm": (3, 4), "add_rmsnorm": (4, 4), "dyt": (1, 5), "softmax": (2, 2),
+    "rmsnorm": (1, 3), "layernorm": (1, 4), "add_rmsnorm": (3, 4), "dyt": (1, 5), "softmax": (2, 2),
 }
+#: Rows wider than the fused backward (``_rownorm.MAX_FUSED_C_BWD``) keep the forward's statistics, which the
+#: forward then allocates (rstd; LayerNorm: its mean too); narrower ones are recomputed in the backward.
+WIDE_STATS_FWD = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
+
+
+def max_aten(norm: str, shape) -> tuple[int, int]:
+    """``MAX_ATEN`` of a case: the forward's bound grows by its kept statistics where its rows are wide (imports the
+    kernels, i.e. Triton: call it in the counting process, not in a test process running the interpreter)."""
+    from normbench.kernels._common import next_pow2
+    from normbench.kernels._rownorm import MAX_FUSED_C_BWD
+
+    fwd, bwd = MAX_ATEN[norm]
+    if next_pow2(shape[-1]) > MAX_FUSED_C_BWD:
+        fwd += WIDE_STATS_FWD.get(norm, 0)
+    return fwd, bwd
 
 
 class StubLauncher:
@@ -203,7 +217,8 @@ def counts(warmup: int = 3) -> dict:
             for _ in range(warmup):
                 outs, wrt, dys = _grads(module, inputs, module(*inputs))
                 torch.autograd.grad(outs, wrt, dys)
-            row = {"norm": norm, "shape": list(shape), "dtype": str(dtype).split(".")[-1], "what": what}
+            row = {"norm": norm, "shape": list(shape), "dtype": str(dtype).split(".")[-1], "what": what,
+                   "max_aten": list(max_aten(norm, shape))}
             out = None
             for step in ("fwd", "bwd"):
                 if step == "bwd":

@@ -186,6 +186,32 @@ def test_row_norms_wide_path_many_blocks(tb, dev, name, wide_bwd, monkeypatch):
     _run_row(tb, name, x, dy, "tokens", torch.float32, 77)
 
 
+@pytest.mark.parametrize("name", list(ROW_NORMS))
+def test_row_norms_fused_forward_wide_backward(tb, dev, name, monkeypatch):
+    """Rows one forward block holds but the backward's tile does not: the forward keeps its statistics for the wide
+    backward (at other widths the backward computes them again from x)."""
+    R = importlib.import_module("normbench.kernels._rownorm")
+    monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
+    monkeypatch.setattr(R, "WIDE_CHUNK", 32)
+    x, dy = _inputs((9, 77), torch.float32, dev, seed=6)
+    _run_row(tb, name, x, dy, "tokens", torch.float32, 77)
+
+
+def test_forward_keeps_statistics_only_for_a_wide_backward(tb, dev, monkeypatch):
+    """What autograd keeps between the passes: x and the weight where the backward recomputes the statistics; the
+    statistics too (RMSNorm's rstd; LayerNorm's mean and rstd) where it reads them."""
+    R = importlib.import_module("normbench.kernels._rownorm")
+    x = torch.randn(4, 77, device=dev, requires_grad=True)
+    w, b = (torch.ones(77, device=dev, requires_grad=True) for _ in range(2))
+    saved = {n: len(f().grad_fn.saved_tensors) for n, f in (("rms", lambda: tb.rms_norm(x, w)),
+                                                            ("ln", lambda: tb.layer_norm(x, w, b)))}
+    assert saved == {"rms": 2, "ln": 2}
+    monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
+    saved = {n: len(f().grad_fn.saved_tensors) for n, f in (("rms", lambda: tb.rms_norm(x, w)),
+                                                            ("ln", lambda: tb.layer_norm(x, w, b)))}
+    assert saved == {"rms": 3, "ln": 4}
+
+
 @pytest.mark.parametrize("memory", ["nchw", "channels_last", "nchw_wide_c"])
 @pytest.mark.parametrize("name", list(ROW_NORMS))
 def test_row_norms_images(tb, dev, name, memory, monkeypatch):

@@ -202,8 +202,9 @@ _FWD_PLANS = plan_cache()
 _BWD_PLANS = plan_cache()
 
 
-def forward(x, alpha, shift, weight, bias, *, kind: int, images: bool):
-    """y for contiguous ``x`` (tokens [..., C] or images [N, C, H, W])."""
+def forward(x, alpha, shift, weight, bias, kind: int, images: bool):
+    """y for contiguous ``x`` (tokens [..., C] or images [N, C, H, W]). (Positional: this runs on every call, and
+    keywords cost host time.)"""
     key = (x.shape, x.dtype, x.device, weight.dtype, bias.dtype, alpha.dtype, kind, images)
     plan = _FWD_PLANS.get(key)
     y = torch.empty_like(x)

@@ -12,8 +12,11 @@ Paths (docs/kernels.md has the details and byte counts):
   (C > ``MAX_FUSED_C_BWD``) is one persistent kernel (``_row_bwd_wide_kernel``, three HBM passes; a row's second
   read comes from L2), or the two-kernel path (five) where its rows would not fit ``WIDE_L2_SHARE`` of the L2.
 
-Saved for backward: x (or the residual sum s), and per row ``aux`` and ``rstd`` in float32. ``aux`` is the mean for
-LayerNorm, Σx for CRMSNorm, 1/0 (norm ≥ ε or clamped) for ScaleNorm, and unused (0) for RMSNorm.
+Saved for backward: x (or the residual sum s). Where the backward's tile holds whole rows (C ≤ ``MAX_FUSED_C_BWD``)
+it computes each row's statistics again from x, so the forward allocates and writes none (a register reduction in
+the backward instead of an allocation and 8 bytes a row each way, and one host-side allocation fewer per call).
+Wider rows keep per row ``aux`` and ``rstd`` in float32: ``aux`` is the mean for LayerNorm, Σx for CRMSNorm, 1/0
+(norm ≥ ε or clamped) for ScaleNorm, and unused (0) for RMSNorm.
 """
 
 from __future__ import annotations
@@ -280,12 +283,14 @@ def _row_coef_kernel(X, W, DY, AUX, RSTD, C1, C2, C,
 
 @triton.jit
 def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_PART, M, C, HW, n_tiles,
-                    PART_ROW, B_OFF, SW_OFF,
+                    PART_ROW, B_OFF, SW_OFF, eps,
                     MODE: tl.constexpr, IMAGES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                     SCALAR_W: tl.constexpr, HAS_DS: tl.constexpr, HAS_COEF: tl.constexpr, COMPUTE_DW: tl.constexpr,
-                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                    RECOMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Persistent: program (p, cb) takes row tiles p, p+P, ... of column block cb; partial dγ/dβ per program at row
-    p (``PART_ROW`` apart) of DW_PART, DB_PART + B_OFF, dg's at DSW_PART + SW_OFF (one program: the gradients)."""
+    p (``PART_ROW`` apart) of DW_PART, DB_PART + B_OFF, dg's at DSW_PART + SW_OFF (one program: the gradients).
+    ``RECOMPUTE``: the tile holds whole rows, and each row's statistics are computed again from x (as the forward
+    did, ``_stats``) instead of read from AUX and RSTD, which the forward then never allocates or writes."""
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
     cb = tl.program_id(1)
@@ -301,8 +306,11 @@ def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_P
         offs, mask, rmask, srow = _tile(t, M, C, HW, cols, IMAGES, BLOCK_R)
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
-        aux = tl.load(AUX + srow, mask=rmask, other=0.0)
-        rstd = tl.load(RSTD + srow, mask=rmask, other=0.0)
+        if RECOMPUTE:
+            aux, rstd = _stats(x, mask, C, eps, MODE)
+        else:
+            aux = tl.load(AUX + srow, mask=rmask, other=0.0)
+            rstd = tl.load(RSTD + srow, mask=rmask, other=0.0)
         xh = _xhat(x, aux, rstd, MODE)
         if HAS_W:
             g = dy * w
@@ -462,6 +470,12 @@ def _wide(C: int, images: bool, limit: int) -> bool:
     return not images and next_pow2(C) > limit
 
 
+def keeps_stats(C: int, images: bool) -> bool:
+    """Whether a backward of rows of C needs the forward's statistics: only the wide backward (C >
+    ``MAX_FUSED_C_BWD``), whose tiles do not hold whole rows; the fused one recomputes them."""
+    return _wide(C, images, MAX_FUSED_C_BWD)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Launch plans. Everything a call decides from its shape, dtypes and device (path, grid, block sizes, warps, the
 # autotuner's choice) is decided once per key and kept: a later call allocates its outputs and launches. The
@@ -471,14 +485,26 @@ _FWD_PLANS = plan_cache()
 _BWD_PLANS = plan_cache()
 
 
-def forward(x, residual, weight, bias, *, mode: int, eps: float, images: bool = False, scalar_weight: bool = False,
+def forward(x, residual, weight, bias, mode: int, eps: float, images: bool = False, scalar_weight: bool = False,
             store_stats: bool = True):
-    """y (and s = x + residual) for contiguous ``x``; returns (y, s or None, aux, rstd). RMSNorm has no ``aux``
-    (its backward does not read it): ``aux`` is then ``rstd``, and both are None when no statistics are kept."""
+    """y (and s = x + residual) for contiguous ``x``; returns (y, s or None, aux, rstd). The statistics are kept only
+    when ``store_stats`` and the backward cannot recompute them (``keeps_stats``): else both are None. RMSNorm has
+    no ``aux`` (its backward does not read it): ``aux`` is then ``rstd``. (Positional arguments: this runs on every
+    call, and keywords cost host time.)"""
     key = (x.shape, x.dtype, x.device, mode, images, scalar_weight, store_stats,
            None if residual is None else residual.dtype, None if weight is None else weight.dtype,
-           None if bias is None else bias.dtype, MAX_FUSED_C, MAX_IMAGES_C, WIDE_CHUNK)
+           None if bias is None else bias.dtype, MAX_FUSED_C, MAX_FUSED_C_BWD, MAX_IMAGES_C, WIDE_CHUNK)
     plan = _FWD_PLANS.get(key)
+    if plan is not None and plan.lean:  # the common call: planned, one fused launch, no statistics kept
+        y = torch.empty_like(x)
+        w = weight if weight is not None else x
+        b = bias if bias is not None else x
+        if residual is None:
+            plan.steps[0](x, x, w, b, y, x, x, x, plan.M, plan.C, plan.HW, eps)
+            return y, None, None, None
+        s = torch.empty_like(x)
+        plan.steps[0](x, residual, w, b, y, s, x, x, plan.M, plan.C, plan.HW, eps)
+        return y, s, None, None
     if plan is None:
         check_tensor(x)
         if residual is not None:
@@ -487,12 +513,14 @@ def forward(x, residual, weight, bias, *, mode: int, eps: float, images: bool = 
         if images and next_pow2(C) > MAX_IMAGES_C:
             raise ValueError(f"images kernel takes C <= {MAX_IMAGES_C}; the caller permutes wider inputs to "
                              "channels-last")
-        plan = _FWD_PLANS[key] = Plan(M=M, C=C, HW=HW, wide=_wide(C, images, MAX_FUSED_C))
+        wide = _wide(C, images, MAX_FUSED_C)
+        plan = _FWD_PLANS[key] = Plan(M=M, C=C, HW=HW, wide=wide,
+                                      keep=wide or (store_stats and keeps_stats(C, images)))
     M = plan.M
     y = torch.empty_like(x)
     s = torch.empty_like(x) if residual is not None else None
     aux = rstd = None
-    if store_stats or plan.wide:
+    if plan.keep:
         rstd = torch.empty(M, device=x.device, dtype=torch.float32)
         aux = rstd if mode == RMSNORM else torch.empty(M, device=x.device, dtype=torch.float32)
     if M == 0:
@@ -510,13 +538,15 @@ def forward(x, residual, weight, bias, *, mode: int, eps: float, images: bool = 
         C, HW = plan.C, plan.HW
         meta = _fwd_meta(M, HW, MODE=mode, IMAGES=images, HAS_W=weight is not None and not scalar_weight,
                          HAS_B=bias is not None, SCALAR_W=scalar_weight, HAS_RES=residual is not None,
-                         HAS_STATS=False, STORE_STATS=store_stats, BLOCK_C=next_pow2(C))
+                         HAS_STATS=False, STORE_STATS=plan.keep, BLOCK_C=next_pow2(C))
         if images:
             N = M // HW
             grid_of = lambda META: (N * cdiv(HW, META["BLOCK_R"]), 1)  # noqa: E731
         else:
             grid_of = lambda META: (cdiv(M, META["BLOCK_R"]), 1)  # noqa: E731
         plan.steps = (first_launch(_row_fwd_tuned, _row_fwd_kernel, grid_of, args, meta, _FWD_HEURISTICS),)
+        # later calls take the lean path at the top (the same arguments, with placeholders for the statistics)
+        plan.lean = not plan.keep and M > 0
         return y, s, aux, rstd
     # wide rows: a statistics pass, then the tile kernel column-blocked over the stored statistics
     src = s if s is not None else x
@@ -541,9 +571,13 @@ def forward(x, residual, weight, bias, *, mode: int, eps: float, images: bool = 
 def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_bias, need_dw) -> Plan:
     check_tensor(dy, "gradient")
     M, C, HW = _geometry(x, images)
+    if rstd is None and keeps_stats(C, images):
+        raise RuntimeError(f"the backward of rows of {C} needs the forward's statistics (MAX_FUSED_C_BWD = "
+                           f"{MAX_FUSED_C_BWD} changed between the forward and the backward?)")
     has_w = weight is not None and not scalar_weight
     need_dw = need_dw and (weight is not None or has_bias)
-    plan = Plan(M=M, C=C, HW=HW, has_w=has_w, need_dw=need_dw, path="empty" if x.numel() == 0 else "tile")
+    plan = Plan(M=M, C=C, HW=HW, has_w=has_w, need_dw=need_dw, path="empty" if x.numel() == 0 else "tile",
+                recompute=rstd is None)
     if plan.path == "empty":
         return plan
     plan.nv = (int(has_w) + int(has_bias)) if need_dw else 0
@@ -575,21 +609,24 @@ def _tile_grid(plan, dy, ds, x, weight, aux, rstd, mode, images, scalar_weight, 
         block_r = min(max(1, BWD_TILE // block_c), next_pow2(M))
         n_tiles = cdiv(M, block_r)
     meta = dict(MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
-                HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
-    probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, x, aux, rstd, aux, aux,
-             aux, aux, aux, M, C, HW, n_tiles, C, C, C)
+                HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, RECOMPUTE=plan.recompute,
+                BLOCK_R=block_r, BLOCK_C=block_c)
+    ph = aux if aux is not None else x  # placeholder of the pointers a configuration never reads (as in backward())
+    probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, x, ph, ph, ph, ph,
+             ph, ph, ph, M, C, HW, n_tiles, C, C, C, 1e-5)
     plan.n_cb, plan.meta, plan.n_tiles = cdiv(C, block_c), meta, n_tiles
     plan.P = max(1, min(n_tiles, cdiv(_bwd_programs_per_sm(probe, meta) * num_sms(dev), plan.n_cb)))
 
 
-def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, scalar_weight: bool = False,
-             bias_dtype: torch.dtype | None = None, need_dw: bool = True):
+def backward(dy, ds, x, weight, aux, rstd, *, mode: int, eps: float, images: bool = False,
+             scalar_weight: bool = False, bias_dtype: torch.dtype | None = None, need_dw: bool = True):
     """dx (+ ds when given) and the parameter gradients (dγ or dg, dβ; None where absent or not needed), each in
-    its parameter's dtype (``bias_dtype``: the bias's, None without one)."""
+    its parameter's dtype (``bias_dtype``: the bias's, None without one). ``aux`` and ``rstd`` are the forward's
+    statistics, or None where it kept none (the kernel then computes them again from x, with ``eps``)."""
     has_bias = bias_dtype is not None
     key = (x.shape, x.dtype, x.device, dy.dtype, None if ds is None else ds.dtype,
            None if weight is None else weight.dtype, mode, images, scalar_weight, bias_dtype, need_dw,
-           MAX_FUSED_C_BWD, WIDE_CHUNK, WIDE_BWD)
+           rstd is None, MAX_FUSED_C_BWD, WIDE_CHUNK, WIDE_BWD)
     plan = _BWD_PLANS.get(key)
     if plan is None:
         plan = _BWD_PLANS[key] = _bwd_plan(dy, ds, x, weight, aux, rstd, mode=mode, images=images,
@@ -601,13 +638,16 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
         return dx, None if weight is None else torch.zeros_like(weight), db
     P, M, dw, db = plan.P, plan.M, None, None
     # the kernels' gradient pointers and offsets: the gradients themselves (one program), or regions of one buffer
-    dwp = dbp = dswp = aux
+    ph = aux if aux is not None else x  # placeholder of the pointers a configuration never reads
+    if aux is None:
+        aux = rstd = ph
+    dwp = dbp = dswp = ph
     row = b_off = sw_off = 0
     if need_dw:
         dw = torch.empty_like(weight) if weight is not None else None
         db = torch.empty(C, device=x.device, dtype=bias_dtype) if has_bias else None
         if plan.direct:
-            dwp, dbp, dswp = dw if has_w else aux, db if has_bias else aux, dw if scalar_weight else aux
+            dwp, dbp, dswp = dw if has_w else ph, db if has_bias else ph, dw if scalar_weight else ph
         else:
             dwp = dbp = dswp = part = torch.empty(plan.part_size, device=x.device, dtype=torch.float32)
             row, b_off, sw_off = plan.nv * C, C if has_w else 0, P * plan.nv * C
@@ -622,11 +662,11 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, images: bool = False, s
         else:
             steps[0](*args)
     else:
-        c1 = c2 = aux
+        c1 = c2 = ph
         if plan.wide:
             c1, c2 = torch.empty(M, device=x.device, dtype=torch.float32), torch.empty_like(rstd)
         args = (x, w, dy, dsx, dx, aux, rstd, c1, c2, dwp, dbp, dswp, M, C, plan.HW, plan.n_tiles, row, b_off,
-                sw_off)
+                sw_off, eps)
         coef_args = (x, w, dy, aux, rstd, c1, c2, C)
         if steps is not None:
             if plan.wide:

@@ -246,8 +246,9 @@ _BWD_PLANS = plan_cache()
 _EMPTY = object()  # the plan of an empty input: nothing to launch
 
 
-def forward(x: torch.Tensor, algo: str, log: bool, *, limit: int | None = None, block: int | None = None):
-    """y = softmax (or log_softmax) of contiguous ``x`` over its last axis."""
+def forward(x: torch.Tensor, algo: str, log: bool, limit: int | None = None, block: int | None = None):
+    """y = softmax (or log_softmax) of contiguous ``x`` over its last axis. (Positional arguments: this runs on every
+    call, and keywords cost host time.)"""
     key = (x.shape, x.dtype, x.device, algo, log, limit, block, MAX_FUSED_C, BLOCK)
     step = _FWD_PLANS.get(key)
     y = torch.empty_like(x)

@@ -13,6 +13,7 @@ from torch import nn
 
 from normbench.kernels._env import _once, unavailable  # noqa: F401  (unavailable: the probe)
 from normbench.kernels._softmax_module import AlgorithmSoftmax
+from normbench.norms._base import check_input
 
 _K: list = []
 
@@ -26,20 +27,22 @@ def _k():
 
 class _SoftmaxFn(torch.autograd.Function):
     # The kernel module checks the input (device, dtype) when it first plans a launch for its shape, dtype and
-    # device, and launches through the launcher (on the tensor's device): no per-call check or guard here.
+    # device, and launches through the launcher (on the tensor's device): no per-call check or guard here. The
+    # settings (algo, log, limit, block) come as one tuple: autograd's apply costs per argument.
     @staticmethod
-    def forward(ctx, x, algo, log, limit, block):
-        y = (_K[0] if _K else _k()).forward(x.contiguous(), algo, log, limit=limit, block=block)
+    def forward(ctx, x, cfg):
+        algo, log, limit, block = cfg
+        y = (_K[0] if _K else _k()).forward(x.contiguous(), algo, log, limit, block)
         ctx.save_for_backward(y)
-        ctx.cfg = (log, limit, block)
+        ctx.cfg = cfg
         return y
 
     @staticmethod
     @_once
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        log, limit, block = ctx.cfg
-        return _K[0].backward(y, dy.contiguous(), log, limit=limit, block=block), None, None, None, None
+        _, log, limit, block = ctx.cfg
+        return _K[0].backward(y, dy.contiguous(), log, limit=limit, block=block), None
 
 
 def softmax(x, algo: str = "online", log: bool = False, *, limit: int | None = None, block: int | None = None):
@@ -49,14 +52,19 @@ def softmax(x, algo: str = "online", log: bool = False, *, limit: int | None = N
     """
     if algo not in ("three_pass", "online", "two_pass"):
         raise ValueError(f"algo must be three_pass, online or two_pass, got {algo!r}")
-    return _SoftmaxFn.apply(x, algo, bool(log), limit, block)
+    return _SoftmaxFn.apply(x, (algo, bool(log), limit, block))
 
 
 class TritonSoftmax(AlgorithmSoftmax):
     """Softmax or log-softmax over ``[..., C]`` by the Triton kernels with one forward algorithm."""
 
+    def forward(self, x):
+        # ``AlgorithmSoftmax.forward`` without its call of ``_run``; the algo is one of the builders' (no check)
+        check_input(x, self.num_features, "tokens", "Softmax")
+        return _SoftmaxFn.apply(x, (self.algo, bool(self.log), None, None))
+
     def _run(self, x):
-        return softmax(x, self.algo, self.log)
+        return _SoftmaxFn.apply(x, (self.algo, bool(self.log), None, None))
 
     def row_passes(self, pass_: str) -> int:
         """Reads of each row for ``pass_`` (fwd, bwd or fwd+bwd) at this width."""

@@ -67,6 +67,26 @@ def _back(t: torch.Tensor, how: str) -> torch.Tensor:
     return t.permute(0, 3, 1, 2) if how == "nhwc" else t
 
 
+def _save(ctx, xk, weight, aux, rstd) -> None:
+    """Save what the backward reads: x (or s) and the weight, and the statistics where the forward kept them
+    (rows wider than the backward's tile; RMSNorm has no ``aux``: ``aux is rstd``)."""
+    if rstd is None:
+        ctx.save_for_backward(xk, weight)
+    elif aux is rstd:
+        ctx.save_for_backward(xk, weight, rstd)
+    else:
+        ctx.save_for_backward(xk, weight, aux, rstd)
+
+
+def _saved(saved):
+    """(x, weight, aux, rstd) from ``_save``'s tensors."""
+    if len(saved) == 2:
+        return saved[0], saved[1], None, None
+    if len(saved) == 3:
+        return saved[0], saved[1], saved[2], saved[2]
+    return saved
+
+
 class _RowNormFn(torch.autograd.Function):
     # The settings come as one tuple (mode, eps, layout, scalar_weight): autograd's apply costs per argument.
     @staticmethod
@@ -80,72 +100,112 @@ class _RowNormFn(torch.autograd.Function):
         else:
             xk, how = _rows_view(x, layout, R.next_pow2(x.shape[1]) <= R.MAX_IMAGES_C)
         need = ctx.needs_input_grad
-        y, _, aux, rstd = R.forward(xk, None, weight, bias, mode=mode, eps=eps, images=how == "images",
-                                    scalar_weight=scalar_weight, store_stats=need[0] or need[1] or need[2])
-        if aux is rstd:  # RMSNorm keeps no aux statistic: one saved tensor fewer
-            ctx.save_for_backward(xk, weight, rstd)
+        y, _, aux, rstd = R.forward(xk, None, weight, bias, mode, eps, how == "images", scalar_weight,
+                                    need[0] or need[1] or need[2])
+        if rstd is None:  # the backward recomputes the statistics (``_save``'s first case, without its call)
+            ctx.save_for_backward(xk, weight)
         else:
-            ctx.save_for_backward(xk, weight, aux, rstd)
-        ctx.cfg = (mode, how, scalar_weight, None if bias is None else bias.dtype)
+            _save(ctx, xk, weight, aux, rstd)
+        ctx.cfg = (mode, eps, how, scalar_weight, None if bias is None else bias.dtype)
         return y if how == "tokens" else _back(y, how)
 
     @staticmethod
     @_once
     def backward(ctx, dy):
-        saved = ctx.saved_tensors
-        if len(saved) == 3:
-            xk, weight, rstd = saved
-            aux = rstd
-        else:
-            xk, weight, aux, rstd = saved
-        mode, how, scalar_weight, bias_dtype = ctx.cfg
-        need = ctx.needs_input_grad
-        # the kernel module returns the parameter gradients in the parameters' dtypes
-        dx, dw, db = _KERNELS["_rownorm"].backward(dy.contiguous() if how == "tokens" else _grad_view(dy, how), None,
-                                                   xk, weight, aux, rstd, mode=mode, images=how == "images",
-                                                   scalar_weight=scalar_weight, bias_dtype=bias_dtype,
-                                                   need_dw=need[1] or need[2])
-        return dx if how == "tokens" else _back(dx, how), dw, db, None
+        return _row_backward(ctx, dy)
+
+
+def _row_backward(ctx, dy):
+    xk, weight, aux, rstd = _saved(ctx.saved_tensors)
+    mode, eps, how, scalar_weight, bias_dtype = ctx.cfg
+    need = ctx.needs_input_grad  # (x, weight, bias, cfg) or (x, weight, cfg): need[2] is False for the latter
+    # the kernel module returns the parameter gradients in the parameters' dtypes
+    dx, dw, db = _KERNELS["_rownorm"].backward(dy.contiguous() if how == "tokens" else _grad_view(dy, how), None,
+                                               xk, weight, aux, rstd, mode=mode, eps=eps, images=how == "images",
+                                               scalar_weight=scalar_weight, bias_dtype=bias_dtype,
+                                               need_dw=need[1] or need[2])
+    return dx if how == "tokens" else _back(dx, how), dw, db, None
+
+
+class _RowNormNoBiasFn(torch.autograd.Function):
+    """``_RowNormFn`` without the bias argument, for the norms that have none (RMSNorm and kin): autograd's apply
+    costs per argument, a None too."""
+
+    @staticmethod
+    def forward(ctx, x, weight, cfg):
+        return _RowNormFn.forward(ctx, x, weight, None, cfg)
+
+    @staticmethod
+    @_once
+    def backward(ctx, dy):
+        dx, dw, _, _ = _row_backward(ctx, dy)
+        return dx, dw, None
 
 
 class _AddRowNormFn(torch.autograd.Function):
+    # (mode, eps) come as one tuple: autograd's apply costs per argument.
     @staticmethod
-    def forward(ctx, x, residual, weight, bias, mode, eps):
+    def forward(ctx, x, residual, weight, bias, cfg):
+        mode, eps = cfg
         if x.dtype == residual.dtype:
             xk, rk = x.contiguous(), residual.contiguous()
         else:
             dt = torch.promote_types(x.dtype, residual.dtype)
             xk, rk = x.to(dt).contiguous(), residual.to(dt).contiguous()
+        need = ctx.needs_input_grad
         y, s, aux, rstd = (_KERNELS.get("_rownorm") or _mod("_rownorm")).forward(
-            xk, rk, weight, bias, mode=mode, eps=eps, store_stats=any(ctx.needs_input_grad))
-        ctx.save_for_backward(s, weight, aux, rstd)
-        ctx.cfg = (mode, _dtype(bias), x.dtype, residual.dtype)
+            xk, rk, weight, bias, mode, eps, False, False, need[0] or need[1] or need[2] or need[3])
+        if rstd is None:  # the backward recomputes the statistics (``_save``'s first case, without its call)
+            ctx.save_for_backward(s, weight)
+        else:
+            _save(ctx, s, weight, aux, rstd)
+        ctx.cfg = (mode, eps, None if bias is None else bias.dtype, x.dtype, residual.dtype)
         ctx.set_materialize_grads(False)  # an unused s (or y) then costs no zero tensor and no read
         return y, s
 
     @staticmethod
     @_once
     def backward(ctx, dy, ds):
-        s, weight, aux, rstd = ctx.saved_tensors
-        mode, bias_dtype, xdt, rdt = ctx.cfg
-        if dy is None:
-            dx, dw, db = ds, None, None
-        else:
-            need = ctx.needs_input_grad
-            dx, dw, db = _KERNELS["_rownorm"].backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
-                                                       s, weight, aux, rstd, mode=mode, bias_dtype=bias_dtype,
-                                                       need_dw=need[2] or need[3])
-        if dx is None:
-            return None, None, None, None, None, None
-        # d(x + r)/dx = d(x + r)/dr = 1: both inputs get the same gradient, as torch's own add does.
-        if dx.dtype == xdt and xdt == rdt:
-            return dx, dx, dw, db, None, None
-        return dx.to(xdt), dx.to(rdt), dw, db, None, None
+        return _add_row_backward(ctx, dy, ds)
+
+
+def _add_row_backward(ctx, dy, ds):
+    s, weight, aux, rstd = _saved(ctx.saved_tensors)
+    mode, eps, bias_dtype, xdt, rdt = ctx.cfg
+    if dy is None:
+        dx, dw, db = ds, None, None
+    else:
+        need = ctx.needs_input_grad  # (x, r, weight, bias, cfg) or (x, r, weight, cfg): need[3] False for the latter
+        dx, dw, db = _KERNELS["_rownorm"].backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
+                                                   s, weight, aux, rstd, mode=mode, eps=eps, bias_dtype=bias_dtype,
+                                                   need_dw=need[2] or need[3])
+    if dx is None:
+        return None, None, None, None, None
+    # d(x + r)/dx = d(x + r)/dr = 1: both inputs get the same gradient, as torch's own add does.
+    if dx.dtype == xdt and xdt == rdt:
+        return dx, dx, dw, db, None
+    return dx.to(xdt), dx.to(rdt), dw, db, None
+
+
+class _AddNoBiasFn(torch.autograd.Function):
+    """``_AddRowNormFn`` without the bias argument (add+RMSNorm): autograd's apply costs per argument."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, cfg):
+        return _AddRowNormFn.forward(ctx, x, residual, weight, None, cfg)
+
+    @staticmethod
+    @_once
+    def backward(ctx, dy, ds):
+        dx, dr, dw, _, _ = _add_row_backward(ctx, dy, ds)
+        return dx, dr, dw, None
 
 
 class _PointwiseFn(torch.autograd.Function):
+    # (kind, layout) come as one tuple: autograd's apply costs per argument.
     @staticmethod
-    def forward(ctx, x, alpha, shift, weight, bias, kind, layout):
+    def forward(ctx, x, alpha, shift, weight, bias, cfg):
+        kind, layout = cfg
         P = _KERNELS.get("_pointwise") or _mod("_pointwise")
         if layout == "tokens":
             xk, how = x.contiguous(), "tokens"
@@ -153,21 +213,44 @@ class _PointwiseFn(torch.autograd.Function):
             xk, how = x.permute(0, 2, 3, 1), "nhwc"  # a free view: channels are already the fastest axis
         else:
             xk, how = x.contiguous(), "images"
-        y = P.forward(xk, alpha, shift, weight, bias, kind=kind, images=how == "images")
-        ctx.save_for_backward(xk, alpha, shift, weight)
+        y = P.forward(xk, alpha, shift, weight, bias, kind, how == "images")
+        if shift is None:
+            ctx.save_for_backward(xk, alpha, weight)
+        else:
+            ctx.save_for_backward(xk, alpha, weight, shift)
         ctx.cfg = (kind, how, bias.dtype)
         return y if how == "tokens" else _back(y, how)
 
     @staticmethod
     @_once
     def backward(ctx, dy):
-        xk, alpha, shift, weight = ctx.saved_tensors
-        kind, how, bias_dtype = ctx.cfg
-        # the kernel module returns the parameter gradients in the parameters' dtypes
-        dx, dw, db, da, ds = _KERNELS["_pointwise"].backward(
-            dy.contiguous() if how == "tokens" else _grad_view(dy, how), xk, alpha, shift, weight, bias_dtype,
-            kind=kind, images=how == "images")
-        return dx if how == "tokens" else _back(dx, how), da, ds, dw, db, None, None
+        return _pointwise_backward(ctx, dy)
+
+
+def _pointwise_backward(ctx, dy):
+    saved = ctx.saved_tensors
+    xk, alpha, weight = saved[:3]
+    shift = saved[3] if len(saved) == 4 else None
+    kind, how, bias_dtype = ctx.cfg
+    # the kernel module returns the parameter gradients in the parameters' dtypes
+    dx, dw, db, da, ds = _KERNELS["_pointwise"].backward(
+        dy.contiguous() if how == "tokens" else _grad_view(dy, how), xk, alpha, shift, weight, bias_dtype,
+        kind=kind, images=how == "images")
+    return dx if how == "tokens" else _back(dx, how), da, ds, dw, db, None
+
+
+class _NoShiftFn(torch.autograd.Function):
+    """``_PointwiseFn`` without the shift argument (DyT): autograd's apply costs per argument, a None too."""
+
+    @staticmethod
+    def forward(ctx, x, alpha, weight, bias, cfg):
+        return _PointwiseFn.forward(ctx, x, alpha, None, weight, bias, cfg)
+
+    @staticmethod
+    @_once
+    def backward(ctx, dy):
+        dx, da, _, dw, db, _ = _pointwise_backward(ctx, dy)
+        return dx, da, dw, db, None
 
 
 class _GroupNormFn(torch.autograd.Function):
@@ -202,37 +285,37 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, layout: str = "toke
 
 def rms_norm(x, weight=None, eps: float = 1e-6, layout: str = "tokens"):
     """y = γ·x/√(mean(x²) + ε); SRMSNorm is this with no weight."""
-    return _RowNormFn.apply(x, _c(weight), None, (1, float(eps), layout, False))
+    return _RowNormNoBiasFn.apply(x, _c(weight), (1, float(eps), layout, False))
 
 
 def crms_norm(x, weight=None, eps: float = 1e-6, layout: str = "tokens"):
     """y = γ·x/√((Σx² + (Σx)²)/(C + 1) + ε)."""
-    return _RowNormFn.apply(x, _c(weight), None, (2, float(eps), layout, False))
+    return _RowNormNoBiasFn.apply(x, _c(weight), (2, float(eps), layout, False))
 
 
 def scale_norm(x, g, eps: float = 1e-5, layout: str = "tokens"):
     """y = g·x/max(‖x‖₂, ε) with a scalar g."""
-    return _RowNormFn.apply(x, g, None, (3, float(eps), layout, True))
+    return _RowNormNoBiasFn.apply(x, g, (3, float(eps), layout, True))
 
 
 def add_layer_norm(x, residual, weight=None, bias=None, eps: float = 1e-5):
     """(LayerNorm(x + residual), x + residual)."""
-    return _AddRowNormFn.apply(x, residual, _c(weight), _c(bias), 0, float(eps))
+    return _AddRowNormFn.apply(x, residual, _c(weight), _c(bias), (0, float(eps)))
 
 
 def add_rms_norm(x, residual, weight=None, eps: float = 1e-6):
     """(RMSNorm(x + residual), x + residual)."""
-    return _AddRowNormFn.apply(x, residual, _c(weight), None, 1, float(eps))
+    return _AddNoBiasFn.apply(x, residual, _c(weight), (1, float(eps)))
 
 
 def dyt(x, alpha, weight, bias, layout: str = "tokens"):
     """y = γ·tanh(α·x) + β."""
-    return _PointwiseFn.apply(x, alpha, None, _c(weight), _c(bias), 0, layout)
+    return _NoShiftFn.apply(x, alpha, _c(weight), _c(bias), (0, layout))
 
 
 def derf(x, alpha, shift, weight, bias, layout: str = "tokens"):
     """y = γ·erf(α·x + s) + β."""
-    return _PointwiseFn.apply(x, alpha, shift, _c(weight), _c(bias), 1, layout)
+    return _PointwiseFn.apply(x, alpha, shift, _c(weight), _c(bias), (1, layout))
 
 
 def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
@@ -257,14 +340,19 @@ def _param(m, name):
 
 def _run_layernorm(m, x):
     e = m.eager
-    check_input(x, e.num_features, e.layout, "LayerNorm")
-    return _RowNormFn.apply(x, _c(_param(m, "weight")), _c(_param(m, "bias")), (0, float(e.eps), e.layout, False))
+    layout = e.layout
+    check_input(x, e.num_features, layout, "LayerNorm")
+    w, b = _param(m, "weight"), _param(m, "bias")
+    return _RowNormFn.apply(x, w if w is None else w.contiguous(), b if b is None else b.contiguous(),
+                            (0, float(e.eps), layout, False))
 
 
 def _run_rmsnorm(m, x):
     e = m.eager
-    check_input(x, e.num_features, e.layout, "RMSNorm")
-    return _RowNormFn.apply(x, _c(_param(m, "weight")), None, (1, float(e.eps), e.layout, False))
+    layout = e.layout
+    check_input(x, e.num_features, layout, "RMSNorm")
+    w = _param(m, "weight")
+    return _RowNormNoBiasFn.apply(x, w if w is None else w.contiguous(), (1, float(e.eps), layout, False))
 
 
 def _run_crmsnorm(m, x):
@@ -292,14 +380,19 @@ def _run_add_layernorm(m, x, residual):
 
 
 def _run_add_rmsnorm(m, x, residual):
+    e = m.eager
     _check_pair(m, x, residual, "AddRMSNorm")
-    return add_rms_norm(x, residual, _param(m, "weight"), m.eager.eps)
+    w = _param(m, "weight")
+    return _AddNoBiasFn.apply(x, residual, w if w is None else w.contiguous(), (1, float(e.eps)))
 
 
 def _run_dyt(m, x):
     e = m.eager
-    check_input(x, e.num_features, e.layout, "DyT")
-    return dyt(x, _param(m, "alpha"), _param(m, "weight"), _param(m, "bias"), e.layout)
+    layout = e.layout
+    check_input(x, e.num_features, layout, "DyT")
+    params = m._parameters  # DyT's alpha, weight and bias are always parameters
+    return _NoShiftFn.apply(x, params["alpha"], params["weight"].contiguous(), params["bias"].contiguous(),
+                            (0, layout))
 
 
 def _run_derf(m, x):
