@@ -425,3 +425,30 @@ def test_without_jsonschema_rs_the_reference_alone_decides(monkeypatch):
     assert not schema._fast_valid(kernel_record())
     assert results.validate_record(rec) == ["metrics.reps must be an integer; got 20.0"]
     assert results.validate_record(kernel_record()) == []
+
+
+def test_nesting_limit_and_compact_expansion_match_their_references():
+    """``store._too_deep`` (level by level) against a recursive depth, at the limit and past it, through dicts and
+    lists; ``store.expand`` gives each record its own provenance and norm (a plain deep copy: equal, not shared)."""
+    from normbench.records import store
+
+    def depth(o):   # the reference: the deepest value's depth (the record itself at 0)
+        kids = list(o.values()) if isinstance(o, dict) else o if isinstance(o, list) else []
+        return 1 + max(map(depth, kids)) if kids else 0
+
+    for n in (0, 1, 2, store.MAX_DEPTH - 1, store.MAX_DEPTH, store.MAX_DEPTH + 1, store.MAX_DEPTH + 5):
+        for leaf in (1, [], {}, "x"):
+            o = leaf
+            for i in range(n):
+                o = {"k": o, "s": "v"} if i % 2 else [0, o]
+            assert store._too_deep(o) == (depth(o) > store.MAX_DEPTH), (n, leaf)
+    wide = {"a": [[[1]]], "b": {"c": [{"d": None}]}}
+    assert not store._too_deep(wide) and store._too_deep(wide, limit=3) and not store._too_deep(wide, limit=4)
+    recs = [kernel_record(), kernel_record()]
+    recs[1]["id"] = recs[0]["id"] + "x"
+    out = store.expand(json.loads(json.dumps(store.compact(recs))))
+    assert out == recs
+    out[0]["provenance"]["hardware"]["cpu"] = "edited"
+    out[0]["norm"]["layouts"].append("edited")
+    assert out[1]["provenance"]["hardware"]["cpu"] == recs[1]["provenance"]["hardware"]["cpu"]
+    assert out[1]["norm"]["layouts"] == recs[1]["norm"]["layouts"]

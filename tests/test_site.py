@@ -611,8 +611,9 @@ def test_a_parallel_build_writes_the_same_bytes_as_a_serial_one(demo_site, tmp_p
 def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
     """Beyond ``MANY_MACHINES`` machines a norm has no page per machine: each machine's kernel records are in one data
     file (its rows for every norm, each linking its record's detail), which the norm's page loads per machine; the
-    norm page keeps each machine's best results; a machine adds no file per norm."""
-    site, report, recs = sup.machines_site(tmp_path)
+    norm page keeps each machine's best results; a machine adds no file per norm. Its width figures are on the
+    machine's one figures page (drawn in the browser), which the overview's matrix links per norm."""
+    site, report, recs = sup.machines_site(tmp_path, charts=True)
     assert not report.rejected and report.kernel == len(recs)
     assert not [p.name for p in (site / "norms").glob("*--*.html") if not p.name.endswith("--devices.html")]
     assert not list((site / "data").glob("knd-*.js"))
@@ -635,6 +636,24 @@ def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
         for n in norms:   # every record of the machine, once, under its norm
             keys = {r["id"].replace(":", "_") for r in mine if r["norm"]["name"] == n}
             assert seen.get(n, set()) == keys, (hw, n)
+    # The leaderboard: one data file per machine (its best row per case, none of another machine's), loaded together
+    kl = sorted((site / "data").glob("kl-*.js"))
+    assert len(kl) == len(hws) and not (site / "data" / "kernels.js").exists()
+    src = re.search(r'<table[^>]* id="kernels"[^>]*data-src="([^"]+)"', (site / "kernels.html").read_text())
+    assert src and sorted(src.group(1).split()) == [f"data/{p.name}" for p in kl]
+    cases = []
+    for p in kl:
+        text = p.read_text()
+        data = json.loads(text[text.index(",") + 1:-3])
+        S, fk = data["s"], data["fk"]
+        for row in data["rows"]:
+            f = {k: S[i] for k, i in zip(fk, row[1]) if i is not None}
+            assert p.name.startswith(f"kl-{f['hardware']}-") and len(row) == 4   # its rank key orders the union
+            cases.append(tuple(f[k] for k in ("hardware", "norm", "backend", "dtype", "pass", "shape_class",
+                                              "layout", "timing", "harness")))
+    assert len(cases) == len(set(cases))
+    assert {c[:5] for c in cases} == {(r["provenance"]["hardware_id"], r["norm"]["name"], r["config"]["backend"],
+                                       r["config"]["dtype"], r["config"]["pass"]) for r in recs}
     for n in norms:
         page = (site / "norms" / f"{n}.html").read_text()
         picks = re.findall(r'data-pick-src="\.\./(data/km-[^"]+\.js)"', page)
@@ -642,5 +661,16 @@ def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
                                        if any(r["norm"]["name"] == n and p.name.startswith(
                                            "km-" + r["provenance"]["hardware_id"] + "-") for r in recs))
         assert f'data-only="norm={n}"' in page
-        # the matrix links each norm on each machine to that machine's section of the norm's page
-        assert re.search(rf'href="norms/{n}\.html#d-gpu-machine-0-[0-9a-f]+"', (site / "index.html").read_text())
+        # the matrix links each norm on each machine to the norm's section of that machine's figures page, which
+        # draws its width figures (in the browser) and links the machine's section of the norm's page
+        m = re.search(rf'href="(devices/gpu-machine-0-[0-9a-f]+--figures\.html)#(f-{n}-[0-9a-f]+)"',
+                      (site / "index.html").read_text())
+        assert m, n
+        figs = (site / m.group(1)).read_text()
+        sec = figs[figs.index(f'<section id="{m.group(2)}">'):]
+        sec = sec[:sec.index("</section>")]
+        assert re.search(rf'href="\.\./norms/{n}\.html#d-gpu-machine-0-[0-9a-f]+"', sec)
+        widths = {r["config"]["num_features"] for r in recs
+                  if r["norm"]["name"] == n and r["provenance"]["hardware_id"] == "gpu-machine-0"}
+        if len(widths) > 1:   # a curve: its spec is in the page (drawn in the browser), its points link records
+            assert 'class="nb-spec"' in sec and 'data-static="none"' in sec and "../records/" in sec, n

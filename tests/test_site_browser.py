@@ -418,11 +418,15 @@ def test_by_model_pages_render_and_link_their_records(browser, tmp_path):
         v.close()
 
 
-def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path):
+def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path, monkeypatch):
     """A three-machine site in the many-machine layout, from file://: a norm's page loads one machine's every record
     of the norm from the machine's data file when its button is clicked (only that machine's rows of that norm), and a
-    row's record link opens the record's detail, loaded from the machine's record data file."""
-    site, _, recs = sup.machines_site(tmp_path)
+    row's record link opens the record's detail, loaded from the machine's record data file; the leaderboard loads
+    every machine's file (the page holding its first rows)."""
+    from normbench.site import tables
+
+    monkeypatch.setattr(tables, "PREVIEW", 5)   # the leaderboard's 24 rows: 5 in the page, the rest from the files
+    site, _, recs = sup.machines_site(tmp_path, charts=True)
     hw = "gpu-machine-1"
     want = {r["id"].replace(":", "_") for r in recs if r["provenance"]["hardware_id"] == hw
             and r["norm"]["name"] == "rmsnorm"}
@@ -444,6 +448,22 @@ def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path):
         v.page.click(f"#{table} tbody tr td:last-child a[href='{links[0]}']")   # to the record page, from file://
         v.page.wait_for_selector(f"details[id='{key}'] pre.command", timeout=5000)
         assert v.page.inner_text(f"details[id='{key}'] pre.command").startswith("normbench bench --norm rmsnorm ")
+        # The leaderboard: every machine's file loaded, their union ordered as the page's own first rows were.
+        v.open(site / "kernels.html")
+        v.page.wait_for_selector("#kernels[data-loaded='1']", state="attached", timeout=5000)
+        inline = _rows_as_data(v.page, "kernels", (site / "kernels.html").read_text(encoding="utf-8"))
+        rows = _rows_as_data(v.page, "kernels")
+        assert len(rows) == int(v.page.get_attribute("#kernels", "data-rows")) > len(inline) > 0
+        assert [r["cells"][-1]["text"] for r in rows[:len(inline)]] == [r["cells"][-1]["text"] for r in inline]
+        assert {r["cells"][0]["text"] for r in rows} == {f"gpu-machine-{m}" for m in range(3)}
+        # A machine's figures page: the browser draws each figure from its spec (none was drawn at build time).
+        figs = next((site / "devices").glob(f"{hw}-*--figures.html"))
+        v.open(figs)
+        ids = v.page.eval_on_selector_all("figure.nb-chart", "fs => fs.map(f => f.id)")
+        assert ids and v.page.locator("figure.nb-chart .nb-static svg").count() == 0
+        for fid in ids:
+            v.page.wait_for_selector(f"figure[id='{fid}'].nb-interactive", timeout=15000, state="attached")
+        assert v.page.locator("figure.nb-chart .nb-live svg").count() == len(ids)
         assert not v.errors, v.errors
     finally:
         v.close()

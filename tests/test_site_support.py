@@ -205,11 +205,11 @@ def page_of(json_gz) -> Path:
     return Path(str(json_gz)[:-len(".json.gz")] + ".html")
 
 
-def machines_site(root, n: int = 3, cache: bool = False) -> tuple:
+def machines_site(root, n: int = 3, cache: bool = False, charts: bool = False) -> tuple:
     """A site of ``n`` machines (the demo's kernel records of its GPU machine copied onto ``n`` hardware ids, no
     accuracy records), built without figures and with ``pages.MANY_MACHINES`` at 1, so its norms take the many-machine
     layout a public leaderboard has (no page per norm and machine; a machine's records loaded on demand): (site,
-    report, records)."""
+    report, records). ``charts``: with figures (a many-machine norm's are drawn in the browser: no SVG is made)."""
     import copy
 
     from normbench.records.schema import record_id
@@ -228,7 +228,7 @@ def machines_site(root, n: int = 3, cache: bool = False) -> tuple:
     old = pages.MANY_MACHINES
     pages.MANY_MACHINES = 1
     try:
-        report = build_site(root / "results", root / "site", charts=False, cache=cache)
+        report = build_site(root / "results", root / "site", charts=charts, cache=cache)
     finally:
         pages.MANY_MACHINES = old
     return root / "site", report, recs

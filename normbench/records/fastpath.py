@@ -56,11 +56,10 @@ def plain(obj) -> bool:
         v = stack.pop()
         t = type(v)
         if t is dict:
-            for k, x in v.items():
-                if type(k) is not str:
+            for k in v:   # keys checked here, not pushed: half the values of a record are its keys
+                if type(k) is not str or k.isspace() or not k.isascii() and not _utf8(k):
                     return False
-                stack.append(k)
-                stack.append(x)
+            stack.extend(v.values())
         elif t is list:
             stack.extend(v)
         elif t is str:

@@ -136,6 +136,20 @@ def compact(records: list) -> dict:
             "records": out}
 
 
+def _json_copy(v):
+    """A deep copy of a value ``json.loads`` made (dicts, lists and immutable scalars, nothing shared): what
+    ``copy.deepcopy`` makes, at a fraction of its cost (no memo, no dispatch per type; a tenth of reading a record)."""
+    t = type(v)
+    if t is dict:
+        return {k: _json_copy(x) for k, x in v.items()}
+    if t is list:
+        return [_json_copy(x) for x in v]
+    return copy.deepcopy(v) if t not in _SCALARS else v
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def expand(data: dict) -> list:
     """The full records of a compact file object (inverse of :func:`compact`); raises ``ValueError`` if malformed."""
     if data.get("format_version") != FORMAT_VERSION:
@@ -152,11 +166,11 @@ def expand(data: dict) -> list:
             if not (isinstance(pi, int) and 0 <= pi < len(provs) and isinstance(ni, int) and 0 <= ni < len(norms)):
                 raise ValueError(f"record {rec.get('id')!r} refers to provenance {pi!r} / norm {ni!r}, "
                                  "which the file does not have")
-            prov = copy.deepcopy(provs[pi])  # each record owns its copy: editing one must not edit the others
+            prov = _json_copy(provs[pi])  # each record owns its copy: editing one must not edit the others
             if "_ts" in rec:
                 prov = {"timestamp": rec.pop("_ts"), **prov}
             rec = {("provenance" if k == "_prov" else "norm" if k == "_norm" else k):
-                   (prov if k == "_prov" else copy.deepcopy(norms[ni]) if k == "_norm" else v) for k, v in rec.items()}
+                   (prov if k == "_prov" else _json_copy(norms[ni]) if k == "_norm" else v) for k, v in rec.items()}
         out.append(rec)
     return out
 
@@ -348,15 +362,19 @@ MAX_DEPTH = 32
 
 
 def _too_deep(obj, limit: int = MAX_DEPTH) -> bool:
-    stack = [(obj, 0)]
-    while stack:
-        o, d = stack.pop()
-        if d > limit:
+    """Whether any value of ``obj`` lies deeper than ``limit``. Level by level, without a (value, depth) pair per
+    value: every record read is checked, and the pairs were a tenth of reading a record."""
+    level, depth = [obj], 0
+    while level:
+        if depth > limit:
             return True
-        if isinstance(o, dict):
-            stack.extend((v, d + 1) for v in o.values())
-        elif isinstance(o, list):
-            stack.extend((v, d + 1) for v in o)
+        below: list = []
+        for o in level:
+            if isinstance(o, dict):
+                below.extend(o.values())
+            elif isinstance(o, list):
+                below.extend(o)
+        level, depth = below, depth + 1
     return False
 
 

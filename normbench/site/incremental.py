@@ -177,6 +177,18 @@ def input_digest(site, job: tuple) -> str | None:
         # A few machines: digested as built (cheap), so a page whose records changed where it does not show them is
         # not rendered again.
         return None
+    if what == "kernels_part":
+        # A machine's leaderboard rows: its best per case, each row a function of its record and what was derived
+        # from the machine's other records (``row_print``: speed-up, cache residency).
+        hw = job[1]
+        return _h("kernels_part", hw, *(row_print(r) for r in site.by_hw.get(hw, [])))
+    if what == "machine_figures_page":
+        # A machine's figures: the points of its rows of each norm on many machines (their speed-ups and cache
+        # residency are in each row's print), so a changed machine draws its own page alone.
+        hw = job[1]
+        return _h("machine_figures_page", hw, site.hw_name(hw), site.charts is not None,
+                  *(f"{n}\x1f{site.many(n)}" for n in site.machine_norms(hw)),
+                  *(row_print(r) for r in site.by_hw.get(hw, [])))
     if what == "device_page":
         # A machine's page shows its own records alone (facts from their provenance, its kernel rows, its accuracy
         # count) and, per norm it measured, where that norm's machine view lives (``many``): a changed machine

@@ -83,6 +83,11 @@ def device_file(hw: str) -> str:
     return f"devices/{slug(hw)}.html"
 
 
+def figures_file(hw: str) -> str:
+    """A machine's width figures, one section per norm on many machines (``MANY_MACHINES``), drawn in the browser."""
+    return f"devices/{slug(hw)}--figures.html"
+
+
 def norm_compare_file(name: str) -> str:
     """A norm across devices."""
     return norm_file(name)[:-len(".html")] + "--devices.html"
@@ -401,14 +406,21 @@ class Site:
             memo[name] = sorted({r["hardware"] for r in self.by_norm.get(name, [])})
         return memo[name]
 
+    def machine_norms(self, hw: str) -> list[str]:
+        """The norms a machine has kernel records of."""
+        memo = self.__dict__.setdefault("_machine_norms", {})
+        if hw not in memo:
+            memo[hw] = sorted({r["norm"] for r in self.by_hw.get(hw, [])})
+        return memo[hw]
+
     def many(self, name: str) -> bool:
         """Whether a norm is on more than ``MANY_MACHINES`` machines: then no page per machine (``MANY_MACHINES``)."""
         return len(self.norm_hws(name)) > MANY_MACHINES
 
     def norm_hw_href(self, name: str, hw: str, up: str = "") -> str:
-        """Where a norm on one machine is shown: its figure page, or (``many``) the machine's section of the norm's
-        page, whose button loads the machine's every record of the norm."""
-        return up + (f"{norm_file(name)}#{slug('d', hw)}" if self.many(name) else norm_device_file(name, hw))
+        """Where a norm on one machine is shown: its figure page, or (``many``) the norm's section of the machine's
+        figures page (which links the machine's section of the norm's page, whose button loads its every record)."""
+        return up + (f"{figures_file(hw)}#{slug('f', name)}" if self.many(name) else norm_device_file(name, hw))
 
     @staticmethod
     def machine_file(hw: str) -> str:
@@ -554,8 +566,12 @@ class Site:
         return figs, points
 
     def norm_inline(self, name: str) -> bool:
-        """Whether a norm's page draws its figures itself (few points in all); else each device's figure page holds
-        them, drawn in the browser from their spec (a deep page: its records table is the no-JavaScript view)."""
+        """Whether a norm's page draws its figures itself (few points in all, on at most ``MANY_MACHINES`` machines);
+        else each device's figure page holds them, drawn in the browser from their spec (a deep page: its records
+        table is the no-JavaScript view). A norm on many machines never draws them on its page: that page would grow
+        with the machines (3.8 MB at 30) and its static SVGs were a quarter of a cold build's time."""
+        if name not in self._inline and self.many(name):
+            self._inline[name] = False
         if name not in self._inline:   # asked by each of the norm's jobs: counted once per process
             per_hw: dict[str, list[dict]] = {}
             for r in self.by_norm.get(name, []):
@@ -648,8 +664,30 @@ class Site:
                              r["layout"], r["timing"], r["harness"]), r)
         return list(best.values())
 
+    def many_site(self) -> bool:
+        """Whether any norm is on many machines (``MANY_MACHINES``): a public leaderboard of submitted machines."""
+        memo = self.__dict__.setdefault("_many_site", [])
+        if not memo:
+            memo.append(any(self.many(n) for n in self.by_norm))
+        return memo[0]
+
+    @staticmethod
+    def leaderboard_file(hw: str) -> str:
+        """A machine's rows of the kernel leaderboard (its best per case), in a many-machine site (site-relative)."""
+        return Table(slug("kl", hw), []).data_path
+
+    def kernels_part(self, hw: str):
+        """A machine's rows of the leaderboard (``best_per_case`` is per machine, so the leaderboard is the union of
+        these), each with its rank key, in one data file per machine that ``kernels.html`` loads together: a changed
+        machine rewrites its own file, not a 13 MB one of every machine's rows. No page."""
+        self.kernel_table(slug("kl", hw), self.best_per_case(self.by_hw.get(hw, [])), "", file=True)
+        return iter(())
+
     def kernels_page(self) -> Page:
-        table = self.kernel_table("kernels", self.best_per_case(self.kernels), "")
+        rows = self.best_per_case(self.kernels)
+        # Many machines: the page holds the first rows; every row is in the machines' files (``kernels_part``).
+        table = self.kernel_table("kernels", rows, "", srcs=[self.leaderboard_file(hw) for hw in self.kernel_hws]
+                                  if self.many_site() else None)
         return Page("kernels.html", "kernels.html", "Kernel leaderboard", active="kernels.html", ctx=dict(
             table=table, n=len(self.kernels), flags=[(FLAG_LABELS.get(f, f), f) for f in FLAGS],
             hws=[(hw, self.hw_name(hw), device_file(hw), len(self.by_hw[hw])) for hw in self.kernel_hws],
@@ -803,14 +841,14 @@ class Site:
         devices = []
         inline = self.norm_inline(name)
         many = self.many(name)
-        for hw in sorted({r["hardware"] for r in rows}):
-            hr = [r for r in rows if r["hardware"] == hw]
+        for hw in self.norm_hws(name):
+            hr = self.by_norm_hw.get((name, hw), [])   # the same rows in the same order (100 scans of all rows)
             # With many machines and no figures inline, a machine's section is its button: its figures are not
             # shown, so not planned either (their frames were most of a rebuild's norm pages).
-            figs, points = (([], 0) if many and not inline else self._width_figures(name, hw, hr, up, draw=inline))
+            figs, points = self._width_figures(name, hw, hr, up, draw=inline)   # many: counted, not planned
             devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw), "figs": figs,
                             "points": points, "href": up + device_file(hw),
-                            "fig_href": up + (device_file(hw) if many else norm_device_file(name, hw)),
+                            "fig_href": up + self.norm_hw_href(name, hw),
                             "pick": up + self.machine_file(hw) if many else None,
                             "widths": len({r["num_features"] for r in hr}), "n": len(hr),
                             "best": [self._top_row(r) | {"href": self.rec_href(r["entry"], up)}
@@ -855,6 +893,25 @@ class Site:
                      table=self.kernel_table(slug("knd", name, hw), hr, p.up, with_norm=False,
                                              with_hw=self.norm_shared(name), file=self.norm_shared(name),
                                              preview=_tables.DEEP_PREVIEW))
+        return p
+
+    def machine_figures_page(self, hw: str) -> Page:
+        """A machine's GB/s and %-of-ceiling figures against hidden size, one section per norm it measured that is on
+        many machines (``MANY_MACHINES``: no page per norm and machine), drawn in the browser from their specs (no
+        SVG at build time: one page a machine, whatever the number of norms)."""
+        p = Page(figures_file(hw), "machine_figures.html", f"Figures of {hw}", active="devices.html",
+                 lead=self.hw_name(hw), crumbs=[("devices.html", "Devices"), (device_file(hw), hw)])
+        sections = []
+        for name in self.machine_norms(hw):
+            if not self.many(name):
+                continue
+            hr = self.by_norm_hw.get((name, hw), [])
+            figs, _ = self._width_figures(name, hw, hr, p.up, static=False)
+            sections.append({"norm": name, "hw": hw, "anchor": slug("f", name), "figs": figs, "n": len(hr),
+                             "widths": len({r["num_features"] for r in hr}),
+                             "norm_href": f"{p.up}{norm_file(name)}#{slug('d', hw)}"})
+        p.charts = any(x["figs"] for x in sections)
+        p.ctx = dict(hw=hw, sections=sections, device_href=p.up + device_file(hw))
         return p
 
     # --- by model (``bymodel``: normbench best's answer per model, device, site and regime) -------------------------
@@ -1164,9 +1221,12 @@ class Site:
         return Page("claims.html", "claims.html", "Paper claims", active="claims.html", ctx=dict(
             claims=claims, counts=counts, alpha=C.ALPHA, n_comp=sum(len(c["comparisons"]) for c in results)))
 
+    @staticmethod
+    def _softmaxish(r: dict) -> bool:
+        return r["entry"].rec["norm"].get("family") == "softmax" or r["norm"] in ("softmax", "log_softmax")
+
     def softmax_page(self) -> Page:
-        rows = [r for r in self.kernels if r["entry"].rec["norm"].get("family") == "softmax"
-                or r["norm"] in ("softmax", "log_softmax")]
+        rows = [r for r in self.kernels if self._softmaxish(r)]
         algorithms: dict[str, str] = {}
         if rows:
             try:
@@ -1184,7 +1244,7 @@ class Site:
         sections, plans = [], []
         for n in sorted({r["norm"] for r in rows}):
             for hw in sorted({r["hardware"] for r in rows if r["norm"] == n}):
-                hr = [r for r in rows if r["norm"] == n and r["hardware"] == hw]
+                hr = [r for r in self.by_norm_hw.get((n, hw), []) if self._softmaxish(r)]   # ``rows``' order
                 plans.append((n, hw, hr, self._width_points(n, hw, hr, "")))
         inline = sum(x[3] for x in plans) <= INLINE_POINTS
         for n, hw, hr, _ in plans:
@@ -1354,6 +1414,8 @@ class Site:
         jobs.append(("devices_page",))
         jobs += [("compare_page", name) for name in self.compared_norms()]
         jobs += [("device_page", hw) for hw in sorted(self.hw_entries)]
+        jobs += [("machine_figures_page", hw) for hw in self.kernel_hws if any(self.many(n) for n in
+                                                                                self.machine_norms(hw))]
         jobs.append(("norms_index",))
         for name in sorted(self.norm_meta):
             jobs.append(("norm", name))
@@ -1365,6 +1427,8 @@ class Site:
         jobs += [("doc_page", *d) for d in DOCS]
         jobs += [("downloads_page",), ("rejected_page",)]
         jobs += [("download_part", hw) for hw in sorted(self.hw_entries)]
+        if self.many_site():
+            jobs += [("kernels_part", hw) for hw in self.kernel_hws]
         jobs += [("record_page", path) for path in self._record_groups()]
         return jobs
 
@@ -1375,6 +1439,10 @@ class Site:
             self._wfig.clear()   # a norm's figure frames, shared by its pages; one norm's at a time
             self._wplan.clear()
             self._memo_norm = args[0]
+        if what == "machine_figures_page":   # a machine's figures of every norm: its frames are its own
+            self._wfig.clear()
+            self._wplan.clear()
+            self._memo_norm = None
         if what == "norm":
             yield self.norm_page(args[0])
         elif what == "norm_device":
@@ -1385,6 +1453,8 @@ class Site:
             yield self.record_page(args[0], self._record_groups()[args[0]])
         elif what == "download_part":
             yield from self.download_part(args[0])
+        elif what == "kernels_part":
+            yield from self.kernels_part(args[0])
         else:
             yield getattr(self, what)(*args)
 
