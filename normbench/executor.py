@@ -39,13 +39,13 @@ import importlib
 import multiprocessing
 import os
 import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as _mp_wait
 from typing import Any, Callable, Iterable, Iterator
 
+from normbench import forkserver as _fs
 from normbench.processes import env_seconds, say_stuck, stopping, stuck_after, track
 
 #: Environment variables for the defaults (the CLI options ``--executor``, ``--time-limit`` and ``--stall-limit``
@@ -271,7 +271,7 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
         # passes the interruption on: it cannot know that the group's reached the worker), and a second
         # KeyboardInterrupt in the worker's exit (multiprocessing's _exit_function) printed a traceback.
         signal.signal(signal.SIGINT, _first_interrupt_only)
-        # Forked from a forkserver started with SIGINT blocked (_start_forkserver): a Ctrl-C must reach a worker.
+        # Forked from a forkserver started with SIGINT blocked (forkserver.start): a Ctrl-C must reach a worker.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.
         with contextlib.suppress(OSError, ValueError):
@@ -331,9 +331,10 @@ class _Watched:
     """A worker process watched through its own pid (a pidfd on Linux), not only through multiprocessing's ``Popen``.
 
     A forkserver's child is not this process's child: ``Popen`` learns of its exit from the forkserver, and once the
-    forkserver is gone (an interruption stops it, :func:`_stop_forkserver`) it reports every child of it dead (exit
-    255) and its ``terminate()``/``kill()`` send nothing, while the child lives on: a lane's worker outlived its
-    interrupted command that way (issue #36). Here liveness, waiting and signals go to the process itself."""
+    forkserver is gone (an interruption stops it: :func:`normbench.forkserver.stop`) it reports every child of it
+    dead (exit 255) and its ``terminate()``/``kill()`` send nothing, while the child lives on: a lane's worker
+    outlived its interrupted command that way (issue #36). Here liveness, waiting and signals go to the process
+    itself."""
 
     def __init__(self, proc):
         self.proc, self.pid = proc, proc.pid
@@ -433,20 +434,20 @@ class WorkerExecutor(Executor):
         # (no forkserver is started again, nor a worker) or stops the forkserver this start then holds, which
         # releases the start at once (EOF) instead of letting it run into a new one (Process.start() would start
         # it itself: seconds of importing torch, after the command was told to stop).
-        with _FORKSERVER_LOCK if forkserver else contextlib.nullcontext():
+        with _fs.LOCK if forkserver else contextlib.nullcontext():
             if self._interrupted is not None:   # not even a forkserver started (interrupt() stopped the last one)
                 child.close()
                 parent.close()
                 return "interrupted before its worker process started"
             if forkserver:
-                _start_forkserver()
+                _fs.start()
                 if self._interrupted is not None:   # interrupt() came meanwhile (and may have found none to stop)
-                    _stop_forkserver()
+                    _fs.stop()
                     child.close()
                     parent.close()
                     return "interrupted before its worker process started"
             try:
-                with _main_module_hidden():
+                with _fs.main_module_hidden():
                     proc.start()
             except (EOFError, OSError):
                 if self._interrupted is None:
@@ -520,8 +521,8 @@ class WorkerExecutor(Executor):
         if self._ctx.get_start_method() == "forkserver":
             # First without the lock, which a thread starting a worker holds while the forkserver imports torch:
             # the forkserver's end releases that thread (EOF); then, with the lock, whatever forkserver is there.
-            _kill_forkserver_now()
-            _stop_forkserver()
+            _fs.kill_now()
+            _fs.stop()
 
     def _run(self, task: Task) -> Outcome:
         if self._interrupted is not None:
@@ -606,7 +607,7 @@ class WorkerExecutor(Executor):
             watch.signal(signal.SIGINT)
             watch.wait(INTERRUPT_GRACE_S)
         self._kill(TERM_GRACE_S)
-        _stop_forkserver()
+        _fs.stop()
 
     def close(self) -> None:
         if self._conn is not None:
@@ -616,98 +617,7 @@ class WorkerExecutor(Executor):
             self._watch.wait(TERM_GRACE_S if stopping() else 5)
         self._kill(TERM_GRACE_S if stopping() else 5)
         if stopping():
-            _stop_forkserver()
-
-
-def _start_forkserver() -> None:
-    """Start the forkserver (under ``_FORKSERVER_LOCK``) with SIGINT blocked: it imports torch before it ignores
-    SIGINT, and a Ctrl-C to the process group meanwhile printed a traceback from it. (The mask survives its exec; it
-    ignores SIGINT from then on, and each worker unblocks SIGINT first, since a Ctrl-C is how a worker is asked to
-    stop.)"""
-    import signal
-    from multiprocessing import forkserver, resource_tracker
-
-    # The resource tracker first: starting it, multiprocessing blocks SIGINT and SIGTERM around its spawn and then
-    # *unblocks* them, which would undo this block just before the forkserver's own spawn (a lane thread's first
-    # worker: a group Ctrl-C then hit the forkserver's interpreter while it imported site, "Fatal Python error").
-    resource_tracker.ensure_running()
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        forkserver.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    server = getattr(forkserver, "_forkserver", None)
-    if getattr(server, "_forkserver_pid", None):
-        track(server._forkserver_pid)
-    global _atexit
-    if not _atexit:
-        import atexit
-
-        # Left alone it exits when it notices this process gone: at its own pace (tearing torch down), after us.
-        atexit.register(_stop_forkserver)
-        _atexit = True
-
-
-_atexit = False
-#: The lanes of ``suites.train_cells`` start and stop workers from several threads: one forkserver start or stop at
-#: a time (two threads stopping it at once, each in multiprocessing's unlocked ``_stop``, printed a traceback).
-_FORKSERVER_LOCK = threading.RLock()
-
-
-def _stop_forkserver() -> None:
-    """On an interruption, end the forkserver now: left to notice that its command is gone, it does so only after
-    its own start (importing torch: seconds, under load tens of them), an orphan meanwhile. The next worker starts
-    a fresh one."""
-    from multiprocessing import forkserver
-
-    with _FORKSERVER_LOCK:
-        server = getattr(forkserver, "_forkserver", None)
-        pid = getattr(server, "_forkserver_pid", None)
-        if pid:
-            _kill_forkserver(server, pid)
-
-
-def _kill_forkserver_now() -> None:
-    """SIGTERM to the forkserver without waiting for ``_FORKSERVER_LOCK`` (held by a thread starting a worker, for as
-    long as the forkserver imports torch): that thread's start then ends at once (EOF); :func:`_stop_forkserver`
-    cleans up after it."""
-    import signal
-    from multiprocessing import forkserver
-
-    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
-    if pid:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-
-
-def _kill_forkserver(server, pid: int) -> None:
-    import signal
-
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGTERM)   # its SIGTERM is the default action, even while it imports
-    with contextlib.suppress(Exception):
-        server._stop()   # closes its pipe, reaps it (dead already), forgets it
-    track(pid, on=False)
-
-
-@contextlib.contextmanager
-def _main_module_hidden():
-    """Start a spawned worker without re-running the caller's main script in it.
-
-    ``spawn`` normally re-imports ``__main__`` in the child (a user's script without an ``if __name__ ==
-    "__main__"`` guard would then run again there). Tasks name functions in importable modules, so the worker
-    needs none of it.
-    """
-    main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
-    try:
-        main.__dict__.pop("__file__", None)
-        if "__spec__" in saved:
-            main.__dict__["__spec__"] = None
-        yield
-    finally:
-        if main is not None:
-            main.__dict__.update(saved)
+            _fs.stop()
 
 
 def _signal_name(code) -> str:
