@@ -451,7 +451,7 @@ def forward(x, residual, weight, bias, mode: int, eps: float, images: bool = Fal
             grid_of = lambda META: (cdiv(M, META["BLOCK_R"]), 1)  # noqa: E731
         plan.steps = (first_launch(_row_fwd_tuned, _row_fwd_kernel, grid_of, args, meta, _FWD_HEURISTICS),)
         # later calls take the lean path at the top (the same arguments, with placeholders for the statistics)
-        plan.lean = not plan.keep and M > 0
+        plan.lean = not plan.keep
         return y, s, aux, rstd
     # wide rows: a statistics pass, then the tile kernel column-blocked over the stored statistics
     src = s if s is not None else x

@@ -13,7 +13,6 @@ from torch import nn
 
 from normbench.kernels._env import _once, unavailable  # noqa: F401  (unavailable: the probe)
 from normbench.kernels._softmax_module import AlgorithmSoftmax
-from normbench.norms._base import check_input
 
 _K: list = []
 
@@ -58,12 +57,8 @@ def softmax(x, algo: str = "online", log: bool = False, *, limit: int | None = N
 class TritonSoftmax(AlgorithmSoftmax):
     """Softmax or log-softmax over ``[..., C]`` by the Triton kernels with one forward algorithm."""
 
-    def forward(self, x):
-        # ``AlgorithmSoftmax.forward`` without its call of ``_run``; the algo is one of the builders' (no check)
-        check_input(x, self.num_features, "tokens", "Softmax")
-        return _SoftmaxFn.apply(x, (self.algo, bool(self.log), None, None))
-
     def _run(self, x):
+        # the module's algo is one of the builders' (no per-call check, unlike ``softmax()``)
         return _SoftmaxFn.apply(x, (self.algo, bool(self.log), None, None))
 
     def row_passes(self, pass_: str) -> int:

@@ -102,10 +102,7 @@ class _RowNormFn(torch.autograd.Function):
         need = ctx.needs_input_grad
         y, _, aux, rstd = R.forward(xk, None, weight, bias, mode, eps, how == "images", scalar_weight,
                                     need[0] or need[1] or need[2])
-        if rstd is None:  # the backward recomputes the statistics (``_save``'s first case, without its call)
-            ctx.save_for_backward(xk, weight)
-        else:
-            _save(ctx, xk, weight, aux, rstd)
+        _save(ctx, xk, weight, aux, rstd)
         ctx.cfg = (mode, eps, how, scalar_weight, None if bias is None else bias.dtype)
         return y if how == "tokens" else _back(y, how)
 
@@ -155,10 +152,7 @@ class _AddRowNormFn(torch.autograd.Function):
         need = ctx.needs_input_grad
         y, s, aux, rstd = (_KERNELS.get("_rownorm") or _mod("_rownorm")).forward(
             xk, rk, weight, bias, mode, eps, False, False, need[0] or need[1] or need[2] or need[3])
-        if rstd is None:  # the backward recomputes the statistics (``_save``'s first case, without its call)
-            ctx.save_for_backward(s, weight)
-        else:
-            _save(ctx, s, weight, aux, rstd)
+        _save(ctx, s, weight, aux, rstd)
         ctx.cfg = (mode, eps, None if bias is None else bias.dtype, x.dtype, residual.dtype)
         ctx.set_materialize_grads(False)  # an unused s (or y) then costs no zero tensor and no read
         return y, s
@@ -342,17 +336,14 @@ def _run_layernorm(m, x):
     e = m.eager
     layout = e.layout
     check_input(x, e.num_features, layout, "LayerNorm")
-    w, b = _param(m, "weight"), _param(m, "bias")
-    return _RowNormFn.apply(x, w if w is None else w.contiguous(), b if b is None else b.contiguous(),
-                            (0, float(e.eps), layout, False))
+    return _RowNormFn.apply(x, _c(_param(m, "weight")), _c(_param(m, "bias")), (0, float(e.eps), layout, False))
 
 
 def _run_rmsnorm(m, x):
     e = m.eager
     layout = e.layout
     check_input(x, e.num_features, layout, "RMSNorm")
-    w = _param(m, "weight")
-    return _RowNormNoBiasFn.apply(x, w if w is None else w.contiguous(), (1, float(e.eps), layout, False))
+    return _RowNormNoBiasFn.apply(x, _c(_param(m, "weight")), (1, float(e.eps), layout, False))
 
 
 def _run_crmsnorm(m, x):
@@ -380,10 +371,8 @@ def _run_add_layernorm(m, x, residual):
 
 
 def _run_add_rmsnorm(m, x, residual):
-    e = m.eager
     _check_pair(m, x, residual, "AddRMSNorm")
-    w = _param(m, "weight")
-    return _AddNoBiasFn.apply(x, residual, w if w is None else w.contiguous(), (1, float(e.eps)))
+    return add_rms_norm(x, residual, _param(m, "weight"), m.eager.eps)
 
 
 def _run_dyt(m, x):

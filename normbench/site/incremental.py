@@ -181,14 +181,13 @@ def input_digest(site, job: tuple) -> str | None:
         # A machine's leaderboard rows: its best per case, each row a function of its record and what was derived
         # from the machine's other records (``row_print``: speed-up, cache residency).
         hw = job[1]
-        return _h("kernels_part", hw, *(row_print(r) for r in site.by_hw.get(hw, [])))
+        return _h("kernels_part", hw, site.rows_print(hw))
     if what == "machine_figures_page":
         # A machine's figures: the points of its rows of each norm on many machines (their speed-ups and cache
         # residency are in each row's print), so a changed machine draws its own page alone.
         hw = job[1]
         return _h("machine_figures_page", hw, site.hw_name(hw), site.charts is not None,
-                  *(f"{n}\x1f{site.many(n)}" for n in site.machine_norms(hw)),
-                  *(row_print(r) for r in site.by_hw.get(hw, [])))
+                  *(f"{n}\x1f{site.many(n)}" for n in site.machine_norms(hw)), site.rows_print(hw))
     if what == "device_page":
         # A machine's page shows its own records alone (facts from their provenance, its kernel rows, its accuracy
         # count) and, per norm it measured, where that norm's machine view lives (``many``): a changed machine
@@ -197,7 +196,7 @@ def input_digest(site, job: tuple) -> str | None:
         hw = job[1]
         norms = sorted({r["norm"] for r in site.by_hw.get(hw, [])})
         return _h("device_page", hw, site.hw_name(hw), site.machine_print(hw),
-                  *(f"{n}\x1f{site.many(n)}" for n in norms), *(row_print(r) for r in site.by_hw.get(hw, [])))
+                  *(f"{n}\x1f{site.many(n)}" for n in norms), site.rows_print(hw))
     if what == "model_page":
         # ``normbench best``'s answer for one model on one machine reads that machine's records alone.
         key, hw = job[1], job[2]

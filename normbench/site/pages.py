@@ -266,6 +266,16 @@ class Site:
             memo[hw] = _h(hw, *(entry_print(e) for e in self.hw_entries.get(hw, [])))
         return memo[hw]
 
+    def rows_print(self, hw: str) -> str:
+        """A machine's kernel rows as its pages show them (``incremental.row_print`` of each), memoised per build: its
+        leaderboard part, figures page and device page all key on it."""
+        memo = self.__dict__.setdefault("_rows_prints", {})
+        if hw not in memo:
+            from normbench.site.incremental import _h, row_print
+
+            memo[hw] = _h(hw, *(row_print(r) for r in self.by_hw.get(hw, [])))
+        return memo[hw]
+
     def machine_keys(self) -> list[tuple]:
         """The keys ``per_machine`` reads in this site (the entries a build keeps)."""
         return [(what, hw, self.machine_print(hw)) for what in self.MACHINE_MEMOS for hw in sorted(self.hw_entries)]
