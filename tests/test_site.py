@@ -15,7 +15,7 @@ from markupsafe import escape
 
 from normbench.records.schema import make_record
 from normbench.site import aggregate as agg
-from normbench.site import build_site, markdown
+from normbench.site import build_site, markdown, tables
 from normbench.site.fmt import fmt_bytes, fmt_gbps, fmt_time, safe_url
 from normbench.site.records import Entry
 
@@ -190,8 +190,7 @@ def _filter_values(page: Path, table: str) -> list[dict]:
     out = []
     srcs = m.group(1).split()   # a norm's every-record table loads its per-device tables' files
     for src in srcs:
-        text = (page.parent / src).read_text()
-        data = json.loads(text[text.index(",") + 1:text.rindex(")")])
+        data = tables.read_data_script((page.parent / src).read_text())[2]
         out += [(r[3] if len(r) > 3 else [], len(out) + k,
                  {data["fk"][j]: data["s"][i] for j, i in enumerate(r[1]) if i is not None})
                 for k, r in enumerate(data["rows"])]
@@ -200,12 +199,25 @@ def _filter_values(page: Path, table: str) -> list[dict]:
     return [f for _, _, f in out]
 
 
+def test_a_data_files_payload_is_compressed_and_reads_back_exactly():
+    """``tables.data_script``: the payload (hostile text, lone surrogates, non-ASCII, numbers) reads back equal, the
+    same data gives the same bytes, the file has no quote or markup besides its own, and repetitive rows shrink."""
+    payload = {"s": ["</script><script>alert(1)</script>", "\ud800", "µs · ×", '"\\'], "rows": [[0, 1.5, None]] * 500}
+    text = tables.data_script("nbData", ("kl-x",), payload)
+    assert text == tables.data_script("nbData", ("kl-x",), payload)
+    assert tables.read_data_script(text) == ("nbData", ["kl-x"], payload)
+    assert re.fullmatch(r'window\.nbData\("kl-x","[A-Za-z0-9+/=]+"\);\n', text)
+    assert len(text) < len(json.dumps(payload)) / 10
+    with pytest.raises(ValueError, match="not a data file"):
+        tables.read_data_script("alert(1)")
+
+
 def _with_data(page: Path) -> str:
     """A page's HTML and the data files its big tables load (every row; links are JSON strings there)."""
     text = page.read_text()
     for srcs in re.findall(r'data-src="([^"]+)"', text):
         for src in srcs.split():
-            text += (page.parent / src).read_text()
+            text += json.dumps(tables.read_data_script((page.parent / src).read_text())[2])
     return text
 
 
@@ -622,8 +634,7 @@ def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
     for hw in hws:
         files = list((site / "data").glob(f"km-{hw}-*.js"))
         assert len(files) == 1, hw
-        text = files[0].read_text()
-        data = json.loads(text[text.index(",") + 1:-3])
+        data = tables.read_data_script(files[0].read_text())[2]
         S, fk = data["s"], data["fk"]
         seen = {}
         for row in data["rows"]:
@@ -643,8 +654,7 @@ def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
     assert src and sorted(src.group(1).split()) == [f"data/{p.name}" for p in kl]
     cases = []
     for p in kl:
-        text = p.read_text()
-        data = json.loads(text[text.index(",") + 1:-3])
+        data = tables.read_data_script(p.read_text())[2]
         S, fk = data["s"], data["fk"]
         for row in data["rows"]:
             f = {k: S[i] for k, i in zip(fk, row[1]) if i is not None}

@@ -148,7 +148,8 @@ def _num(v) -> bool:
 
 
 def test_packed_rows_unpack_to_every_field(browser, demo_site):
-    """Every field a cell can carry survives pack_rows (Python) and the page script's unpacking (JavaScript)."""
+    """Every field a cell can carry survives pack_rows and data_script's compression (Python) and the page script's
+    decompression and unpacking (JavaScript)."""
     from normbench.site import tables
 
     cells = [tables.cell("plain"), tables.cell("3.1 GB/s", 3.123456789, title="IQR 2 %"),
@@ -161,11 +162,12 @@ def test_packed_rows_unpack_to_every_field(browser, demo_site):
     v = Visit(browser)
     try:
         v.open(demo_site[0] / "site" / "kernels.html")
-        got = v.page.evaluate("""([packed, n]) => {
+        got = v.page.evaluate("""async ([packed, n]) => {
           const t = document.createElement("table"); t.id = "nb-packed-test";
           t.innerHTML = "<thead><tr>" + "<th data-sort='num'></th>".repeat(n) + "</tr></thead><tbody></tbody>";
           document.body.appendChild(t);
-          window.nbData("nb-packed-test", packed);
+          window.nbData("nb-packed-test", packed);   // a compressed payload: decoded asynchronously
+          for (let i = 0; i < 200 && !t.getAttribute("data-loaded"); i++) await new Promise(r => setTimeout(r, 25));
           return Array.from(t.tBodies[0].rows).map(tr => ({
             k: tr.className, f: Object.fromEntries(Array.from(tr.attributes).filter(a => a.name.startsWith("data-f-"))
                                                    .map(a => [a.name.slice(7), a.value])),
@@ -178,7 +180,8 @@ def test_packed_rows_unpack_to_every_field(browser, demo_site):
               n: (td.querySelector("span.muted") || {textContent: null}).textContent,
               b: Array.from(td.querySelectorAll("span.flag")).map(s => [s.textContent, s.className, s.title]),
               k: Array.from(td.classList).filter(c => c !== "num").join(" ")}))}));
-        }""", [tables.pack_rows(rows), len(cells)])
+        }""", [json.loads("[" + tables.data_script("nbData", ("x",), tables.pack_rows(rows))
+                              [len("window.nbData("):-len(");\n")] + "]")[-1], len(cells)])
     finally:
         v.close()
     assert [r["k"] for r in got] == ["flagged", ""]

@@ -1295,7 +1295,7 @@ class Site:
         (a machine's records share a few), each run's provenance once in ``p`` (``[keys, values]``); a record is
         ``[config keys, config values, metrics keys, metrics values, provenance, file, position in it, check, timing,
         [[flag label, flag, reason]...], reproduce command, 0 ranked | 1 flagged | 2 invalid]`` with strings as
-        indices (null where absent). JSON with ASCII escapes cannot leave its string literals."""
+        indices (null where absent), compressed as every data file is (``tables.data_script``)."""
         strings: dict[str, int] = {}
         keysets: dict[tuple, int] = {}
         provs: dict[str, int] = {}
@@ -1326,9 +1326,8 @@ class Site:
                         + [provs[pkey], st(e.path), e.index, st(check), st(timing_text(rec)),
                            [[st(label), st(f), st(why)] for label, f, why in flag_badges(flags)],
                            st(command(rec)), status])
-        return "window.nbRecords(" + json.dumps({"s": list(strings), "k": [list(k) for k in keysets],
-                                                 "p": prov_rows, "r": recs},
-                                                ensure_ascii=True, separators=(",", ":")) + ");\n"
+        return _tables.data_script("nbRecords", (), {"s": list(strings), "k": [list(k) for k in keysets],
+                                                      "p": prov_rows, "r": recs})
 
     def record_page(self, path: str, entries: list[Entry]) -> Page:
         """The records of one machine (or one bucket of them): a line per record, anchored by its key, whose detail

@@ -6,6 +6,33 @@
 
   var loaders = {};
 
+  // A data file's payload (normbench/site/tables.py, data_script): JSON, gzip-compressed and base64-encoded (a third
+  // of the plain JSON's bytes), decoded here with the browser's DecompressionStream (no fetch(): it works from
+  // file://). then(object), or then(null) where this browser cannot decode it.
+  function inflate(b64, then) {
+    try {
+      var bin = atob(b64), bytes = new Uint8Array(bin.length);
+      for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).text().then(
+        function (text) { then(JSON.parse(text)); }, function () { then(null); });
+    } catch (e) {
+      then(null);
+    }
+  }
+
+  // A data file's callback: its last argument decoded first where it is a compressed payload (a string).
+  function packed(handle, failed) {
+    return function () {
+      var args = Array.prototype.slice.call(arguments), last = args.length - 1;
+      if (typeof args[last] !== "string") { handle.apply(null, args); return; }
+      inflate(args[last], function (obj) {
+        if (!obj || typeof obj !== "object") { failed.apply(null, args); return; }
+        args[last] = obj;
+        handle.apply(null, args);
+      });
+    };
+  }
+
   // Only links the site builds itself: relative paths or absolute http(s) addresses.
   function safeHref(h) {
     return typeof h === "string" && (/^https?:\/\//i.test(h) || /^[A-Za-z0-9_.\/#-]+$/.test(h) && !/^[a-z]+:/i.test(h))
@@ -131,13 +158,19 @@
     box.className += " kv";
   }
 
-  window.nbRecords = function (data) {
+  window.nbRecords = packed(function (data) {
     if (!data || !data.s || !data.r || !data.k || !data.p || recData) return;
     recData = data;
     var wanted = recWanted;
     recWanted = [];
     wanted.forEach(fillRecord);
-  };
+  }, function () {
+    recWanted.forEach(function (box) {
+      box.textContent = "This browser cannot decompress the record data (it needs DecompressionStream); the " +
+        "page's JSON.gz has every record.";
+    });
+    recWanted = [];
+  });
 
   // Open a record's line and show its detail (loading the page's data file the first time).
   function openRecord(details) {
@@ -179,13 +212,22 @@
   // every-record table is the union of its per-device tables' files, written once): they are merged in the order of
   // each row's rank key (r[3], set by the build), so the union reads as ranked as a single file would.
   var arrived = {};
-  window.nbData = function (id, data) {
+  window.nbData = packed(function (id, data) {
     if (typeof id !== "string" || !data || !data.rows) return;
     arrived[id] = data;
     var own = document.getElementById(id);   // a table given its rows directly (no data-src of its own)
     if (own && !own.getAttribute("data-src") && !loaders[id]) loaders[id] = function () {};
     Object.keys(loaders).forEach(function (tid) { fill(tid); });
-  };
+  }, function (id) {
+    // Not decoded: every table waiting for this file keeps its first rows (as when the file is missing).
+    Object.keys(loaders).forEach(function (tid) {
+      var table = document.getElementById(tid);
+      if (!table || srcIds(table).indexOf(id) < 0) return;
+      var done = loaders[tid];
+      delete loaders[tid];
+      done();
+    });
+  });
 
   function srcIds(table) {
     if (!table.getAttribute("data-src")) return [table.id];
