@@ -421,6 +421,45 @@ def test_by_model_pages_render_and_link_their_records(browser, tmp_path):
         v.close()
 
 
+def test_many_machines_pick_a_machine_on_a_models_page(browser, tmp_path, monkeypatch):
+    """Many machines (``pages.MANY_MACHINES``): a model's one page, from file://, loads the machine the URL names and
+    then the one picked, each from its compressed part, into a grid with best's statuses and working record links."""
+    import copy
+
+    from normbench.records.schema import record_id
+    from normbench.results import write_records
+    from normbench.site import pages
+    from normbench.site.bymodel import model_hub_file
+    from normbench.site.records import slug
+
+    recs = []
+    for hw in (sup.MODEL_HW, "cpu-test-other"):
+        for r in sup.model_records():
+            r = copy.deepcopy(r)
+            r["provenance"]["hardware_id"] = hw
+            r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
+            recs.append(r)
+    write_records(recs, tmp_path / "results")
+    monkeypatch.setattr(pages, "MANY_MACHINES", 1)
+    build_site(tmp_path / "results", tmp_path / "site", charts=False)
+    hub = tmp_path / "site" / model_hub_file(sup.MODEL)
+    v = Visit(browser)
+    try:
+        v.page.goto(hub.resolve().as_uri() + f"#m={slug(sup.MODEL_HW)}")
+        v.page.wait_for_selector("#nb-part table.bm-grid[data-dtype='float32']", timeout=5000)
+        assert v.page.locator("#nb-part table.bm-grid[data-dtype='float32'] td.bm").count() == 4 * 7
+        statuses = set(v.page.eval_on_selector_all("#nb-part td.bm", "tds => tds.map(t => t.dataset.status)"))
+        assert {"winner", "tie", "undecided", "flagged", "missing", "only"} <= statuses
+        v.page.select_option("#nb-part-pick", slug("cpu-test-other"))
+        v.page.wait_for_selector(f"#nb-part[data-part*='{slug('cpu-test-other')}'] table.bm-grid", timeout=5000)
+        assert v.page.evaluate("location.hash") == f"#m={slug('cpu-test-other')}"
+        href = v.page.get_attribute("#nb-part td.bm a.rec", "href")
+        assert href.startswith("../records/") and (hub.parent / href.split("#")[0]).is_file()
+        assert not v.errors, v.errors
+    finally:
+        v.close()
+
+
 def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path, monkeypatch):
     """A three-machine site in the many-machine layout, from file://: a norm's page loads one machine's every record
     of the norm from the machine's data file when its button is clicked (only that machine's rows of that norm), and a

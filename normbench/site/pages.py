@@ -148,6 +148,8 @@ class Page:
     lead: str = ""
     crumbs: list = field(default_factory=list)
     charts: bool = False       # the page has figures: load the chart scripts
+    part: str | None = None    # not a page: a part another page loads on demand (``build`` writes the rendered HTML
+                               # as a data file, ``tables.data_script("nbPart", (part,), html)``)
 
     @property
     def up(self) -> str:
@@ -254,7 +256,7 @@ class Site:
     # --- links ---------------------------------------------------------------------------------------------------
 
     #: What ``per_machine`` keeps of each machine between builds (``build`` prunes the rest).
-    MACHINE_MEMOS = ("models_index",)
+    MACHINE_MEMOS = ("models_index", "models_index_hub")
 
     def machine_print(self, hw: str) -> str:
         """A machine's records as the pages know them (``incremental.entry_print`` of each): what its aggregates are
@@ -943,7 +945,8 @@ class Site:
                              Col("flagged", True, "only flagged records (or errors above tolerance)"),
                              Col("missing", True, "no record"), Col("cells", True, "sites x regimes")],
                   filters=[("model", "model"), ("hardware", "device"), ("dtype", "dtype"), ("pass", "pass")])
-        for r in bm.index_rows(b, self.per_machine):
+        hub = self.many_site()
+        for r in bm.index_rows(b, self.per_machine, hub):
             t.add([cell(r["name"], r["name"], href=r["href"]), cell(r["hw"], r["hw"], href=device_file(r["hw"])),
                    cell(r["family"], r["family"]), cell(r["dtype"], r["dtype"]), cell(r["pass"], r["pass"]),
                    cell(r["answered"], r["answered"]), cell(r["undecided"], r["undecided"]),
@@ -952,18 +955,40 @@ class Site:
         measured = {k for k, _ in b.pairs()}
         return Page("models.html", "models.html", "By model", active="models.html", ctx=dict(
             table=t if t.rows else None,
-            pages=[(m.name, hw, bm.model_file(k, hw)) for k, hw in b.pairs() for m in [b.model(k)]],
+            pages=([(m.name, None, bm.model_hub_file(m.key)) for m in b.models if m.key in measured] if hub else
+                   [(m.name, hw, bm.model_file(k, hw)) for k, hw in b.pairs() for m in [b.model(k)]]),
             unmeasured=[(m.key, m.name, m.family) for m in b.models if m.key not in measured]),
             lead="For the norms in a model, at the model's own shapes, which implementation to use on a device: "
                  "normbench best's answer per norm site and regime, and what each choice costs in norm time.")
 
     def model_page(self, key: str, hw: str) -> Page:
+        """A model's answer on one machine: its page, or with many machines (``many_site``) a part of the model's one
+        page (``model_hub``), loaded when the machine is picked (a machine's seven model pages were ~0.64 MB of
+        mostly "missing" cells; as compressed parts ~0.07 MB)."""
         from normbench.site import bymodel as bm
 
         b = self.bymodel()
-        p = Page(bm.model_file(key, hw), "model.html", f"{b.model(key).name} on {hw}", active="models.html",
-                 lead=self.hw_name(hw), crumbs=[("models.html", "By model")])
+        if self.many_site():
+            p = Page(bm.model_part_file(key, hw), "model_part.html", f"{b.model(key).name} on {hw}",
+                     part=bm.part_id(key, hw))
+        else:
+            p = Page(bm.model_file(key, hw), "model.html", f"{b.model(key).name} on {hw}", active="models.html",
+                     lead=self.hw_name(hw), crumbs=[("models.html", "By model")])
         p.ctx = {**bm.page_context(b, key, hw, p.up), "device_href": p.up + device_file(hw)}
+        return p
+
+    def model_hub(self, key: str) -> Page:
+        """A model's one page in a many-machine site: a machine picker; the picked machine's answer is loaded from its
+        part (``model_page``), so the page does not grow with the machines' answers."""
+        from normbench.site import bymodel as bm
+
+        b = self.bymodel()
+        m = b.model(key)
+        p = Page(bm.model_hub_file(key), "model_hub.html", m.name, active="models.html",
+                 crumbs=[("models.html", "By model")])
+        p.ctx = dict(key=key, name=m.name, family=m.family,
+                     machines=[(hw, slug(hw), self.hw_name(hw), p.up + bm.model_part_file(key, hw), bm.part_id(key, hw))
+                               for k, hw in b.pairs() if k == key])
         return p
 
     # --- accuracy ------------------------------------------------------------------------------------------------
@@ -1420,6 +1445,8 @@ class Site:
         data alone, so jobs may run in any order and in other processes (``build._render_all``) with the same bytes."""
         jobs: list[tuple] = [("overview",), ("kernels_page",), ("models_index",)]
         jobs += [("model_page", key, hw) for key, hw in self.bymodel().pairs()]
+        if self.many_site():
+            jobs += [("model_hub", key) for key in dict.fromkeys(key for key, _ in self.bymodel().pairs())]
         jobs.append(("devices_page",))
         jobs += [("compare_page", name) for name in self.compared_norms()]
         jobs += [("device_page", hw) for hw in sorted(self.hw_entries)]

@@ -26,7 +26,7 @@
       var args = Array.prototype.slice.call(arguments), last = args.length - 1;
       if (typeof args[last] !== "string") { handle.apply(null, args); return; }
       inflate(args[last], function (obj) {
-        if (!obj || typeof obj !== "object") { failed.apply(null, args); return; }
+        if (obj === null || obj === undefined) { failed.apply(null, args); return; }
         args[last] = obj;
         handle.apply(null, args);
       });
@@ -448,8 +448,60 @@
     if (!quiet) writeState(table);
   }
 
+  // A model's page in a many-machine site (models/<model>.html): a machine picker; the picked machine's answer is a
+  // part (data/model-<model>--<machine>.js, normbench/site/pages.py, model_page), HTML rendered by the build's own
+  // autoescaping templates, loaded by a <script> tag and parsed by DOMParser (whose documents run no script; the CSP
+  // forbids inline scripts anyway). #m=<machine> picks a machine from a link.
+  var parts = {}, partWanted = null;
+
+  function showPart(box, html) {
+    var doc = new DOMParser().parseFromString(html, "text/html");
+    while (box.firstChild) box.removeChild(box.firstChild);
+    Array.prototype.forEach.call(doc.body.childNodes, function (n) { box.appendChild(document.importNode(n, true)); });
+    box.setAttribute("data-part", partWanted);
+  }
+
+  window.nbPart = packed(function (id, html) {
+    var box = document.getElementById("nb-part");
+    if (typeof id !== "string" || typeof html !== "string" || !box) return;
+    parts[id] = html;
+    if (partWanted === id) showPart(box, html);
+  }, function (id) {
+    var box = document.getElementById("nb-part");
+    if (box && partWanted === id)
+      box.textContent = "This browser cannot decompress the answer (it needs DecompressionStream).";
+  });
+
+  function initParts() {
+    var pick = document.getElementById("nb-part-pick"), box = document.getElementById("nb-part");
+    if (!pick || !box) return;
+    function choose(fromHash) {
+      var opt = pick.options[pick.selectedIndex];
+      var src = opt && opt.getAttribute("data-part-src"), id = opt && opt.getAttribute("data-part-id");
+      if (!src || !id || !/^(\.\.\/)*data\/model-[A-Za-z0-9_.-]+\.js$/.test(src)) return;
+      partWanted = id;
+      if (!fromHash && history.replaceState) history.replaceState(null, "", "#m=" + pick.value);
+      if (parts[id]) { showPart(box, parts[id]); return; }
+      box.textContent = "Loading the answer on " + pick.value + "…";
+      if (!document.querySelector('script[data-nb-src="' + id + '"]')) {
+        var s = document.createElement("script");
+        s.src = src;
+        s.setAttribute("data-nb-src", id);
+        s.onerror = function () { if (partWanted === id) box.textContent = "Could not load " + src + "."; };
+        document.head.appendChild(s);
+      }
+    }
+    pick.addEventListener("change", function () { choose(false); });
+    var m = /^#m=([A-Za-z0-9_.-]+)/.exec(location.hash || "");
+    if (m) {
+      pick.value = m[1];
+      if (pick.value === m[1]) choose(true);
+    }
+  }
+
   function init() {
     initRecords();
+    initParts();
     // A norm's page on many machines: a machine's button loads its every record of the norm into the norm's table,
     // from the machine's one data file (data/km-<machine>.js; a <script>, so it works from file:// too).
     document.querySelectorAll("button[data-pick-src]").forEach(function (b) {
