@@ -687,3 +687,27 @@ def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
                   if r["norm"]["name"] == n and r["provenance"]["hardware_id"] == "gpu-machine-0"}
         if len(widths) > 1:   # a curve: its spec is in the page (drawn in the browser), its points link records
             assert 'class="nb-spec"' in sec and 'data-static="none"' in sec and "../records/" in sec, n
+
+
+def test_many_machines_overview_does_not_grow_with_the_machines(tmp_path, monkeypatch):
+    """A many-machine site's overview shows the best ``TOP_MACHINES`` machines' top tables and the first rows of the
+    matrix (a machine per row); every machine's row is in ``data/matrix.js``, which the devices page loads too."""
+    from normbench.site import pages
+
+    monkeypatch.setattr(pages, "TOP_MACHINES", 1)
+    monkeypatch.setattr(tables, "DEEP_PREVIEW", 1)
+    site, _, recs = sup.machines_site(tmp_path, n=3)
+    index = (site / "index.html").read_text()
+    tops = re.findall(r'<h3><a href="devices/([^"]+)\.html">', index)   # DRAM (and cache-resident) top tables
+    assert 1 <= len(tops) <= 2 and len(set(tops)) == 1 and "2 more</a>" in index
+    tag = re.search(r'<table[^>]* id="matrix"[^>]*>', index).group(0)
+    assert 'data-src="data/matrix.js"' in tag and 'data-src="data/matrix.js"' in (site / "devices.html").read_text()
+    body = index[index.index(tag):]
+    assert body[:body.index("</table>")].count("<tr") == 2   # the header and the first machine
+    data = tables.read_data_script((site / "data" / "matrix.js").read_text())[2]
+    S = data["s"]
+    machines = [S[row[0][0][0]] for row in data["rows"]]
+    assert sorted(machines) == sorted({r["provenance"]["hardware_id"] for r in recs})
+    norms = {r["norm"]["name"] for r in recs}
+    assert all(len(row[0]) == 1 + len(norms) for row in data["rows"])
+    assert f">{machines[0]}</a>" in body
