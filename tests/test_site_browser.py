@@ -517,7 +517,8 @@ def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path, monk
 def test_a_big_site_serves_its_pages_and_loads_details_on_demand(browser):
     """A site built elsewhere (not in CI: a 100-machine site takes minutes to build), from file://: the overview, a
     norm's page (a machine's every record loaded by its button, where the norm is on many machines), a machine's page
-    and a record's detail opened on demand, all without a console error."""
+    and a record's detail opened on demand, a model's answer on a machine picked on its page, all without a console
+    error."""
     site = Path(os.environ["NORMBENCH_SITE_BROWSER_SITE"])
     v = Visit(browser)
     try:
@@ -538,6 +539,12 @@ def test_a_big_site_serves_its_pages_and_loads_details_on_demand(browser):
         v.page.goto((site / "norms" / page).resolve().as_uri() + "#" + key)
         v.page.wait_for_selector(f"details[id='{key}'] pre.command", timeout=30_000)
         assert v.page.inner_text(f"details[id='{key}'] pre.command").startswith("normbench bench ")
+        hubs = sorted(p for p in (site / "models").glob("*.html") if "--" not in p.name)
+        if hubs:   # many machines: a model's one page loads the picked machine's answer
+            v.open(hubs[0])
+            values = v.page.eval_on_selector_all("#nb-part-pick option[data-part-src]", "os => os.map(o => o.value)")
+            v.page.select_option("#nb-part-pick", values[len(values) // 2])
+            v.page.wait_for_selector("#nb-part table.bm-grid", timeout=30_000)
         assert not v.errors, v.errors
     finally:
         v.close()
