@@ -55,7 +55,7 @@ def _cases(quick: bool):
                             warps_for(br * bc, 16 if images else 8, 4)))
         wide = dict(C=1 << 16, MODE=mode, BLOCK_C=R.WIDE_CHUNK)
         out.append((f"row wide fwd   {row_modes[mode]}", R._row_fwd_wide_kernel,
-                    dict(X="x", R="x", W="fp32", B="fp32", Y="x", S="x", M=64, HW=1, eps=1e-5, HAS_RES=mode == 0,
+                    dict(X="x", R="x", W="fp32", B="fp32", Y="x", S="x", M=64, HW=1, eps=1e-5, HAS_RES=mode in (0, 1),
                          HAS_W=mode != 3, HAS_B=mode == 0, SCALAR_W=mode == 3, **wide), 8))
         out.append((f"row wide coef  {row_modes[mode]}", R._row_coef_kernel,
                     dict(X="x", W="fp32", DY="x", COEF="fp32", M=64, eps=1e-5, HAS_W=mode != 3,
