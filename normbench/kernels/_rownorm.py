@@ -213,6 +213,17 @@ def _row_bwd_kernel(X, W, DY, DS, DX, COEF, DW_PART, DB_PART, DSW_PART, M, C, HW
         offs, mask, rmask, srow = _tile(t, M, C, HW, cols, IMAGES, BLOCK_R)
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
+        if HAS_COEF:
+            aux = tl.load(COEF + srow, mask=rmask, other=0.0)
+            rstd = tl.load(COEF + M + srow, mask=rmask, other=0.0)
+        else:
+            aux, rstd = _stats(x, mask, C, eps, MODE)
+        xh = _xhat(x, aux, rstd, MODE)
+        if COMPUTE_DW:
+            # before g is formed, so that dy's registers are free by dx (LayerNorm + residual at C = 8192: no spill)
+            acc_w += dy * xh  # dy is 0 outside the tile, so padding adds nothing
+            if HAS_B:
+                acc_b += dy
         if HAS_W:
             g = dy * w
         elif SCALAR_W:
@@ -220,23 +231,14 @@ def _row_bwd_kernel(X, W, DY, DS, DX, COEF, DW_PART, DB_PART, DSW_PART, M, C, HW
         else:
             g = dy
         if HAS_COEF:
-            aux = tl.load(COEF + srow, mask=rmask, other=0.0)
-            rstd = tl.load(COEF + M + srow, mask=rmask, other=0.0)
             c1 = tl.load(COEF + 2 * M + srow, mask=rmask, other=0.0)
             c2 = tl.load(COEF + 3 * M + srow, mask=rmask, other=0.0)
-            xh = _xhat(x, aux, rstd, MODE)
         else:
-            aux, rstd = _stats(x, mask, C, eps, MODE)
-            xh = _xhat(x, aux, rstd, MODE)
             c1, c2 = _coef(g, xh, aux, C, MODE)
         dx = _dx(g, xh, aux, rstd, c1, c2, MODE)
         if HAS_DS:
             dx += tl.load(DS + offs, mask=mask, other=0.0).to(tl.float32)
         tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=mask)
-        if COMPUTE_DW:
-            acc_w += dy * xh  # dy is 0 outside the tile, so padding adds nothing
-            if HAS_B:
-                acc_b += dy
     if COMPUTE_DW:
         if HAS_W:
             tl.store(DW_PART + pid * PART_ROW + cols, tl.sum(acc_w, axis=0).to(DW_PART.dtype.element_ty), mask=cmask)
