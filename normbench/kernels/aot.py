@@ -25,7 +25,8 @@ def _cases(quick: bool):
 
     out = []
     row_modes = {0: "layernorm", 1: "rmsnorm", 2: "crmsnorm", 3: "scalenorm"}
-    widths = (4096,) if quick else (128, 1024, 4096, 8192, 16384)
+    # quick: 8192 is the widest fused backward, the first to spill when its register budget (64) is passed
+    widths = (4096, 8192) if quick else (128, 1024, 4096, 8192, 16384)
     for mode in ((0, 3) if quick else (0, 1, 2, 3)):
         for res in ((False, True) if mode in (0, 1) else (False,)):
             for images, C in [(False, c) for c in widths] + [(True, c) for c in ((512,) if quick else (64, 512, 1024))]:
