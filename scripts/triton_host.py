@@ -11,7 +11,8 @@ picks the first configuration, once per new key.
 
     python scripts/triton_host.py --counts [--json]        # per call after warm-up: launches, ATen ops, tuner runs, ...
     python scripts/triton_host.py --bench [--json out]     # host µs per call: Triton module vs the floor module,
-                                                           # interleaved round by round (medians)
+                                                           # interleaved round by round (medians); forward
+                                                           # recording autograd, forward under no_grad, backward
 
 The floor module has the Triton module's signature and outputs: a no-op ``autograd.Function`` whose forward returns
 ``empty_like`` outputs and whose backward returns ``empty_like`` gradients. Its time is what any autograd module with
@@ -59,25 +60,12 @@ BACKENDS = {"softmax": "triton_online"}
 #: At most this many ATen ops per call after warm-up (counted by TorchDispatchMode), forward / backward:
 #: forward allocates y (and s); backward allocates dx, each parameter's gradient (in its dtype) and, where more
 #: than one program reduces, one float32 buffer of partial sums, which a second launch sums into the gradients.
-#: A saved output (add+RMSNorm's s, softmax's y) costs autograd a detach in each direction.
+#: A saved output (add+RMSNorm's s, softmax's y) costs autograd a detach in each direction. No width adds to it:
+#: no forward keeps row statistics (every backward, the wide ones too, computes them again from x).
 MAX_ATEN = {
     "rmsnorm": (1, 3), "layernorm": (1, 4), "add_rmsnorm": (3, 4), "dyt": (1, 5), "softmax": (2, 2),
 }
-#: Rows wider than the fused backward (``_rownorm.MAX_FUSED_C_BWD``) keep the forward's statistics, which the
-#: forward then allocates (rstd; LayerNorm: its mean too); narrower ones are recomputed in the backward.
-WIDE_STATS_FWD = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
 
-
-def max_aten(norm: str, shape) -> tuple[int, int]:
-    """``MAX_ATEN`` of a case: the forward's bound grows by its kept statistics where its rows are wide (imports the
-    kernels, i.e. Triton: call it in the counting process, not in a test process running the interpreter)."""
-    from normbench.kernels._common import next_pow2
-    from normbench.kernels._rownorm import MAX_FUSED_C_BWD
-
-    fwd, bwd = MAX_ATEN[norm]
-    if next_pow2(shape[-1]) > MAX_FUSED_C_BWD:
-        fwd += WIDE_STATS_FWD.get(norm, 0)
-    return fwd, bwd
 
 
 class StubLauncher:
@@ -213,12 +201,12 @@ def counts(warmup: int = 3) -> dict:
             torch.empty(1) + 1
         _watch(stub.counts)
         for norm, shape, dtype, what in CASES:
-            module, _, inputs, _ = _case(norm, shape, dtype)
+            module, _, inputs, n_out = _case(norm, shape, dtype)
             for _ in range(warmup):
                 outs, wrt, dys = _grads(module, inputs, module(*inputs))
                 torch.autograd.grad(outs, wrt, dys)
             row = {"norm": norm, "shape": list(shape), "dtype": str(dtype).split(".")[-1], "what": what,
-                   "max_aten": list(max_aten(norm, shape))}
+                   "max_aten": list(MAX_ATEN[norm]), "n_out": n_out}
             out = None
             for step in ("fwd", "bwd"):
                 if step == "bwd":
@@ -238,6 +226,12 @@ def counts(warmup: int = 3) -> dict:
             out = module(*inputs)
             torch.autograd.grad(*_grads(module, inputs, out))
             row["same_plan"] = stub.kwargs_ids == row["fwd_kwargs_ids"] + row["bwd_kwargs_ids"]
+            # inference (decode runs under no_grad): nothing is saved for a backward, so no autograd work either
+            with torch.no_grad():
+                stub.counts.clear()
+                with _AtenOps(stub.counts):
+                    module(*inputs)
+                row["infer"] = dict(stub.counts)
             report[f"{norm} {'x'.join(map(str, shape))}"] = row
         # a new shape gets its own plan (one tuner run per kernel), and the old shape's plan is still there
         module, _, inputs, _ = _case("rmsnorm", (16, 4096), torch.bfloat16)
@@ -249,6 +243,11 @@ def counts(warmup: int = 3) -> dict:
         module2(*inputs2)
         report["_plans"] = {"new_shape_tunes": new_shape, "old_shape_tunes": stub.counts["tune"]}
     return report
+
+
+#: What --bench times per case: the forward with autograd recording (training), the same forward under no_grad
+#: (inference: decode pays this one), and the backward.
+STEPS = ("fwd", "infer", "bwd")
 
 
 def _per_call(fn, n: int, clock) -> float:
@@ -284,25 +283,27 @@ def bench(rounds: int = 200, block_s: float = 0.002, floor_kind: str = "lean") -
             for name, mod in (("triton", module), ("floor", floor)):
                 out = mod(*inputs)
                 outs, wrt, dys = _grads(mod, inputs, out)
-                calls[name + "_fwd"] = lambda mod=mod: mod(*inputs)
+                calls[name + "_fwd"] = calls[name + "_infer"] = lambda mod=mod: mod(*inputs)
                 calls[name + "_bwd"] = (lambda outs=outs, wrt=wrt, dys=dys:
                                         torch.autograd.grad(outs, wrt, dys, retain_graph=True))
             # block size: about ``block_s`` of the slower call (the Triton module), after a warm-up
             n = {}
-            for step in ("fwd", "bwd"):
-                per = _per_call(calls["triton_" + step], 20, clock)
+            for step in STEPS:
+                with torch.set_grad_enabled(step != "infer"):
+                    per = _per_call(calls["triton_" + step], 20, clock)
                 n[step] = max(5, int(block_s / max(per, 1e-7)))
             times = collections.defaultdict(list)
             ratios = collections.defaultdict(list)
             for r in range(rounds):
-                for step in ("fwd", "bwd"):
+                for step in STEPS:
                     order = ("triton", "floor") if r % 2 == 0 else ("floor", "triton")
-                    got = {name: _per_call(calls[f"{name}_{step}"], n[step], clock) for name in order}
+                    with torch.set_grad_enabled(step != "infer"):  # the "infer" forward runs as decode does
+                        got = {name: _per_call(calls[f"{name}_{step}"], n[step], clock) for name in order}
                     for name, t in got.items():
                         times[f"{name}_{step}"].append(t * 1e6)
                     ratios[step].append(got["triton"] / got["floor"])
             row = {k: round(statistics.median(v), 2) for k, v in times.items()}
-            for step in ("fwd", "bwd"):
+            for step in STEPS:
                 q = statistics.quantiles(ratios[step], n=4)
                 row["ratio_" + step] = round(statistics.median(ratios[step]), 3)
                 row["ratio_" + step + "_iqr"] = [round(q[0], 3), round(q[2], 3)]
@@ -343,9 +344,9 @@ def main(argv=None) -> int:
                 short = lambda c: {k: v for k, v in c.items() if not k.startswith("aten:")}  # noqa: E731
                 print(f"{key:24} fwd {short(row['fwd'])}\n{'':24} bwd {short(row['bwd'])}")
             else:
-                print(f"{key:32} fwd {row['triton_fwd']:7.2f} us vs floor {row['floor_fwd']:7.2f} "
-                      f"({row['ratio_fwd']:.2f}x)   bwd {row['triton_bwd']:7.2f} vs {row['floor_bwd']:7.2f} "
-                      f"({row['ratio_bwd']:.2f}x)")
+                print(f"{key:32} " + "   ".join(
+                    f"{step} {row['triton_' + step]:7.2f} us vs floor {row['floor_' + step]:7.2f} "
+                    f"({row['ratio_' + step]:.2f}x)" for step in STEPS))
     return 0
 
 

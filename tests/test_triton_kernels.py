@@ -188,8 +188,8 @@ def test_row_norms_wide_path_many_blocks(tb, dev, name, wide_bwd, monkeypatch):
 
 @pytest.mark.parametrize("name", list(ROW_NORMS))
 def test_row_norms_fused_forward_wide_backward(tb, dev, name, monkeypatch):
-    """Rows one forward block holds but the backward's tile does not: the forward keeps its statistics for the wide
-    backward (at other widths the backward computes them again from x)."""
+    """Rows one forward block holds but the backward's tile does not: the wide backward computes the statistics the
+    fused forward never kept from its own pass over x."""
     R = importlib.import_module("normbench.kernels._rownorm")
     monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
     monkeypatch.setattr(R, "WIDE_CHUNK", 32)
@@ -197,19 +197,39 @@ def test_row_norms_fused_forward_wide_backward(tb, dev, name, monkeypatch):
     _run_row(tb, name, x, dy, "tokens", torch.float32, 77)
 
 
-def test_forward_keeps_statistics_only_for_a_wide_backward(tb, dev, monkeypatch):
-    """What autograd keeps between the passes: x and the weight where the backward recomputes the statistics; the
-    statistics too (RMSNorm's rstd; LayerNorm's mean and rstd) where it reads them."""
+@pytest.mark.parametrize("path", ["fused", "wide forward", "wide backward fused3", "wide backward split5"])
+def test_layernorm_far_from_zero(tb, dev, path, monkeypatch):
+    """|mean| ≫ std (x = 100 + N(0, 1)): the looped statistics of the wide forward and of both wide backwards sum
+    x − x₀, so the variance does not cancel in float32 (E[x²] − E[x]² loses about four digits at 100², and the
+    tolerance allows one unit in the last place of x, ~8e-6, times the output's scale)."""
     R = importlib.import_module("normbench.kernels._rownorm")
-    x = torch.randn(4, 77, device=dev, requires_grad=True)
+    if path != "fused":
+        monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
+        monkeypatch.setattr(R, "WIDE_CHUNK", 32)
+    if path == "wide forward":
+        monkeypatch.setattr(R, "MAX_FUSED_C", 64)
+    if path.endswith("split5"):
+        monkeypatch.setattr(R, "WIDE_BWD", "split5")
+    x, dy = _inputs((6, 77), torch.float32, dev, seed=9)
+    _run_row(tb, "layernorm", x + 100.0, dy, "tokens", torch.float32, 77)
+
+
+@pytest.mark.parametrize("wide", ["fused", "wide forward", "wide backward"])
+def test_forward_keeps_no_statistics(tb, dev, wide, monkeypatch):
+    """What autograd keeps between the passes, at every width: x (or the residual sum s) and the weight, never the
+    row statistics (every backward computes them again from x)."""
+    R = importlib.import_module("normbench.kernels._rownorm")
+    if wide != "fused":
+        monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
+        monkeypatch.setattr(R, "WIDE_CHUNK", 32)
+    if wide == "wide forward":
+        monkeypatch.setattr(R, "MAX_FUSED_C", 64)
+    x, r = (torch.randn(4, 77, device=dev, requires_grad=True) for _ in range(2))
     w, b = (torch.ones(77, device=dev, requires_grad=True) for _ in range(2))
-    saved = {n: len(f().grad_fn.saved_tensors) for n, f in (("rms", lambda: tb.rms_norm(x, w)),
-                                                            ("ln", lambda: tb.layer_norm(x, w, b)))}
-    assert saved == {"rms": 2, "ln": 2}
-    monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
-    saved = {n: len(f().grad_fn.saved_tensors) for n, f in (("rms", lambda: tb.rms_norm(x, w)),
-                                                            ("ln", lambda: tb.layer_norm(x, w, b)))}
-    assert saved == {"rms": 3, "ln": 4}
+    saved = {n: [tuple(t.shape) for t in f().grad_fn.saved_tensors]
+             for n, f in (("rms", lambda: tb.rms_norm(x, w)), ("ln", lambda: tb.layer_norm(x, w, b)),
+                          ("add_rms", lambda: tb.add_rms_norm(x, r, w)[0]))}
+    assert saved == {"rms": [(4, 77), (77,)], "ln": [(4, 77), (77,)], "add_rms": [(4, 77), (77,)]}
 
 
 @pytest.mark.parametrize("memory", ["nchw", "channels_last", "nchw_wide_c"])

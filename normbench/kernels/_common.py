@@ -235,11 +235,11 @@ class Plan:
     """A row-wise launch plan (``_rownorm``): what a call decides from its shape, dtypes and device, kept per key."""
 
     __slots__ = ("M", "C", "HW", "wide", "steps", "need_dw", "has_w", "P", "n_cb", "meta", "n_tiles", "path",
-                 "direct", "sums", "nv", "part_size", "keep", "recompute", "lean")
+                 "direct", "sums", "nv", "part_size")
 
     def __init__(self, **kw):
         self.steps = self.sums = None
-        self.direct = self.keep = self.recompute = self.lean = False
+        self.direct = False
         for k, v in kw.items():
             setattr(self, k, v)
 

@@ -1,6 +1,7 @@
 """The row norms' shared Triton device functions (``_rownorm``'s kernels call them): a tile's offsets, each mode's
-row statistics, x̂, and the backward's row reductions and dx. One formula per mode, written once, so the forward,
-the fused backward (which recomputes the statistics with ``_stats``) and the wide kernels cannot drift apart."""
+row statistics (of whole rows in a tile, ``_stats``; of a wide row's running sums, ``_stats_of``), x̂, and the
+backward's row reductions and dx. One formula per mode, written once, so the forwards and the backwards (which
+compute the statistics again from x: no kernel keeps them between the passes) cannot drift apart."""
 
 from __future__ import annotations
 
@@ -25,6 +26,28 @@ def _stats(x, mask, C, eps, MODE: tl.constexpr):
         aux = s
     else:
         nrm = tl.sqrt(tl.sum(x * x, axis=1))
+        rstd = 1.0 / tl.maximum(nrm, eps)
+        aux = (nrm >= eps).to(tl.float32)
+    return aux, rstd
+
+
+@triton.jit
+def _stats_of(s1, s2, shift, C, eps, MODE: tl.constexpr):
+    """(aux, rstd) of a row from its sums Σd and Σd² of d = x − shift (the looped kernels, which see a wide row a
+    chunk at a time). LayerNorm's shift is a value of the row, so the variance E[d²] − E[d]² loses no precision when
+    |mean| ≫ std; the other modes pass 0 and sum x itself."""
+    if MODE == 0:
+        md = s1 / C
+        rstd = tl.math.rsqrt(tl.maximum(s2 / C - md * md, 0.0) + eps)
+        aux = shift + md
+    elif MODE == 1:
+        rstd = tl.math.rsqrt(s2 / C + eps)
+        aux = 0.0 * s1
+    elif MODE == 2:
+        rstd = tl.math.rsqrt((s2 + s1 * s1) / (C + 1) + eps)
+        aux = s1
+    else:
+        nrm = tl.sqrt(s2)
         rstd = 1.0 / tl.maximum(nrm, eps)
         aux = (nrm >= eps).to(tl.float32)
     return aux, rstd
@@ -92,6 +115,20 @@ def _coef_of(gx, gs, aux, C, MODE: tl.constexpr):
     else:
         c1 = gx / C
     return c1, c2
+
+
+@triton.jit
+def _wide_coef(s1, s2, sgd, sg, shift, C, eps, MODE: tl.constexpr):
+    """A wide row's statistics and backward reductions, (aux, rstd, c1, c2), from one pass over x and g = dy·γ:
+    Σd, Σd², Σg·d and Σg with d = x − shift (as ``_stats_of``). Σg·x̂ = rstd·(Σg·d − E[d]·Σg) for LayerNorm,
+    rstd·Σg·x for the others: the backward needs no statistics from the forward and reads x no more often."""
+    aux, rstd = _stats_of(s1, s2, shift, C, eps, MODE)
+    if MODE == 0:
+        gx = rstd * (sgd - (s1 / C) * sg)
+    else:
+        gx = rstd * sgd
+    c1, c2 = _coef_of(gx, sg, aux, C, MODE)
+    return aux, rstd, c1, c2
 
 
 @triton.jit

@@ -6,18 +6,20 @@ Layouts: tokens ``[M, C]`` (rows contiguous) and images ``[N, C, H, W]`` normali
 place with a channel stride of H·W (``IMAGES``), so no permute copy is needed when C is at most ``MAX_IMAGES_C``.
 
 Paths (docs/kernels.md has the details and byte counts):
-* fused: a row fits one block (C ≤ ``MAX_FUSED_C``). Forward reads x once, writes y and float32 (aux, rstd) per
-  row. Backward is persistent: ``P`` programs walk row tiles, write dx, keep dγ/dβ partial sums in registers and
-  store one partial row each, summed by one more launch (``_common.SumParts``; no atomics).
-* wide: C > ``MAX_FUSED_C``: a per-row statistics kernel, then the tile kernel column-blocked. The wide backward
-  (C > ``MAX_FUSED_C_BWD``) is one persistent kernel (``_row_bwd_wide_kernel``, three HBM passes; a row's second
-  read comes from L2), or the two-kernel path (five) where its rows would not fit ``WIDE_L2_SHARE`` of the L2.
+* fused: a row fits one block (C ≤ ``MAX_FUSED_C``). Forward reads x once and writes y. Backward (C ≤
+  ``MAX_FUSED_C_BWD``) is persistent: ``P`` programs walk row tiles, write dx, keep dγ/dβ partial sums in registers
+  and store one partial row each, summed by one more launch (``_common.SumParts``; no atomics).
+* wide: C > ``MAX_FUSED_C``: one program per row loops over it for the statistics, then again (from L2) for y. The
+  wide backward (C > ``MAX_FUSED_C_BWD``) is one persistent kernel (``_row_bwd_wide_kernel``, three HBM passes; a
+  row's second read comes from L2), or the two-kernel path (five) where its rows would not fit ``WIDE_L2_SHARE`` of
+  the L2.
 
-Saved for backward: x (or the residual sum s). Where the backward's tile holds whole rows (C ≤ ``MAX_FUSED_C_BWD``)
-it computes each row's statistics again from x, so the forward allocates and writes none (a register reduction in
-the backward instead of an allocation and 8 bytes a row each way, and one host-side allocation fewer per call).
-Wider rows keep per row ``aux`` and ``rstd`` in float32: ``aux`` is the mean for LayerNorm, Σx for CRMSNorm, 1/0
-(norm ≥ ε or clamped) for ScaleNorm, and unused (0) for RMSNorm.
+Saved for backward: x (or the residual sum s) and the weight, never the row statistics: every backward computes
+them again from x. A tile of whole rows reduces each row in registers (``_rowmath._stats``, as the forward did);
+the wide kernels accumulate Σd, Σd² beside the reductions they need anyway (Σg·d, Σg; d = x − x₀) in their first
+pass over x and dy (``_rowmath._wide_coef``), so no path reads x more often for it. The forward therefore
+allocates only its outputs, at every width: a register reduction in the backward instead of an allocation, a
+store and a load of 8 bytes a row.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ._common import (
     warps_for,
 )
 from ._env import plan_cache
-from ._rowmath import _coef, _coef_of, _dx, _stats, _tile, _xhat
+from ._rowmath import _coef, _dx, _stats, _stats_of, _tile, _wide_coef, _xhat
 
 LAYERNORM, RMSNORM, CRMSNORM, SCALENORM = 0, 1, 2, 3
 
@@ -77,11 +79,11 @@ _BWD_CONFIGS = [triton.Config({}, num_warps=w) for w in (4, 8, 16, 32)]
 
 
 @triton.jit
-def _row_fwd_kernel(X, R, W, B, Y, S, AUX, RSTD, M, C, HW, eps,
+def _row_fwd_kernel(X, R, W, B, Y, S, M, C, HW, eps,
                     MODE: tl.constexpr, IMAGES: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
-                    HAS_B: tl.constexpr, SCALAR_W: tl.constexpr, HAS_STATS: tl.constexpr, STORE_STATS: tl.constexpr,
+                    HAS_B: tl.constexpr, SCALAR_W: tl.constexpr,
                     TILE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cols = tl.arange(0, BLOCK_C)
     cmask = cols < C
     offs, mask, rmask, srow = _tile(tl.program_id(0), M, C, HW, cols, IMAGES, BLOCK_R)
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
@@ -90,15 +92,7 @@ def _row_fwd_kernel(X, R, W, B, Y, S, AUX, RSTD, M, C, HW, eps,
         s = (x + tl.load(R + offs, mask=mask, other=0.0).to(tl.float32)).to(S.dtype.element_ty)
         tl.store(S + offs, s, mask=mask)
         x = s.to(tl.float32)
-    if HAS_STATS:
-        aux = tl.load(AUX + srow, mask=rmask, other=0.0)
-        rstd = tl.load(RSTD + srow, mask=rmask, other=0.0)
-    else:
-        aux, rstd = _stats(x, mask, C, eps, MODE)
-        if STORE_STATS:
-            if MODE != 1:  # RMSNorm has no aux statistic: its caller passes rstd for both
-                tl.store(AUX + srow, aux, mask=rmask)
-            tl.store(RSTD + srow, rstd, mask=rmask)
+    aux, rstd = _stats(x, mask, C, eps, MODE)
     y = _xhat(x, aux, rstd, MODE)
     if HAS_W:
         y = y * tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
@@ -110,9 +104,11 @@ def _row_fwd_kernel(X, R, W, B, Y, S, AUX, RSTD, M, C, HW, eps,
 
 
 @triton.jit
-def _row_stats_kernel(X, R, S, AUX, RSTD, C, eps,
-                      MODE: tl.constexpr, HAS_RES: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Wide rows: one program per row loops over it once for the statistics (and writes s = x + r)."""
+def _row_fwd_wide_kernel(X, R, W, B, Y, S, M, C, HW, eps,
+                         MODE: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                         SCALAR_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Wide rows: one program per row loops over it for the statistics (writing s = x + r), then again (from L2)
+    for y. (M and HW are unused: the fused kernel's arguments, so that one planned call serves both.)"""
     row = tl.program_id(0)
     base = row.to(tl.int64) * C
     shift = 0.0
@@ -135,36 +131,40 @@ def _row_stats_kernel(X, R, S, AUX, RSTD, C, eps,
         d = tl.where(mask, x - shift, 0.0)
         acc1 += d
         acc2 += d * d
-    s1 = tl.sum(acc1, axis=0)
-    s2 = tl.sum(acc2, axis=0)
-    if MODE == 0:
-        md = s1 / C
-        rstd = tl.math.rsqrt(tl.maximum(s2 / C - md * md, 0.0) + eps)
-        aux = shift + md
-    elif MODE == 1:
-        rstd = tl.math.rsqrt(s2 / C + eps)
-        aux = 0.0 * s1
-    elif MODE == 2:
-        rstd = tl.math.rsqrt((s2 + s1 * s1) / (C + 1) + eps)
-        aux = s1
-    else:
-        nrm = tl.sqrt(s2)
-        rstd = 1.0 / tl.maximum(nrm, eps)
-        aux = (nrm >= eps).to(tl.float32)
-    if MODE != 1:
-        tl.store(AUX + row, aux)
-    tl.store(RSTD + row, rstd)
+    aux, rstd = _stats_of(tl.sum(acc1, axis=0), tl.sum(acc2, axis=0), shift, C, eps, MODE)
+    if HAS_RES:
+        tl.debug_barrier()  # the second loop reads s back: the block's stores are visible to all its threads
+    src = S if HAS_RES else X
+    for c0 in range(0, C, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        mask = cols < C
+        x = tl.load(src + base + cols, mask=mask, other=0.0).to(tl.float32)
+        if MODE == 0:
+            y = (x - aux) * rstd
+        else:
+            y = x * rstd
+        if HAS_W:
+            y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        if SCALAR_W:
+            y = y * tl.load(W).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(Y + base + cols, y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _row_coef_kernel(X, W, DY, AUX, RSTD, C1, C2, C,
+def _row_coef_kernel(X, W, DY, COEF, M, C, eps,
                      MODE: tl.constexpr, HAS_W: tl.constexpr, SCALAR_W: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Wide rows: one program per row loops over it once for the backward's two row reductions."""
+    """Wide rows: one program per row loops over it once for its statistics and the backward's two row
+    reductions, stored as COEF[k·M + row] for k = 0..3: aux, rstd, c1, c2 (``_wide_coef``)."""
     row = tl.program_id(0)
     base = row.to(tl.int64) * C
-    aux = tl.load(AUX + row)
-    rstd = tl.load(RSTD + row)
-    acc_gx = tl.zeros([BLOCK_C], dtype=tl.float32)
+    shift = 0.0
+    if MODE == 0:
+        shift = tl.load(X + base).to(tl.float32)
+    acc1 = tl.zeros([BLOCK_C], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_C], dtype=tl.float32)
+    acc_gd = tl.zeros([BLOCK_C], dtype=tl.float32)
     acc_g = tl.zeros([BLOCK_C], dtype=tl.float32)
     for c0 in range(0, C, BLOCK_C):
         cols = c0 + tl.arange(0, BLOCK_C)
@@ -175,27 +175,29 @@ def _row_coef_kernel(X, W, DY, AUX, RSTD, C1, C2, C,
             g = g * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
         if SCALAR_W:
             g = g * tl.load(W).to(tl.float32)
-        if MODE == 0:
-            xh = (x - aux) * rstd
-        else:
-            xh = x * rstd
-        acc_gx += g * xh
+        d = tl.where(mask, x - shift, 0.0)
+        acc1 += d
+        acc2 += d * d
+        acc_gd += g * d
         acc_g += g
-    c1, c2 = _coef_of(tl.sum(acc_gx, axis=0), tl.sum(acc_g, axis=0), aux, C, MODE)
-    tl.store(C1 + row, c1)
-    tl.store(C2 + row, c2)
+    aux, rstd, c1, c2 = _wide_coef(tl.sum(acc1, axis=0), tl.sum(acc2, axis=0), tl.sum(acc_gd, axis=0),
+                                   tl.sum(acc_g, axis=0), shift, C, eps, MODE)
+    tl.store(COEF + row, aux)
+    tl.store(COEF + M + row, rstd)
+    tl.store(COEF + 2 * M + row, c1)
+    tl.store(COEF + 3 * M + row, c2)
 
 
 @triton.jit
-def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_PART, M, C, HW, n_tiles,
+def _row_bwd_kernel(X, W, DY, DS, DX, COEF, DW_PART, DB_PART, DSW_PART, M, C, HW, n_tiles,
                     PART_ROW, B_OFF, SW_OFF, eps,
                     MODE: tl.constexpr, IMAGES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                     SCALAR_W: tl.constexpr, HAS_DS: tl.constexpr, HAS_COEF: tl.constexpr, COMPUTE_DW: tl.constexpr,
-                    RECOMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Persistent: program (p, cb) takes row tiles p, p+P, ... of column block cb; partial dγ/dβ per program at row
     p (``PART_ROW`` apart) of DW_PART, DB_PART + B_OFF, dg's at DSW_PART + SW_OFF (one program: the gradients).
-    ``RECOMPUTE``: the tile holds whole rows, and each row's statistics are computed again from x (as the forward
-    did, ``_stats``) instead of read from AUX and RSTD, which the forward then never allocates or writes."""
+    A tile of whole rows computes each row's statistics again from x (as the forward did, ``_stats``) and its
+    reductions; a column block of wide rows (``HAS_COEF``) reads both from ``_row_coef_kernel``'s COEF."""
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
     cb = tl.program_id(1)
@@ -211,12 +213,17 @@ def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_P
         offs, mask, rmask, srow = _tile(t, M, C, HW, cols, IMAGES, BLOCK_R)
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
-        if RECOMPUTE:
-            aux, rstd = _stats(x, mask, C, eps, MODE)
+        if HAS_COEF:
+            aux = tl.load(COEF + srow, mask=rmask, other=0.0)
+            rstd = tl.load(COEF + M + srow, mask=rmask, other=0.0)
         else:
-            aux = tl.load(AUX + srow, mask=rmask, other=0.0)
-            rstd = tl.load(RSTD + srow, mask=rmask, other=0.0)
+            aux, rstd = _stats(x, mask, C, eps, MODE)
         xh = _xhat(x, aux, rstd, MODE)
+        if COMPUTE_DW:
+            # before g is formed, so that dy's registers are free by dx (LayerNorm + residual at C = 8192: no spill)
+            acc_w += dy * xh  # dy is 0 outside the tile, so padding adds nothing
+            if HAS_B:
+                acc_b += dy
         if HAS_W:
             g = dy * w
         elif SCALAR_W:
@@ -224,18 +231,14 @@ def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_P
         else:
             g = dy
         if HAS_COEF:
-            c1 = tl.load(C1 + srow, mask=rmask, other=0.0)
-            c2 = tl.load(C2 + srow, mask=rmask, other=0.0)
+            c1 = tl.load(COEF + 2 * M + srow, mask=rmask, other=0.0)
+            c2 = tl.load(COEF + 3 * M + srow, mask=rmask, other=0.0)
         else:
             c1, c2 = _coef(g, xh, aux, C, MODE)
         dx = _dx(g, xh, aux, rstd, c1, c2, MODE)
         if HAS_DS:
             dx += tl.load(DS + offs, mask=mask, other=0.0).to(tl.float32)
         tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=mask)
-        if COMPUTE_DW:
-            acc_w += dy * xh  # dy is 0 outside the tile, so padding adds nothing
-            if HAS_B:
-                acc_b += dy
     if COMPUTE_DW:
         if HAS_W:
             tl.store(DW_PART + pid * PART_ROW + cols, tl.sum(acc_w, axis=0).to(DW_PART.dtype.element_ty), mask=cmask)
@@ -249,7 +252,7 @@ def _row_bwd_kernel(X, W, DY, DS, DX, AUX, RSTD, C1, C2, DW_PART, DB_PART, DSW_P
 
 _row_fwd_tuned = tuned(
     # M (rows) is in the key: the best tile for 4k rows is not the best for 32k (wave quantisation over the SMs).
-    _row_fwd_kernel, _FWD_CONFIGS, key=["M", "BLOCK_C", "MODE", "IMAGES", "HAS_RES", "HAS_STATS"],
+    _row_fwd_kernel, _FWD_CONFIGS, key=["M", "BLOCK_C", "MODE", "IMAGES", "HAS_RES"],
     prune=prune_by_elements_per_thread(lambda cfg, a: _fwd_rows({**a, **cfg.kwargs}) * a["BLOCK_C"], 8, 32),
     heuristics={"BLOCK_R": _fwd_rows})
 _row_bwd_tuned = tuned(
@@ -293,11 +296,12 @@ def _geometry(x: torch.Tensor, images: bool):
 
 
 @triton.jit
-def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART, M, C, PART_ROW, B_OFF, SW_OFF,
+def _row_bwd_wide_kernel(X, W, DY, DS, DX, DW_PART, DB_PART, DSW_PART, M, C, PART_ROW, B_OFF, SW_OFF, eps,
                          MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, SCALAR_W: tl.constexpr,
                          HAS_DS: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Wide rows, persistent: program p takes rows p, p+P, ...; per row one pass for the reductions, one (from L2)
-    for dx; dγ/dβ add up in its row of DW_PART, DB_PART + B_OFF (its first row writes them), dg at + SW_OFF."""
+    """Wide rows, persistent: program p takes rows p, p+P, ...; per row one pass for the statistics and reductions
+    (``_wide_coef``), one (from L2) for dx; dγ/dβ add up in its row of DW_PART, DB_PART + B_OFF (its first row writes
+    them), dg at + SW_OFF."""
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
     if SCALAR_W:
@@ -306,10 +310,13 @@ def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART
     for row in range(pid, M, n_progs):
         base = (row + 0 * pid).to(tl.int64) * C  # a tensor in the interpreter too (its loop variable is an int)
         later = (row + 0 * pid) > pid  # not this program's first row: add to its partial sums
-        aux = tl.load(AUX + row + tl.zeros([1], dtype=tl.int32))
-        rstd = tl.load(RSTD + row + tl.zeros([1], dtype=tl.int32))
-        gx = tl.zeros([1], dtype=tl.float32)
-        gs = tl.zeros([1], dtype=tl.float32)
+        shift = tl.zeros([1], dtype=tl.float32)
+        if MODE == 0:
+            shift = tl.load(X + base + tl.zeros([1], dtype=tl.int32)).to(tl.float32)
+        s1 = tl.zeros([1], dtype=tl.float32)
+        s2 = tl.zeros([1], dtype=tl.float32)
+        sgd = tl.zeros([1], dtype=tl.float32)
+        sg = tl.zeros([1], dtype=tl.float32)
         for c0 in range(0, C, BLOCK_C):
             cols = c0 + tl.arange(0, BLOCK_C)
             mask = (cols < C)[None, :]
@@ -319,10 +326,12 @@ def _row_bwd_wide_kernel(X, W, DY, DS, DX, AUX, RSTD, DW_PART, DB_PART, DSW_PART
                 g = g * tl.load(W + cols, mask=cols < C, other=0.0).to(tl.float32)[None, :]
             if SCALAR_W:
                 g = g * sw
-            xh = tl.where(mask, _xhat(x, aux, rstd, MODE), 0.0)
-            gx += tl.sum(g * xh, axis=1)
-            gs += tl.sum(g, axis=1)
-        c1, c2 = _coef_of(gx, gs, aux, C, MODE)
+            d = tl.where(mask, x - shift[:, None], 0.0)
+            s1 += tl.sum(d, axis=1)
+            s2 += tl.sum(d * d, axis=1)
+            sgd += tl.sum(g * d, axis=1)
+            sg += tl.sum(g, axis=1)
+        aux, rstd, c1, c2 = _wide_coef(s1, s2, sgd, sg, shift, C, eps, MODE)
         for c0 in range(0, C, BLOCK_C):
             cols = c0 + tl.arange(0, BLOCK_C)
             cm = cols < C
@@ -375,12 +384,6 @@ def _wide(C: int, images: bool, limit: int) -> bool:
     return not images and next_pow2(C) > limit
 
 
-def keeps_stats(C: int, images: bool) -> bool:
-    """Whether a backward of rows of C needs the forward's statistics: only the wide backward (C >
-    ``MAX_FUSED_C_BWD``), whose tiles do not hold whole rows; the fused one recomputes them."""
-    return _wide(C, images, MAX_FUSED_C_BWD)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Launch plans. Everything a call decides from its shape, dtypes and device (path, grid, block sizes, warps, the
 # autotuner's choice) is decided once per key and kept: a later call allocates its outputs and launches. The
@@ -390,26 +393,24 @@ _FWD_PLANS = plan_cache()
 _BWD_PLANS = plan_cache()
 
 
-def forward(x, residual, weight, bias, mode: int, eps: float, images: bool = False, scalar_weight: bool = False,
-            store_stats: bool = True):
-    """y (and s = x + residual) for contiguous ``x``; returns (y, s or None, aux, rstd). The statistics are kept only
-    when ``store_stats`` and the backward cannot recompute them (``keeps_stats``): else both are None. RMSNorm has
-    no ``aux`` (its backward does not read it): ``aux`` is then ``rstd``. (Positional arguments: this runs on every
+def forward(x, residual, weight, bias, mode: int, eps: float, images: bool = False, scalar_weight: bool = False):
+    """(y, s = x + residual or None) for contiguous ``x``: one launch, and y (and s) its only allocations. No
+    statistics are kept: every backward computes them again from x (or s). (Positional arguments: this runs on every
     call, and keywords cost host time.)"""
-    key = (x.shape, x.dtype, x.device, mode, images, scalar_weight, store_stats,
+    key = (x.shape, x.dtype, x.device, mode, images, scalar_weight,
            None if residual is None else residual.dtype, None if weight is None else weight.dtype,
-           None if bias is None else bias.dtype, MAX_FUSED_C, MAX_FUSED_C_BWD, MAX_IMAGES_C, WIDE_CHUNK)
+           None if bias is None else bias.dtype, MAX_FUSED_C, MAX_IMAGES_C, WIDE_CHUNK)
     plan = _FWD_PLANS.get(key)
-    if plan is not None and plan.lean:  # the common call: planned, one fused launch, no statistics kept
-        y = torch.empty_like(x)
-        w = weight if weight is not None else x
-        b = bias if bias is not None else x
+    y = torch.empty_like(x)
+    w = weight if weight is not None else x
+    b = bias if bias is not None else x
+    if plan is not None and plan.steps is not None:  # the common call: planned
         if residual is None:
-            plan.steps[0](x, x, w, b, y, x, x, x, plan.M, plan.C, plan.HW, eps)
-            return y, None, None, None
+            plan.steps(x, x, w, b, y, x, plan.M, plan.C, plan.HW, eps)
+            return y, None
         s = torch.empty_like(x)
-        plan.steps[0](x, residual, w, b, y, s, x, x, plan.M, plan.C, plan.HW, eps)
-        return y, s, None, None
+        plan.steps(x, residual, w, b, y, s, plan.M, plan.C, plan.HW, eps)
+        return y, s
     if plan is None:
         check_tensor(x)
         if residual is not None:
@@ -418,71 +419,34 @@ def forward(x, residual, weight, bias, mode: int, eps: float, images: bool = Fal
         if images and next_pow2(C) > MAX_IMAGES_C:
             raise ValueError(f"images kernel takes C <= {MAX_IMAGES_C}; the caller permutes wider inputs to "
                              "channels-last")
-        wide = _wide(C, images, MAX_FUSED_C)
-        plan = _FWD_PLANS[key] = Plan(M=M, C=C, HW=HW, wide=wide,
-                                      keep=wide or (store_stats and keeps_stats(C, images)))
-    M = plan.M
-    y = torch.empty_like(x)
+        plan = _FWD_PLANS[key] = Plan(M=M, C=C, HW=HW, wide=_wide(C, images, MAX_FUSED_C))
     s = torch.empty_like(x) if residual is not None else None
-    aux = rstd = None
-    if plan.keep:
-        rstd = torch.empty(M, device=x.device, dtype=torch.float32)
-        aux = rstd if mode == RMSNORM else torch.empty(M, device=x.device, dtype=torch.float32)
+    M, C, HW = plan.M, plan.C, plan.HW
     if M == 0:
-        return y, s, aux, rstd
-    w = weight if weight is not None else x
-    b = bias if bias is not None else x
-    r = residual if residual is not None else x
-    steps = plan.steps
-    if not plan.wide:
-        st = rstd if rstd is not None else x
-        args = (x, r, w, b, y, s if s is not None else x, aux if aux is not None else x, st, M, plan.C, plan.HW, eps)
-        if steps is not None:
-            steps[0](*args)
-            return y, s, aux, rstd
-        C, HW = plan.C, plan.HW
-        meta = _fwd_meta(M, HW, MODE=mode, IMAGES=images, HAS_W=weight is not None and not scalar_weight,
-                         HAS_B=bias is not None, SCALAR_W=scalar_weight, HAS_RES=residual is not None,
-                         HAS_STATS=False, STORE_STATS=plan.keep, BLOCK_C=next_pow2(C))
-        if images:
-            N = M // HW
-            grid_of = lambda META: (N * cdiv(HW, META["BLOCK_R"]), 1)  # noqa: E731
-        else:
-            grid_of = lambda META: (cdiv(M, META["BLOCK_R"]), 1)  # noqa: E731
-        plan.steps = (first_launch(_row_fwd_tuned, _row_fwd_kernel, grid_of, args, meta, _FWD_HEURISTICS),)
-        # later calls take the lean path at the top (the same arguments, with placeholders for the statistics)
-        plan.lean = not plan.keep
-        return y, s, aux, rstd
-    # wide rows: a statistics pass, then the tile kernel column-blocked over the stored statistics
-    src = s if s is not None else x
-    stats_args = (x, r, src, aux, rstd, plan.C, eps)
-    tile_args = (src, src, w, b, y, src, aux, rstd, M, plan.C, plan.HW, eps)
-    if steps is not None:
-        steps[0](*stats_args)
-        steps[1](*tile_args)
-        return y, s, aux, rstd
-    C = plan.C
-    stats = first_launch(None, _row_stats_kernel, lambda META: (M,), stats_args,
-                         dict(MODE=mode, HAS_RES=residual is not None, BLOCK_C=WIDE_CHUNK, num_warps=8))
-    meta = _fwd_meta(M, plan.HW, MODE=mode, IMAGES=images, HAS_W=weight is not None and not scalar_weight,
-                     HAS_B=bias is not None, SCALAR_W=scalar_weight, HAS_RES=False, HAS_STATS=True,
-                     STORE_STATS=False, BLOCK_C=WIDE_CHUNK)
-    tile = first_launch(_row_fwd_tuned, _row_fwd_kernel, lambda META: (cdiv(M, META["BLOCK_R"]), cdiv(C, WIDE_CHUNK)),
-                        tile_args, meta, _FWD_HEURISTICS)
-    plan.steps = (stats, tile)
-    return y, s, aux, rstd
+        return y, s
+    args = (x, residual if residual is not None else x, w, b, y, s if s is not None else x, M, C, HW, eps)
+    flags = dict(MODE=mode, HAS_W=weight is not None and not scalar_weight, HAS_B=bias is not None,
+                 SCALAR_W=scalar_weight, HAS_RES=residual is not None)
+    if plan.wide:  # one program per row, looping over it twice
+        plan.steps = first_launch(None, _row_fwd_wide_kernel, lambda META: (M,), args,
+                                  dict(flags, BLOCK_C=WIDE_CHUNK, num_warps=8))
+        return y, s
+    meta = _fwd_meta(M, HW, IMAGES=images, BLOCK_C=next_pow2(C), **flags)
+    if images:
+        N = M // HW
+        grid_of = lambda META: (N * cdiv(HW, META["BLOCK_R"]),)  # noqa: E731
+    else:
+        grid_of = lambda META: (cdiv(M, META["BLOCK_R"]),)  # noqa: E731
+    plan.steps = first_launch(_row_fwd_tuned, _row_fwd_kernel, grid_of, args, meta, _FWD_HEURISTICS)
+    return y, s
 
 
-def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_bias, need_dw) -> Plan:
+def _bwd_plan(dy, ds, x, weight, *, mode, images, scalar_weight, has_bias, need_dw) -> Plan:
     check_tensor(dy, "gradient")
     M, C, HW = _geometry(x, images)
-    if rstd is None and keeps_stats(C, images):
-        raise RuntimeError(f"the backward of rows of {C} needs the forward's statistics (MAX_FUSED_C_BWD = "
-                           f"{MAX_FUSED_C_BWD} changed between the forward and the backward?)")
     has_w = weight is not None and not scalar_weight
     need_dw = need_dw and (weight is not None or has_bias)
-    plan = Plan(M=M, C=C, HW=HW, has_w=has_w, need_dw=need_dw, path="empty" if x.numel() == 0 else "tile",
-                recompute=rstd is None)
+    plan = Plan(M=M, C=C, HW=HW, has_w=has_w, need_dw=need_dw, path="empty" if x.numel() == 0 else "tile")
     if plan.path == "empty":
         return plan
     plan.nv = (int(has_w) + int(has_bias)) if need_dw else 0
@@ -493,7 +457,7 @@ def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_
                                                           has_bias and need_dw, l2_bytes(dev)):
         plan.path, plan.P, plan.n_cb = "fused3", P, 1
     else:
-        _tile_grid(plan, dy, ds, x, weight, aux, rstd, mode, images, scalar_weight, has_bias)
+        _tile_grid(plan, dy, ds, x, weight, mode, images, scalar_weight, has_bias)
     # One program (per column block) writes the gradients themselves, in the parameters' dtypes; otherwise one
     # float32 buffer holds every partial sum (``_common.SumParts``), summed by one more launch.
     plan.direct = plan.path == "tile" and plan.P * plan.n_cb == 1
@@ -503,7 +467,7 @@ def _bwd_plan(dy, ds, x, weight, aux, rstd, *, mode, images, scalar_weight, has_
     return plan
 
 
-def _tile_grid(plan, dy, ds, x, weight, aux, rstd, mode, images, scalar_weight, has_bias) -> None:
+def _tile_grid(plan, dy, ds, x, weight, mode, images, scalar_weight, has_bias) -> None:
     M, C, HW, has_w, need_dw, wide, dev = plan.M, plan.C, plan.HW, plan.has_w, plan.need_dw, plan.wide, x.device
     block_c = WIDE_CHUNK if wide else next_pow2(C)
     if images:
@@ -514,27 +478,26 @@ def _tile_grid(plan, dy, ds, x, weight, aux, rstd, mode, images, scalar_weight, 
         block_r = min(max(1, BWD_TILE // block_c), next_pow2(M))
         n_tiles = cdiv(M, block_r)
     meta = dict(MODE=mode, IMAGES=images, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
-                HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, RECOMPUTE=plan.recompute,
-                BLOCK_R=block_r, BLOCK_C=block_c)
-    ph = aux if aux is not None else x  # placeholder of the pointers a configuration never reads (as in backward())
-    probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, x, ph, ph, ph, ph,
-             ph, ph, ph, M, C, HW, n_tiles, C, C, C, 1e-5)
+                HAS_DS=ds is not None, HAS_COEF=wide, COMPUTE_DW=need_dw, BLOCK_R=block_r, BLOCK_C=block_c)
+    # placeholders for the pointers a configuration never reads (as in backward())
+    probe = (x, weight if weight is not None else x, dy, ds if ds is not None else x, x, x, x, x, x,
+             M, C, HW, n_tiles, C, C, C, 1e-5)
     plan.n_cb, plan.meta, plan.n_tiles = cdiv(C, block_c), meta, n_tiles
     plan.P = max(1, min(n_tiles, cdiv(_bwd_programs_per_sm(probe, meta) * num_sms(dev), plan.n_cb)))
 
 
-def backward(dy, ds, x, weight, aux, rstd, *, mode: int, eps: float, images: bool = False,
+def backward(dy, ds, x, weight, *, mode: int, eps: float, images: bool = False,
              scalar_weight: bool = False, bias_dtype: torch.dtype | None = None, need_dw: bool = True):
     """dx (+ ds when given) and the parameter gradients (dγ or dg, dβ; None where absent or not needed), each in
-    its parameter's dtype (``bias_dtype``: the bias's, None without one). ``aux`` and ``rstd`` are the forward's
-    statistics, or None where it kept none (the kernel then computes them again from x, with ``eps``)."""
+    its parameter's dtype (``bias_dtype``: the bias's, None without one). The statistics are computed again from x,
+    with ``eps``."""
     has_bias = bias_dtype is not None
     key = (x.shape, x.dtype, x.device, dy.dtype, None if ds is None else ds.dtype,
            None if weight is None else weight.dtype, mode, images, scalar_weight, bias_dtype, need_dw,
-           rstd is None, MAX_FUSED_C_BWD, WIDE_CHUNK, WIDE_BWD)
+           MAX_FUSED_C_BWD, WIDE_CHUNK, WIDE_BWD)
     plan = _BWD_PLANS.get(key)
     if plan is None:
-        plan = _BWD_PLANS[key] = _bwd_plan(dy, ds, x, weight, aux, rstd, mode=mode, images=images,
+        plan = _BWD_PLANS[key] = _bwd_plan(dy, ds, x, weight, mode=mode, images=images,
                                            scalar_weight=scalar_weight, has_bias=has_bias, need_dw=need_dw)
     dx = torch.empty_like(x)
     need_dw, has_w, C = plan.need_dw, plan.has_w, plan.C
@@ -542,23 +505,21 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, eps: float, images: boo
         db = torch.zeros(C, dtype=bias_dtype, device=x.device) if has_bias else None
         return dx, None if weight is None else torch.zeros_like(weight), db
     P, M, dw, db = plan.P, plan.M, None, None
-    # the kernels' gradient pointers and offsets: the gradients themselves (one program), or regions of one buffer
-    ph = aux if aux is not None else x  # placeholder of the pointers a configuration never reads
-    if aux is None:
-        aux = rstd = ph
-    dwp = dbp = dswp = ph
+    # the kernels' gradient pointers and offsets: the gradients themselves (one program), or regions of one buffer;
+    # x stands in for the pointers a configuration never reads
+    dwp = dbp = dswp = x
     row = b_off = sw_off = 0
     if need_dw:
         dw = torch.empty_like(weight) if weight is not None else None
         db = torch.empty(C, device=x.device, dtype=bias_dtype) if has_bias else None
         if plan.direct:
-            dwp, dbp, dswp = dw if has_w else ph, db if has_bias else ph, dw if scalar_weight else ph
+            dwp, dbp, dswp = dw if has_w else x, db if has_bias else x, dw if scalar_weight else x
         else:
             dwp = dbp = dswp = part = torch.empty(plan.part_size, device=x.device, dtype=torch.float32)
             row, b_off, sw_off = plan.nv * C, C if has_w else 0, P * plan.nv * C
     w, dsx, steps = weight if weight is not None else x, ds if ds is not None else x, plan.steps
     if plan.path == "fused3":
-        args = (x, w, dy, dsx, dx, aux, rstd, dwp, dbp, dswp, M, C, row, b_off, sw_off)
+        args = (x, w, dy, dsx, dx, dwp, dbp, dswp, M, C, row, b_off, sw_off, eps)
         if steps is None:
             plan.steps = (first_launch(None, _row_bwd_wide_kernel, lambda META: (P,), args,
                                        dict(MODE=mode, HAS_W=has_w, HAS_B=has_bias, SCALAR_W=scalar_weight,
@@ -567,27 +528,25 @@ def backward(dy, ds, x, weight, aux, rstd, *, mode: int, eps: float, images: boo
         else:
             steps[0](*args)
     else:
-        c1 = c2 = ph
-        if plan.wide:
-            c1, c2 = torch.empty(M, device=x.device, dtype=torch.float32), torch.empty_like(rstd)
-        args = (x, w, dy, dsx, dx, aux, rstd, c1, c2, dwp, dbp, dswp, M, C, plan.HW, plan.n_tiles, row, b_off,
-                sw_off, eps)
-        coef_args = (x, w, dy, aux, rstd, c1, c2, C)
+        # wide rows: each row's statistics and reductions (aux, rstd, c1, c2) in one float32 buffer
+        coef = torch.empty(4 * M, device=x.device, dtype=torch.float32) if plan.wide else x
+        args = (x, w, dy, dsx, dx, coef, dwp, dbp, dswp, M, C, plan.HW, plan.n_tiles, row, b_off, sw_off, eps)
+        coef_args = (x, w, dy, coef, M, C, eps)
         if steps is not None:
             if plan.wide:
                 steps[1](*coef_args)
             steps[0](*args)
         else:
-            coef = None
+            first = None
             if plan.wide:
-                coef = first_launch(None, _row_coef_kernel, lambda META: (M,), coef_args,
-                                    dict(MODE=mode, HAS_W=has_w, SCALAR_W=scalar_weight, BLOCK_C=WIDE_CHUNK,
-                                         num_warps=8))
+                first = first_launch(None, _row_coef_kernel, lambda META: (M,), coef_args,
+                                     dict(MODE=mode, HAS_W=has_w, SCALAR_W=scalar_weight, BLOCK_C=WIDE_CHUNK,
+                                          num_warps=8))
             meta = plan.meta
             if _row_bwd_tuned is None:
                 meta = dict(meta, num_warps=_bwd_warps(meta))
             n_cb = plan.n_cb
-            plan.steps = (first_launch(_row_bwd_tuned, _row_bwd_kernel, lambda META: (P, n_cb), args, meta), coef)
+            plan.steps = (first_launch(_row_bwd_tuned, _row_bwd_kernel, lambda META: (P, n_cb), args, meta), first)
     if plan.sums is not None:
         vec = (dw, db) if has_w and has_bias else (dw,) if has_w else (db,) if has_bias else ()
         plan.sums(part, vec, (dw,) if scalar_weight else ())

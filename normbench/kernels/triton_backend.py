@@ -67,26 +67,6 @@ def _back(t: torch.Tensor, how: str) -> torch.Tensor:
     return t.permute(0, 3, 1, 2) if how == "nhwc" else t
 
 
-def _save(ctx, xk, weight, aux, rstd) -> None:
-    """Save what the backward reads: x (or s) and the weight, and the statistics where the forward kept them
-    (rows wider than the backward's tile; RMSNorm has no ``aux``: ``aux is rstd``)."""
-    if rstd is None:
-        ctx.save_for_backward(xk, weight)
-    elif aux is rstd:
-        ctx.save_for_backward(xk, weight, rstd)
-    else:
-        ctx.save_for_backward(xk, weight, aux, rstd)
-
-
-def _saved(saved):
-    """(x, weight, aux, rstd) from ``_save``'s tensors."""
-    if len(saved) == 2:
-        return saved[0], saved[1], None, None
-    if len(saved) == 3:
-        return saved[0], saved[1], saved[2], saved[2]
-    return saved
-
-
 class _RowNormFn(torch.autograd.Function):
     # The settings come as one tuple (mode, eps, layout, scalar_weight): autograd's apply costs per argument.
     @staticmethod
@@ -99,10 +79,8 @@ class _RowNormFn(torch.autograd.Function):
             xk, how = x.contiguous(), "tokens"
         else:
             xk, how = _rows_view(x, layout, R.next_pow2(x.shape[1]) <= R.MAX_IMAGES_C)
-        need = ctx.needs_input_grad
-        y, _, aux, rstd = R.forward(xk, None, weight, bias, mode, eps, how == "images", scalar_weight,
-                                    need[0] or need[1] or need[2])
-        _save(ctx, xk, weight, aux, rstd)
+        y, _ = R.forward(xk, None, weight, bias, mode, eps, how == "images", scalar_weight)
+        ctx.save_for_backward(xk, weight)  # no statistics: the backward computes them again from x
         ctx.cfg = (mode, eps, how, scalar_weight, None if bias is None else bias.dtype)
         return y if how == "tokens" else _back(y, how)
 
@@ -113,12 +91,12 @@ class _RowNormFn(torch.autograd.Function):
 
 
 def _row_backward(ctx, dy):
-    xk, weight, aux, rstd = _saved(ctx.saved_tensors)
+    xk, weight = ctx.saved_tensors
     mode, eps, how, scalar_weight, bias_dtype = ctx.cfg
     need = ctx.needs_input_grad  # (x, weight, bias, cfg) or (x, weight, cfg): need[2] is False for the latter
     # the kernel module returns the parameter gradients in the parameters' dtypes
     dx, dw, db = _KERNELS["_rownorm"].backward(dy.contiguous() if how == "tokens" else _grad_view(dy, how), None,
-                                               xk, weight, aux, rstd, mode=mode, eps=eps, images=how == "images",
+                                               xk, weight, mode=mode, eps=eps, images=how == "images",
                                                scalar_weight=scalar_weight, bias_dtype=bias_dtype,
                                                need_dw=need[1] or need[2])
     return dx if how == "tokens" else _back(dx, how), dw, db, None
@@ -149,10 +127,8 @@ class _AddRowNormFn(torch.autograd.Function):
         else:
             dt = torch.promote_types(x.dtype, residual.dtype)
             xk, rk = x.to(dt).contiguous(), residual.to(dt).contiguous()
-        need = ctx.needs_input_grad
-        y, s, aux, rstd = (_KERNELS.get("_rownorm") or _mod("_rownorm")).forward(
-            xk, rk, weight, bias, mode, eps, False, False, need[0] or need[1] or need[2] or need[3])
-        _save(ctx, s, weight, aux, rstd)
+        y, s = (_KERNELS.get("_rownorm") or _mod("_rownorm")).forward(xk, rk, weight, bias, mode, eps, False, False)
+        ctx.save_for_backward(s, weight)
         ctx.cfg = (mode, eps, None if bias is None else bias.dtype, x.dtype, residual.dtype)
         ctx.set_materialize_grads(False)  # an unused s (or y) then costs no zero tensor and no read
         return y, s
@@ -164,14 +140,14 @@ class _AddRowNormFn(torch.autograd.Function):
 
 
 def _add_row_backward(ctx, dy, ds):
-    s, weight, aux, rstd = _saved(ctx.saved_tensors)
+    s, weight = ctx.saved_tensors
     mode, eps, bias_dtype, xdt, rdt = ctx.cfg
     if dy is None:
         dx, dw, db = ds, None, None
     else:
         need = ctx.needs_input_grad  # (x, r, weight, bias, cfg) or (x, r, weight, cfg): need[3] False for the latter
         dx, dw, db = _KERNELS["_rownorm"].backward(dy.contiguous(), ds.contiguous() if ds is not None else None,
-                                                   s, weight, aux, rstd, mode=mode, eps=eps, bias_dtype=bias_dtype,
+                                                   s, weight, mode=mode, eps=eps, bias_dtype=bias_dtype,
                                                    need_dw=need[2] or need[3])
     if dx is None:
         return None, None, None, None, None
