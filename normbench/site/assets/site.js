@@ -1,6 +1,7 @@
 // normbench leaderboard: sortable, filterable, paged tables whose view is kept in the URL (permalinks); a big table's
 // rows come from its data file (data/<id>.js, same origin). No data is injected as HTML: only textContent and
-// vetted attributes are written.
+// vetted attributes are written (one exception, a model's answer on one machine: HTML the build rendered with its own
+// autoescaping template, parsed by DOMParser, whose documents run no script; see initParts).
 (function () {
   "use strict";
 
