@@ -15,7 +15,7 @@ from markupsafe import escape
 
 from normbench.records.schema import make_record
 from normbench.site import aggregate as agg
-from normbench.site import build_site, markdown
+from normbench.site import build_site, markdown, tables
 from normbench.site.fmt import fmt_bytes, fmt_gbps, fmt_time, safe_url
 from normbench.site.records import Entry
 
@@ -190,8 +190,7 @@ def _filter_values(page: Path, table: str) -> list[dict]:
     out = []
     srcs = m.group(1).split()   # a norm's every-record table loads its per-device tables' files
     for src in srcs:
-        text = (page.parent / src).read_text()
-        data = json.loads(text[text.index(",") + 1:text.rindex(")")])
+        data = tables.read_data_script((page.parent / src).read_text())[2]
         out += [(r[3] if len(r) > 3 else [], len(out) + k,
                  {data["fk"][j]: data["s"][i] for j, i in enumerate(r[1]) if i is not None})
                 for k, r in enumerate(data["rows"])]
@@ -200,12 +199,25 @@ def _filter_values(page: Path, table: str) -> list[dict]:
     return [f for _, _, f in out]
 
 
+def test_a_data_files_payload_is_compressed_and_reads_back_exactly():
+    """``tables.data_script``: the payload (hostile text, lone surrogates, non-ASCII, numbers) reads back equal, the
+    same data gives the same bytes, the file has no quote or markup besides its own, and repetitive rows shrink."""
+    payload = {"s": ["</script><script>alert(1)</script>", "\ud800", "µs · ×", '"\\'], "rows": [[0, 1.5, None]] * 500}
+    text = tables.data_script("nbData", ("kl-x",), payload)
+    assert text == tables.data_script("nbData", ("kl-x",), payload)
+    assert tables.read_data_script(text) == ("nbData", ["kl-x"], payload)
+    assert re.fullmatch(r'window\.nbData\("kl-x","[A-Za-z0-9+/=]+"\);\n', text)
+    assert len(text) < len(json.dumps(payload)) / 10
+    with pytest.raises(ValueError, match="not a data file"):
+        tables.read_data_script("alert(1)")
+
+
 def _with_data(page: Path) -> str:
     """A page's HTML and the data files its big tables load (every row; links are JSON strings there)."""
     text = page.read_text()
     for srcs in re.findall(r'data-src="([^"]+)"', text):
         for src in srcs.split():
-            text += (page.parent / src).read_text()
+            text += json.dumps(tables.read_data_script((page.parent / src).read_text())[2])
     return text
 
 
@@ -348,6 +360,9 @@ def test_downloads_and_the_published_schema_hold_every_record(demo_site):
     csvs = [pd.read_csv(p) for p in sorted((site / "downloads").glob("*.csv.gz"))]
     pqs = [pd.read_parquet(p) for p in sorted((site / "downloads").glob("*.parquet"))]
     assert all(df["hardware_id"].nunique() == 1 for df in csvs + pqs)
+    import pyarrow.parquet as papq  # zstd-compressed columns (smaller and faster than the default snappy)
+    assert {papq.ParquetFile(p).metadata.row_group(0).column(0).compression
+            for p in (site / "downloads").glob("*.parquet")} == {"ZSTD"}
     csv, pq = pd.concat(csvs, ignore_index=True), pd.concat(pqs, ignore_index=True)
     assert len(csv) == len(pq) == report.records and csv["id"].is_unique
     published = [r for _, r in sup.published(site)]
@@ -622,8 +637,7 @@ def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
     for hw in hws:
         files = list((site / "data").glob(f"km-{hw}-*.js"))
         assert len(files) == 1, hw
-        text = files[0].read_text()
-        data = json.loads(text[text.index(",") + 1:-3])
+        data = tables.read_data_script(files[0].read_text())[2]
         S, fk = data["s"], data["fk"]
         seen = {}
         for row in data["rows"]:
@@ -643,8 +657,7 @@ def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
     assert src and sorted(src.group(1).split()) == [f"data/{p.name}" for p in kl]
     cases = []
     for p in kl:
-        text = p.read_text()
-        data = json.loads(text[text.index(",") + 1:-3])
+        data = tables.read_data_script(p.read_text())[2]
         S, fk = data["s"], data["fk"]
         for row in data["rows"]:
             f = {k: S[i] for k, i in zip(fk, row[1]) if i is not None}
@@ -674,3 +687,27 @@ def test_many_machines_have_no_page_per_norm_and_machine(tmp_path):
                   if r["norm"]["name"] == n and r["provenance"]["hardware_id"] == "gpu-machine-0"}
         if len(widths) > 1:   # a curve: its spec is in the page (drawn in the browser), its points link records
             assert 'class="nb-spec"' in sec and 'data-static="none"' in sec and "../records/" in sec, n
+
+
+def test_many_machines_overview_does_not_grow_with_the_machines(tmp_path, monkeypatch):
+    """A many-machine site's overview shows the best ``TOP_MACHINES`` machines' top tables and the first rows of the
+    matrix (a machine per row); every machine's row is in ``data/matrix.js``, which the devices page loads too."""
+    from normbench.site import pages
+
+    monkeypatch.setattr(pages, "TOP_MACHINES", 1)
+    monkeypatch.setattr(tables, "DEEP_PREVIEW", 1)
+    site, _, recs = sup.machines_site(tmp_path, n=3)
+    index = (site / "index.html").read_text()
+    tops = re.findall(r'<h3><a href="devices/([^"]+)\.html">', index)   # DRAM (and cache-resident) top tables
+    assert 1 <= len(tops) <= 2 and len(set(tops)) == 1 and "2 more</a>" in index
+    tag = re.search(r'<table[^>]* id="matrix"[^>]*>', index).group(0)
+    assert 'data-src="data/matrix.js"' in tag and 'data-src="data/matrix.js"' in (site / "devices.html").read_text()
+    body = index[index.index(tag):]
+    assert body[:body.index("</table>")].count("<tr") == 2   # the header and the first machine
+    data = tables.read_data_script((site / "data" / "matrix.js").read_text())[2]
+    S = data["s"]
+    machines = [S[row[0][0][0]] for row in data["rows"]]
+    assert sorted(machines) == sorted({r["provenance"]["hardware_id"] for r in recs})
+    norms = {r["norm"]["name"] for r in recs}
+    assert all(len(row[0]) == 1 + len(norms) for row in data["rows"])
+    assert f">{machines[0]}</a>" in body

@@ -148,7 +148,8 @@ def _num(v) -> bool:
 
 
 def test_packed_rows_unpack_to_every_field(browser, demo_site):
-    """Every field a cell can carry survives pack_rows (Python) and the page script's unpacking (JavaScript)."""
+    """Every field a cell can carry survives pack_rows and data_script's compression (Python) and the page script's
+    decompression and unpacking (JavaScript)."""
     from normbench.site import tables
 
     cells = [tables.cell("plain"), tables.cell("3.1 GB/s", 3.123456789, title="IQR 2 %"),
@@ -161,11 +162,12 @@ def test_packed_rows_unpack_to_every_field(browser, demo_site):
     v = Visit(browser)
     try:
         v.open(demo_site[0] / "site" / "kernels.html")
-        got = v.page.evaluate("""([packed, n]) => {
+        got = v.page.evaluate("""async ([packed, n]) => {
           const t = document.createElement("table"); t.id = "nb-packed-test";
           t.innerHTML = "<thead><tr>" + "<th data-sort='num'></th>".repeat(n) + "</tr></thead><tbody></tbody>";
           document.body.appendChild(t);
-          window.nbData("nb-packed-test", packed);
+          window.nbData("nb-packed-test", packed);   // a compressed payload: decoded asynchronously
+          for (let i = 0; i < 200 && !t.getAttribute("data-loaded"); i++) await new Promise(r => setTimeout(r, 25));
           return Array.from(t.tBodies[0].rows).map(tr => ({
             k: tr.className, f: Object.fromEntries(Array.from(tr.attributes).filter(a => a.name.startsWith("data-f-"))
                                                    .map(a => [a.name.slice(7), a.value])),
@@ -178,7 +180,8 @@ def test_packed_rows_unpack_to_every_field(browser, demo_site):
               n: (td.querySelector("span.muted") || {textContent: null}).textContent,
               b: Array.from(td.querySelectorAll("span.flag")).map(s => [s.textContent, s.className, s.title]),
               k: Array.from(td.classList).filter(c => c !== "num").join(" ")}))}));
-        }""", [tables.pack_rows(rows), len(cells)])
+        }""", [json.loads("[" + tables.data_script("nbData", ("x",), tables.pack_rows(rows))
+                              [len("window.nbData("):-len(");\n")] + "]")[-1], len(cells)])
     finally:
         v.close()
     assert [r["k"] for r in got] == ["flagged", ""]
@@ -418,6 +421,45 @@ def test_by_model_pages_render_and_link_their_records(browser, tmp_path):
         v.close()
 
 
+def test_many_machines_pick_a_machine_on_a_models_page(browser, tmp_path, monkeypatch):
+    """Many machines (``pages.MANY_MACHINES``): a model's one page, from file://, loads the machine the URL names and
+    then the one picked, each from its compressed part, into a grid with best's statuses and working record links."""
+    import copy
+
+    from normbench.records.schema import record_id
+    from normbench.results import write_records
+    from normbench.site import pages
+    from normbench.site.bymodel import model_hub_file
+    from normbench.site.records import slug
+
+    recs = []
+    for hw in (sup.MODEL_HW, "cpu-test-other"):
+        for r in sup.model_records():
+            r = copy.deepcopy(r)
+            r["provenance"]["hardware_id"] = hw
+            r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
+            recs.append(r)
+    write_records(recs, tmp_path / "results")
+    monkeypatch.setattr(pages, "MANY_MACHINES", 1)
+    build_site(tmp_path / "results", tmp_path / "site", charts=False)
+    hub = tmp_path / "site" / model_hub_file(sup.MODEL)
+    v = Visit(browser)
+    try:
+        v.page.goto(hub.resolve().as_uri() + f"#m={slug(sup.MODEL_HW)}")
+        v.page.wait_for_selector("#nb-part table.bm-grid[data-dtype='float32']", timeout=5000)
+        assert v.page.locator("#nb-part table.bm-grid[data-dtype='float32'] td.bm").count() == 4 * 7
+        statuses = set(v.page.eval_on_selector_all("#nb-part td.bm", "tds => tds.map(t => t.dataset.status)"))
+        assert {"winner", "tie", "undecided", "flagged", "missing", "only"} <= statuses
+        v.page.select_option("#nb-part-pick", slug("cpu-test-other"))
+        v.page.wait_for_selector(f"#nb-part[data-part*='{slug('cpu-test-other')}'] table.bm-grid", timeout=5000)
+        assert v.page.evaluate("location.hash") == f"#m={slug('cpu-test-other')}"
+        href = v.page.get_attribute("#nb-part td.bm a.rec", "href")
+        assert href.startswith("../records/") and (hub.parent / href.split("#")[0]).is_file()
+        assert not v.errors, v.errors
+    finally:
+        v.close()
+
+
 def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path, monkeypatch):
     """A three-machine site in the many-machine layout, from file://: a norm's page loads one machine's every record
     of the norm from the machine's data file when its button is clicked (only that machine's rows of that norm), and a
@@ -475,7 +517,8 @@ def test_many_machines_load_a_machines_records_on_demand(browser, tmp_path, monk
 def test_a_big_site_serves_its_pages_and_loads_details_on_demand(browser):
     """A site built elsewhere (not in CI: a 100-machine site takes minutes to build), from file://: the overview, a
     norm's page (a machine's every record loaded by its button, where the norm is on many machines), a machine's page
-    and a record's detail opened on demand, all without a console error."""
+    and a record's detail opened on demand, a model's answer on a machine picked on its page, all without a console
+    error."""
     site = Path(os.environ["NORMBENCH_SITE_BROWSER_SITE"])
     v = Visit(browser)
     try:
@@ -496,6 +539,12 @@ def test_a_big_site_serves_its_pages_and_loads_details_on_demand(browser):
         v.page.goto((site / "norms" / page).resolve().as_uri() + "#" + key)
         v.page.wait_for_selector(f"details[id='{key}'] pre.command", timeout=30_000)
         assert v.page.inner_text(f"details[id='{key}'] pre.command").startswith("normbench bench ")
+        hubs = sorted(p for p in (site / "models").glob("*.html") if "--" not in p.name)
+        if hubs:   # many machines: a model's one page loads the picked machine's answer
+            v.open(hubs[0])
+            values = v.page.eval_on_selector_all("#nb-part-pick option[data-part-src]", "os => os.map(o => o.value)")
+            v.page.select_option("#nb-part-pick", values[len(values) // 2])
+            v.page.wait_for_selector("#nb-part table.bm-grid", timeout=30_000)
         assert not v.errors, v.errors
     finally:
         v.close()

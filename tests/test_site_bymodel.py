@@ -238,3 +238,43 @@ def test_model_pages_are_safe_html_with_no_dangling_link(planted):
         for link in a.links:
             if not link.startswith(("http://", "https://", "#")):
                 assert (page.parent / link.split("#")[0]).resolve().exists(), (page, link)
+
+
+def test_many_machines_load_a_models_answer_per_machine_from_its_one_page(tmp_path, monkeypatch):
+    """Beyond ``pages.MANY_MACHINES`` machines a model has one page (a machine picker) and each machine's answer is a
+    compressed part it loads on demand: exactly what that machine's own page holds with few machines (whose cells
+    test_every_cell_is_what_best_answers checks against ``best``), linked from the index with the machine picked."""
+    import copy
+
+    from normbench.records.schema import record_id
+    from normbench.site import pages, tables
+    from normbench.site.bymodel import model_hub_file, model_part_file, part_id
+    from normbench.site.records import slug
+
+    hws = (sup.MODEL_HW, "cpu-test-other")
+    recs = []
+    for hw in hws:
+        for r in sup.model_records():
+            r = copy.deepcopy(r)
+            r["provenance"]["hardware_id"] = hw
+            r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
+            recs.append(r)
+    write_records(recs, tmp_path / "results")
+    build_site(tmp_path / "results", tmp_path / "few", charts=False)
+    monkeypatch.setattr(pages, "MANY_MACHINES", 1)
+    monkeypatch.setattr(tables, "INLINE_MAX", 1)   # the index's rows in its data file (1,800 rows at 100 machines)
+    monkeypatch.setattr(tables, "PREVIEW", 1)
+    build_site(tmp_path / "results", tmp_path / "many", charts=False)
+    few, many = tmp_path / "few", tmp_path / "many"
+    assert not list((many / "models").glob("*--*.html"))
+    hub = (many / model_hub_file(sup.MODEL)).read_text()
+    assert 'data-src="data/models.js"' in (many / "models.html").read_text()
+    index = json.dumps(tables.read_data_script((many / "data" / "models.js").read_text())[2])
+    for hw in hws:
+        own = (few / model_file(sup.MODEL, hw)).read_text()
+        call, args, html = tables.read_data_script((many / model_part_file(sup.MODEL, hw)).read_text())
+        assert call == "nbPart" and args == [part_id(sup.MODEL, hw)]
+        assert html.count('<td class="bm ') == own.count('<td class="bm ') > 0
+        assert html.strip() in own   # the page's body, byte for byte (its links are relative to models/ too)
+        assert f'data-part-src="../{model_part_file(sup.MODEL, hw)}"' in hub
+        assert json.dumps(f"{model_hub_file(sup.MODEL)}#m={slug(hw)}") in index

@@ -33,6 +33,8 @@ def _files(site: Path) -> dict[str, bytes]:
 def _text(rel: str, data: bytes) -> str:
     if rel.endswith(".gz"):
         data = gzip.decompress(data)
+    if rel.startswith("data/") and rel.endswith(".js"):   # a data file's payload is compressed (data_script)
+        return json.dumps(tables.read_data_script(data.decode("ascii"))[2])
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

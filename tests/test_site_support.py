@@ -256,9 +256,10 @@ def record_details(page) -> dict:
     page = Path(page)
     html = page.read_text(encoding="utf-8")
     src = re.search(r'data-records-src="([^"]+)"', html).group(1)
-    text = (page.parent / src).read_text(encoding="utf-8")
-    assert text.startswith("window.nbRecords(") and text.endswith(");\n")
-    data = json.loads(text[len("window.nbRecords("):-3])
+    from normbench.site.tables import read_data_script
+
+    call, args, data = read_data_script((page.parent / src).read_text(encoding="utf-8"))
+    assert call == "nbRecords" and args == []
     S, K = data["s"], data["k"]
 
     def pairs(keys, values):

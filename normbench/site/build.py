@@ -18,6 +18,7 @@ from normbench.results.readcache import PickleDir
 from normbench.site import fmt
 from normbench.site.pages import NAV, Site, SiteInfo, norm_file, read_docs
 from normbench.site.records import Rejected, load_results
+from normbench.site.tables import data_script
 
 #: A directory holding this file was written by ``normbench site build`` and may be replaced by the next build.
 MARKER = ".normbench-site"
@@ -170,7 +171,8 @@ def _write_pages(site, env, common, tmp: Path, job, cache=None, glob: str = "") 
     for page in pages:
         ctx = {**common, **page.ctx, "title": page.title, "up": page.up, "active": page.active,
                "lead": page.lead, "crumbs": page.crumbs, "charts": page.charts}
-        _write_text(tmp / page.path, env.get_template(page.template).render(ctx))
+        text = env.get_template(page.template).render(ctx)
+        _write_text(tmp / page.path, data_script("nbPart", (page.part,), text) if page.part else text)
         written.append(page.path)
         rendered.append(page.path)
     for rel, value in sorted(site.data_files.items()):

@@ -39,6 +39,23 @@ def model_file(key: str, hw: str) -> str:
     return f"models/{model_stem(key)}--{slug(hw)}.html"
 
 
+def model_hub_file(key: str) -> str:
+    """A model's one page in a many-machine site (``pages.MANY_MACHINES``): a machine picker whose choice loads that
+    machine's answer (``model_part_file``), relative to the site root."""
+    return f"models/{model_stem(key)}.html"
+
+
+def model_part_file(key: str, hw: str) -> str:
+    """A model's answer on one machine as a data file the model's page loads on demand (many machines). At the same
+    depth as ``models/``, so the part's relative links are the page's."""
+    return f"data/model-{model_stem(key)}--{slug(hw)}.js"
+
+
+def part_id(key: str, hw: str) -> str:
+    """The id a model's part on one machine is loaded under (its file's name without ``.js``)."""
+    return model_part_file(key, hw)[len("data/"):-len(".js")]
+
+
 def combo_anchor(dtype: str, pass_: str) -> str:
     return slug("c", dtype, pass_)
 
@@ -337,8 +354,9 @@ def page_context(bm: ByModel, key: str, hw: str, up: str) -> dict:
             "tie_factor": best.TIE_FACTOR, "err_tol": ", ".join(f"{d} {t:g}" for d, t in best.ERR_TOL.items())}
 
 
-def machine_index_rows(bm: ByModel, hw: str) -> dict[str, list[dict]]:
-    """``index_rows`` of one device, by model: a function of that device's records alone (cached per machine)."""
+def machine_index_rows(bm: ByModel, hw: str, hub: bool = False) -> dict[str, list[dict]]:
+    """``index_rows`` of one device, by model: a function of that device's records alone (cached per machine).
+    ``hub``: link the model's one page with the machine picked (many machines) instead of a page per machine."""
     out: dict[str, list[dict]] = {}
     for m in bm.models:
         if not (bm.at_targets(m.key, hw) or (m.key, hw) in bm.e2e):
@@ -348,14 +366,16 @@ def machine_index_rows(bm: ByModel, hw: str) -> dict[str, list[dict]]:
             rows = bm.answer(m.key, hw, dtype, pass_)
             counts = {st: sum(r["status"] == st for r in rows) for st in STATUSES}
             rows_of.append({"key": m.key, "name": m.name, "family": m.family, "hw": hw, "dtype": dtype,
-                            "pass": pass_, "href": f"{model_file(m.key, hw)}#{combo_anchor(dtype, pass_)}",
+                            "pass": pass_, "href": (f"{model_hub_file(m.key)}#m={slug(hw)}" if hub else
+                                                    f"{model_file(m.key, hw)}#{combo_anchor(dtype, pass_)}"),
                             "cells": len(rows), "answered": sum(counts[s] for s in ANSWERED), **counts})
     return out
 
 
-def index_rows(bm: ByModel, per_machine=None) -> list[dict]:
+def index_rows(bm: ByModel, per_machine=None, hub: bool = False) -> list[dict]:
     """One row per model, device, dtype and pass with records: how many cells are answered, undecided, ...
     ``per_machine(what, hw, make)``: where a device's rows are kept between builds (``pages.Site.per_machine``)."""
-    by_hw = {hw: (per_machine("models_index", hw, lambda hw=hw: machine_index_rows(bm, hw)) if per_machine
-                  else machine_index_rows(bm, hw)) for hw in bm.hws}
+    what = "models_index_hub" if hub else "models_index"
+    by_hw = {hw: (per_machine(what, hw, lambda hw=hw: machine_index_rows(bm, hw, hub)) if per_machine
+                  else machine_index_rows(bm, hw, hub)) for hw in bm.hws}
     return [r for key, hw in bm.pairs() for r in by_hw[hw].get(key, [])]

@@ -55,6 +55,10 @@ PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
 #: the norm on demand, from the machine's one kernel data file (``data/km-<device>.js``, written with its device
 #: page), so a submitted machine adds no file per norm (issue #38: 100 machines x 29 norms were 2,900 pages).
 MANY_MACHINES = 12
+#: The machines whose best results the overview shows in a many-machine site (the highest best share of the ceiling
+#: first): the page does not grow with the machines (at 200 machines it was 2.5 MB); the matrix holds every machine,
+#: its first rows in the page and the rest in ``data/matrix.js``, and each machine's page has its every record.
+TOP_MACHINES = 10
 
 NAV = (
     ("index.html", "Overview"),
@@ -148,6 +152,8 @@ class Page:
     lead: str = ""
     crumbs: list = field(default_factory=list)
     charts: bool = False       # the page has figures: load the chart scripts
+    part: str | None = None    # not a page: a part another page loads on demand (``build`` writes the rendered HTML
+                               # as a data file, ``tables.data_script("nbPart", (part,), html)``)
 
     @property
     def up(self) -> str:
@@ -254,7 +260,7 @@ class Site:
     # --- links ---------------------------------------------------------------------------------------------------
 
     #: What ``per_machine`` keeps of each machine between builds (``build`` prunes the rest).
-    MACHINE_MEMOS = ("models_index",)
+    MACHINE_MEMOS = ("models_index", "models_index_hub")
 
     def machine_print(self, hw: str) -> str:
         """A machine's records as the pages know them (``incremental.entry_print`` of each): what its aggregates are
@@ -597,46 +603,79 @@ class Site:
     # --- pages ---------------------------------------------------------------------------------------------------
 
     def matrix(self) -> Table:
-        """The overview's norm x device matrix (the devices page shows it too): each norm's best % of ceiling."""
+        """The overview's norm x device matrix (the devices page shows it too): each norm's best % of ceiling. With
+        many machines (``many_site``) a machine per row, the best machines first, the rows beyond the first in
+        ``data/matrix.js`` (written by the overview), so neither page grows with the machines."""
         if getattr(self, "_matrix", None) is None:
             self._matrix = self._make_matrix()
+            if self.many_site() and len(self._matrix.rows) > _tables.DEEP_PREVIEW:
+                self._matrix.preview = _tables.DEEP_PREVIEW
+                self._matrix.src = self._matrix.data_path   # both pages are at the site's root
         return self._matrix
 
-    def _make_matrix(self) -> Table:
+    def _matrix_bests(self) -> tuple[dict, dict]:
         hws = self.kernel_hws
         best = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw])} for hw in hws}
         # norms with no ranked record from DRAM: their best cache-resident case against its same-size copy
         best_copy = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw], "copy")} for hw in hws}
+        return best, best_copy
+
+    def top_machines(self) -> list[str]:
+        """The machines in the order of their best share of the ceiling over every norm (highest first)."""
+        memo = self.__dict__.setdefault("_top_machines", [])
+        if not memo:
+            best, _ = self._matrix_bests()
+            memo += sorted(self.kernel_hws, key=lambda hw: (-max([r["pct"] or 0.0 for r in best[hw].values()]
+                                                                 or [-1.0]), hw))
+        return memo
+
+    def _make_matrix(self) -> Table:
+        hws = self.kernel_hws
+        best, best_copy = self._matrix_bests()
+        norms = sorted(self.by_norm, key=lambda n: (-max([best[hw][n]["pct"] or 0.0 for hw in hws
+                                                          if n in best[hw]] or [-1.0]), n))
+        if self.many_site():
+            matrix = Table("matrix", [Col("device")] + [Col(n, True) for n in norms], search=True, cls="narrow")
+            for hw in self.top_machines():
+                matrix.add([cell(hw, hw, href=device_file(hw), title=self.hw_name(hw))]
+                           + [self._matrix_cell(n, hw, best, best_copy) for n in norms])
+            return matrix
         matrix = Table("matrix", [Col("norm")] + [Col(hw, True, self.hw_name(hw)) for hw in hws], search=False,
                        cls="narrow")
-        for n in sorted(self.by_norm, key=lambda n: (-max([best[hw][n]["pct"] or 0.0 for hw in hws
-                                                            if n in best[hw]] or [-1.0]), n)):
-            cells = [cell(n, n, href=norm_file(n))]
-            for hw in hws:
-                r = best[hw].get(n)
-                rc = best_copy[hw].get(n)
-                if r is None and rc is not None:
-                    cells.append(cell(fmt_pct(rc["pct_copy"]), None, cls="muted", href=self.norm_hw_href(n, hw),
-                                      note=f"{rc['backend']}, of same-size copy",
-                                      title=f"only cache-resident ({rc['cache']}) records: best against a same-size "
-                                            f"copy, not the DRAM ceiling: {rc['backend']} · {rc['dtype']} · "
-                                            f"{rc['pass']} · {rc['layout']} {fmt_shape(rc['shape'])}"))
-                elif r is None:
-                    measured = any(x["norm"] == n for x in self.by_hw[hw])
-                    cells.append(cell("unranked" if measured else "–", None, cls="muted" if measured else None,
-                                      href=self.norm_hw_href(n, hw) if measured else None,
-                                      title="measured, but every record is flagged" if measured else None))
-                else:
-                    cells.append(cell(fmt_pct(r["pct"]), r["pct"], href=self.norm_hw_href(n, hw),
-                                      note=r["backend"], title=f"best: {r['backend']} · {r['dtype']} · {r['pass']} · "
-                                                               f"{r['layout']} {fmt_shape(r['shape'])}; click for "
-                                                               f"{n}'s figures on {hw}"))
-            matrix.add(cells)
+        for n in norms:
+            matrix.add([cell(n, n, href=norm_file(n))] + [self._matrix_cell(n, hw, best, best_copy) for hw in hws])
         return matrix
+
+    def _matrix_cell(self, n: str, hw: str, best: dict, best_copy: dict) -> dict:
+        """A norm on a machine: its best % of the DRAM ceiling, else of a same-size copy, else unranked or none."""
+        r = best[hw].get(n)
+        rc = best_copy[hw].get(n)
+        if r is None and rc is not None:
+            return cell(fmt_pct(rc["pct_copy"]), None, cls="muted", href=self.norm_hw_href(n, hw),
+                        note=f"{rc['backend']}, of same-size copy",
+                        title=f"only cache-resident ({rc['cache']}) records: best against a same-size "
+                              f"copy, not the DRAM ceiling: {rc['backend']} · {rc['dtype']} · "
+                              f"{rc['pass']} · {rc['layout']} {fmt_shape(rc['shape'])}")
+        if r is None:
+            measured = n in self.machine_norms(hw)
+            return cell("unranked" if measured else "–", None, cls="muted" if measured else None,
+                        href=self.norm_hw_href(n, hw) if measured else None,
+                        title="measured, but every record is flagged" if measured else None)
+        return cell(fmt_pct(r["pct"]), r["pct"], href=self.norm_hw_href(n, hw),
+                    note=r["backend"], title=f"best: {r['backend']} · {r['dtype']} · {r['pass']} · "
+                                             f"{r['layout']} {fmt_shape(r['shape'])}; click for "
+                                             f"{n}'s figures on {hw}")
 
     def overview(self) -> Page:
         hws = self.kernel_hws
         matrix = self.matrix()
+        every = sorted(self.hw_entries)
+        devices = every
+        if self.many_site():   # the best machines' results; every machine is in the matrix and the devices page
+            hws = self.top_machines()[:TOP_MACHINES]
+            devices = hws
+            if matrix.src:
+                self.data_files[matrix.data_path] = matrix
         top = {hw: agg.best_by_bandwidth(self.by_hw[hw], 5) for hw in hws}
         top_copy = {hw: agg.best_by_same_size_copy(self.by_hw[hw], 5) for hw in hws}
         tables = []
@@ -646,7 +685,8 @@ class Site:
                 tables.append((key, self.cell_page_file(key), ranked))
         return Page("index.html", "index.html", "Normalization layer leaderboard", active="index.html", ctx=dict(
             n_kernel=len(self.kernels), n_acc=len(self.acc_rows), n_norms=len(self.norm_meta),
-            hws=[(hw, self.hw_name(hw), device_file(hw)) for hw in sorted(self.hw_entries)], matrix=matrix,
+            hws=[(hw, self.hw_name(hw), device_file(hw)) for hw in devices], n_hws=len(every),
+            n_more=len(every) - len(devices), matrix=matrix,
             top=[(hw, self.hw_name(hw), device_file(hw), [self._top_row(r) for r in top[hw]]) for hw in hws],
             top_copy=[(hw, self.hw_name(hw), device_file(hw), [self._top_row(r, copy=True) for r in top_copy[hw]])
                       for hw in hws if top_copy[hw]],
@@ -943,27 +983,53 @@ class Site:
                              Col("flagged", True, "only flagged records (or errors above tolerance)"),
                              Col("missing", True, "no record"), Col("cells", True, "sites x regimes")],
                   filters=[("model", "model"), ("hardware", "device"), ("dtype", "dtype"), ("pass", "pass")])
-        for r in bm.index_rows(b, self.per_machine):
+        hub = self.many_site()
+        for r in bm.index_rows(b, self.per_machine, hub):
             t.add([cell(r["name"], r["name"], href=r["href"]), cell(r["hw"], r["hw"], href=device_file(r["hw"])),
                    cell(r["family"], r["family"]), cell(r["dtype"], r["dtype"]), cell(r["pass"], r["pass"]),
                    cell(r["answered"], r["answered"]), cell(r["undecided"], r["undecided"]),
                    cell(r["flagged"], r["flagged"]), cell(r["missing"], r["missing"]), cell(r["cells"], r["cells"])],
                   {"model": r["key"], "hardware": r["hw"], "dtype": r["dtype"], "pass": r["pass"]})
+        shard = t.shard("")   # one row per model, machine, dtype and pass: 1,800 rows (1 MB) at 100 machines
+        if shard:
+            self.data_files[shard[0]] = shard[1]
         measured = {k for k, _ in b.pairs()}
         return Page("models.html", "models.html", "By model", active="models.html", ctx=dict(
             table=t if t.rows else None,
-            pages=[(m.name, hw, bm.model_file(k, hw)) for k, hw in b.pairs() for m in [b.model(k)]],
+            pages=([(m.name, None, bm.model_hub_file(m.key)) for m in b.models if m.key in measured] if hub else
+                   [(m.name, hw, bm.model_file(k, hw)) for k, hw in b.pairs() for m in [b.model(k)]]),
             unmeasured=[(m.key, m.name, m.family) for m in b.models if m.key not in measured]),
             lead="For the norms in a model, at the model's own shapes, which implementation to use on a device: "
                  "normbench best's answer per norm site and regime, and what each choice costs in norm time.")
 
     def model_page(self, key: str, hw: str) -> Page:
+        """A model's answer on one machine: its page, or with many machines (``many_site``) a part of the model's one
+        page (``model_hub``), loaded when the machine is picked (a machine's seven model pages were ~0.64 MB of
+        mostly "missing" cells; as compressed parts ~0.07 MB)."""
         from normbench.site import bymodel as bm
 
         b = self.bymodel()
-        p = Page(bm.model_file(key, hw), "model.html", f"{b.model(key).name} on {hw}", active="models.html",
-                 lead=self.hw_name(hw), crumbs=[("models.html", "By model")])
+        if self.many_site():
+            p = Page(bm.model_part_file(key, hw), "model_part.html", f"{b.model(key).name} on {hw}",
+                     part=bm.part_id(key, hw))
+        else:
+            p = Page(bm.model_file(key, hw), "model.html", f"{b.model(key).name} on {hw}", active="models.html",
+                     lead=self.hw_name(hw), crumbs=[("models.html", "By model")])
         p.ctx = {**bm.page_context(b, key, hw, p.up), "device_href": p.up + device_file(hw)}
+        return p
+
+    def model_hub(self, key: str) -> Page:
+        """A model's one page in a many-machine site: a machine picker; the picked machine's answer is loaded from its
+        part (``model_page``), so the page does not grow with the machines' answers."""
+        from normbench.site import bymodel as bm
+
+        b = self.bymodel()
+        m = b.model(key)
+        p = Page(bm.model_hub_file(key), "model_hub.html", m.name, active="models.html",
+                 crumbs=[("models.html", "By model")])
+        p.ctx = dict(key=key, name=m.name, family=m.family,
+                     machines=[(hw, slug(hw), self.hw_name(hw), p.up + bm.model_part_file(key, hw), bm.part_id(key, hw))
+                               for k, hw in b.pairs() if k == key])
         return p
 
     # --- accuracy ------------------------------------------------------------------------------------------------
@@ -1295,7 +1361,7 @@ class Site:
         (a machine's records share a few), each run's provenance once in ``p`` (``[keys, values]``); a record is
         ``[config keys, config values, metrics keys, metrics values, provenance, file, position in it, check, timing,
         [[flag label, flag, reason]...], reproduce command, 0 ranked | 1 flagged | 2 invalid]`` with strings as
-        indices (null where absent). JSON with ASCII escapes cannot leave its string literals."""
+        indices (null where absent), compressed as every data file is (``tables.data_script``)."""
         strings: dict[str, int] = {}
         keysets: dict[tuple, int] = {}
         provs: dict[str, int] = {}
@@ -1326,9 +1392,8 @@ class Site:
                         + [provs[pkey], st(e.path), e.index, st(check), st(timing_text(rec)),
                            [[st(label), st(f), st(why)] for label, f, why in flag_badges(flags)],
                            st(command(rec)), status])
-        return "window.nbRecords(" + json.dumps({"s": list(strings), "k": [list(k) for k in keysets],
-                                                 "p": prov_rows, "r": recs},
-                                                ensure_ascii=True, separators=(",", ":")) + ");\n"
+        return _tables.data_script("nbRecords", (), {"s": list(strings), "k": [list(k) for k in keysets],
+                                                      "p": prov_rows, "r": recs})
 
     def record_page(self, path: str, entries: list[Entry]) -> Page:
         """The records of one machine (or one bucket of them): a line per record, anchored by its key, whose detail
@@ -1421,6 +1486,8 @@ class Site:
         data alone, so jobs may run in any order and in other processes (``build._render_all``) with the same bytes."""
         jobs: list[tuple] = [("overview",), ("kernels_page",), ("models_index",)]
         jobs += [("model_page", key, hw) for key, hw in self.bymodel().pairs()]
+        if self.many_site():
+            jobs += [("model_hub", key) for key in dict.fromkeys(key for key, _ in self.bymodel().pairs())]
         jobs.append(("devices_page",))
         jobs += [("compare_page", name) for name in self.compared_norms()]
         jobs += [("device_page", hw) for hw in sorted(self.hw_entries)]

@@ -1,10 +1,38 @@
 // normbench leaderboard: sortable, filterable, paged tables whose view is kept in the URL (permalinks); a big table's
 // rows come from its data file (data/<id>.js, same origin). No data is injected as HTML: only textContent and
-// vetted attributes are written.
+// vetted attributes are written (one exception, a model's answer on one machine: HTML the build rendered with its own
+// autoescaping template, parsed by DOMParser, whose documents run no script; see initParts).
 (function () {
   "use strict";
 
   var loaders = {};
+
+  // A data file's payload (normbench/site/tables.py, data_script): JSON, gzip-compressed and base64-encoded (a third
+  // of the plain JSON's bytes), decoded here with the browser's DecompressionStream (no fetch(): it works from
+  // file://). then(object), or then(null) where this browser cannot decode it.
+  function inflate(b64, then) {
+    try {
+      var bin = atob(b64), bytes = new Uint8Array(bin.length);
+      for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).text().then(
+        function (text) { then(JSON.parse(text)); }, function () { then(null); });
+    } catch (e) {
+      then(null);
+    }
+  }
+
+  // A data file's callback: its last argument decoded first where it is a compressed payload (a string).
+  function packed(handle, failed) {
+    return function () {
+      var args = Array.prototype.slice.call(arguments), last = args.length - 1;
+      if (typeof args[last] !== "string") { handle.apply(null, args); return; }
+      inflate(args[last], function (obj) {
+        if (obj === null || obj === undefined) { failed.apply(null, args); return; }
+        args[last] = obj;
+        handle.apply(null, args);
+      });
+    };
+  }
 
   // Only links the site builds itself: relative paths or absolute http(s) addresses.
   function safeHref(h) {
@@ -131,13 +159,19 @@
     box.className += " kv";
   }
 
-  window.nbRecords = function (data) {
+  window.nbRecords = packed(function (data) {
     if (!data || !data.s || !data.r || !data.k || !data.p || recData) return;
     recData = data;
     var wanted = recWanted;
     recWanted = [];
     wanted.forEach(fillRecord);
-  };
+  }, function () {
+    recWanted.forEach(function (box) {
+      box.textContent = "This browser cannot decompress the record data (it needs DecompressionStream); the " +
+        "page's JSON.gz has every record.";
+    });
+    recWanted = [];
+  });
 
   // Open a record's line and show its detail (loading the page's data file the first time).
   function openRecord(details) {
@@ -179,13 +213,22 @@
   // every-record table is the union of its per-device tables' files, written once): they are merged in the order of
   // each row's rank key (r[3], set by the build), so the union reads as ranked as a single file would.
   var arrived = {};
-  window.nbData = function (id, data) {
+  window.nbData = packed(function (id, data) {
     if (typeof id !== "string" || !data || !data.rows) return;
     arrived[id] = data;
     var own = document.getElementById(id);   // a table given its rows directly (no data-src of its own)
     if (own && !own.getAttribute("data-src") && !loaders[id]) loaders[id] = function () {};
     Object.keys(loaders).forEach(function (tid) { fill(tid); });
-  };
+  }, function (id) {
+    // Not decoded: every table waiting for this file keeps its first rows (as when the file is missing).
+    Object.keys(loaders).forEach(function (tid) {
+      var table = document.getElementById(tid);
+      if (!table || srcIds(table).indexOf(id) < 0) return;
+      var done = loaders[tid];
+      delete loaders[tid];
+      done();
+    });
+  });
 
   function srcIds(table) {
     if (!table.getAttribute("data-src")) return [table.id];
@@ -406,8 +449,60 @@
     if (!quiet) writeState(table);
   }
 
+  // A model's page in a many-machine site (models/<model>.html): a machine picker; the picked machine's answer is a
+  // part (data/model-<model>--<machine>.js, normbench/site/pages.py, model_page), HTML rendered by the build's own
+  // autoescaping templates, loaded by a <script> tag and parsed by DOMParser (whose documents run no script; the CSP
+  // forbids inline scripts anyway). #m=<machine> picks a machine from a link.
+  var parts = {}, partWanted = null;
+
+  function showPart(box, html) {
+    var doc = new DOMParser().parseFromString(html, "text/html");
+    while (box.firstChild) box.removeChild(box.firstChild);
+    Array.prototype.forEach.call(doc.body.childNodes, function (n) { box.appendChild(document.importNode(n, true)); });
+    box.setAttribute("data-part", partWanted);
+  }
+
+  window.nbPart = packed(function (id, html) {
+    var box = document.getElementById("nb-part");
+    if (typeof id !== "string" || typeof html !== "string" || !box) return;
+    parts[id] = html;
+    if (partWanted === id) showPart(box, html);
+  }, function (id) {
+    var box = document.getElementById("nb-part");
+    if (box && partWanted === id)
+      box.textContent = "This browser cannot decompress the answer (it needs DecompressionStream).";
+  });
+
+  function initParts() {
+    var pick = document.getElementById("nb-part-pick"), box = document.getElementById("nb-part");
+    if (!pick || !box) return;
+    function choose(fromHash) {
+      var opt = pick.options[pick.selectedIndex];
+      var src = opt && opt.getAttribute("data-part-src"), id = opt && opt.getAttribute("data-part-id");
+      if (!src || !id || !/^(\.\.\/)*data\/model-[A-Za-z0-9_.-]+\.js$/.test(src)) return;
+      partWanted = id;
+      if (!fromHash && history.replaceState) history.replaceState(null, "", "#m=" + pick.value);
+      if (parts[id]) { showPart(box, parts[id]); return; }
+      box.textContent = "Loading the answer on " + pick.value + "…";
+      if (!document.querySelector('script[data-nb-src="' + id + '"]')) {
+        var s = document.createElement("script");
+        s.src = src;
+        s.setAttribute("data-nb-src", id);
+        s.onerror = function () { if (partWanted === id) box.textContent = "Could not load " + src + "."; };
+        document.head.appendChild(s);
+      }
+    }
+    pick.addEventListener("change", function () { choose(false); });
+    var m = /^#m=([A-Za-z0-9_.-]+)/.exec(location.hash || "");
+    if (m) {
+      pick.value = m[1];
+      if (pick.value === m[1]) choose(true);
+    }
+  }
+
   function init() {
     initRecords();
+    initParts();
     // A norm's page on many machines: a machine's button loads its every record of the norm into the norm's table,
     // from the machine's one data file (data/km-<machine>.js; a <script>, so it works from file:// too).
     document.querySelectorAll("button[data-pick-src]").forEach(function (b) {
