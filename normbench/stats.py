@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
+from scipy import special as _sp
 from scipy import stats as _st
 
 #: Metrics aggregated on a log scale (geometric mean, interval on log values).
@@ -198,7 +199,18 @@ def one_sample_p(y: Sequence[float], *, popmean: float = 0.0, alternative: str =
         d = float(y[0] - popmean)
         side = {"greater": d > 0, "less": d < 0, "two-sided": d != 0}[alternative]
         return 0.0 if side else 1.0
-    return float(_st.ttest_1samp(y, popmean, alternative=alternative).pvalue)
+    # scipy's ttest_1samp, without its per-call argument handling (~0.5 ms: the claims run it thousands of times on
+    # a leaderboard of many machines): t = (mean − popmean)/(s/√n) and Student's t distribution of n − 1 degrees of
+    # freedom (scipy.special.stdtr, which stats.t uses); tests/test_stats.py checks it against ttest_1samp.
+    n = len(y)
+    t = (float(y.mean()) - popmean) / (float(y.std(ddof=1)) / math.sqrt(n))
+    if alternative == "greater":
+        return float(_sp.stdtr(n - 1, -t))
+    if alternative == "less":
+        return float(_sp.stdtr(n - 1, t))
+    if alternative != "two-sided":
+        raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
+    return float(2.0 * _sp.stdtr(n - 1, -abs(t)))
 
 
 def wilcoxon_p(y: Sequence[float], popmean: float = 0.0) -> float:

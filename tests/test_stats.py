@@ -110,6 +110,16 @@ def test_one_sample_and_wilcoxon_match_scipy():
     assert S.wilcoxon_p(y) == pytest.approx(st.wilcoxon(y).pvalue)
     assert S.one_sample_p([0.1, 0.1, 0.1], popmean=0.0, alternative="greater") == 0.0
     assert S.wilcoxon_p([0.0, 0.0]) == 1.0
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 7, 40):
+        for _ in range(5):
+            y = rng.normal(rng.normal(), rng.uniform(0.01, 2.0), n)
+            for alt in ("greater", "less", "two-sided"):
+                pm = float(rng.normal()) * 0.3
+                assert S.one_sample_p(y, popmean=pm, alternative=alt) == pytest.approx(
+                    st.ttest_1samp(y, pm, alternative=alt).pvalue, rel=1e-10, abs=1e-300), (n, alt)
+    with pytest.raises(ValueError, match="alternative"):
+        S.one_sample_p([0.1, 0.2], alternative="bigger")
 
 
 def test_holm_matches_the_textbook_step_down():
