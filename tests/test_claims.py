@@ -255,6 +255,28 @@ def test_speed_is_decided_over_matched_configurations_of_one_run():
     assert f"normbench bench --norm softmax --backend {two} {three}" in rows(res, "two-pass-softmax")["missing"][0]
 
 
+def test_speed_rows_kept_per_machine_give_the_same_verdicts():
+    """``machine_speed_rows`` of each machine alone, passed to ``evaluate`` as ``speed`` (what the site keeps per
+    machine between builds), gives exactly ``evaluate`` over every record: a speed row reads one machine only."""
+    recs = [acc("layernorm", s, v) for s, v in enumerate(LN)] + [acc("rmsnorm", s, v) for s, v in enumerate(RMS)]
+    for hw, k in (("cpu-b-2c", 1.0), ("cpu-a-2c", 0.7), ("cpu-c-2c", 1.3)):
+        for shape, q in zip(SHAPES, RATIOS, strict=True):
+            recs.append(_on(kern("layernorm", "eager", shape, 1e-3), hw))
+            recs.append(_on(kern("rmsnorm", "eager", shape, k * q * 1e-3), hw))
+    recs.append(_on(kern("srmsnorm", "eager", SHAPES[0], 1e-3), "cpu-c-2c"))   # too few pairs: undecided there
+    kernel = [r for r in recs if r["kind"] == "kernel"]
+    speed: dict = {}
+    for hw in sorted({r["provenance"]["hardware_id"] for r in kernel}):
+        for key, got in C.machine_speed_rows([r for r in kernel if r["provenance"]["hardware_id"] == hw]).items():
+            speed.setdefault(key, []).extend(got)
+    whole = C.evaluate(recs)
+    assert comp(whole, "rmsnorm faster than layernorm")["hardware"] == "cpu-a-2c"
+    assert json.dumps(C.evaluate([r for r in recs if r["kind"] != "kernel"], speed=speed)) == json.dumps(whole)
+    # nothing kept for a comparison (no machine measured it): its "no records" row, as without ``speed``
+    accuracy_only = recs[:len(LN) + len(RMS)]
+    assert json.dumps(C.evaluate(accuracy_only, speed={})) == json.dumps(C.evaluate(accuracy_only))
+
+
 def test_two_pass_softmax_pairs_its_backends_on_out_of_cache_rows_only():
     two, three = C.SOFTMAX_PAIRS[0]                     # the compiled pair (CPU)
     recs = []

@@ -6,7 +6,14 @@
 """
 
 from normbench.claims.command import comparison_line, escape_md, format_p, to_markdown, to_text
-from normbench.claims.evaluation import evaluate, evaluate_accuracy, evaluate_speed, load_records, reads
+from normbench.claims.evaluation import (
+    evaluate,
+    evaluate_accuracy,
+    evaluate_speed,
+    load_records,
+    machine_speed_rows,
+    reads,
+)
 from normbench.claims.rules import (
     ACC_MARGIN,
     ALPHA,
@@ -35,6 +42,6 @@ __all__ = [
     "ACC_MARGIN", "ALPHA", "CLAIMS", "DEEP", "DEEP_STRESS", "DIVERGENCE_SEEDS", "IMAGE_TASK", "LM_TASK",
     "MIN_FINISHED", "MIN_PAIRS", "MIN_SEEDS", "PPL_MARGIN", "SOFTMAX_PAIRS", "STEPS_MARGIN", "VERDICTS",
     "Accuracy", "Arm", "Cell", "Claim", "Speed", "get_claim",
-    "evaluate", "evaluate_accuracy", "evaluate_speed", "load_records", "reads",
+    "evaluate", "evaluate_accuracy", "evaluate_speed", "load_records", "machine_speed_rows", "reads",
     "comparison_line", "escape_md", "format_p", "to_markdown", "to_text",
 ]

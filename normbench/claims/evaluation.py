@@ -323,16 +323,32 @@ def _speed_norms() -> frozenset:
                      for n in (comp.fast, comp.slow))
 
 
-def evaluate(records: Iterable[dict]) -> list[dict]:
-    """Every claim's verdict from ``records`` (kernel and accuracy, any mix), with per-comparison statistics."""
+def machine_speed_rows(records: Iterable[dict]) -> dict[str, list[dict]]:
+    """One machine's rows of every speed comparison (``evaluate_speed`` of its kernel records alone), by comparison
+    (``"<claim id>/<index>"``): a speed row reads one machine's records only, so a caller that keeps these per
+    machine (the site, between builds) passes their union to :func:`evaluate` as ``speed`` with the same outcome."""
+    kern = [r for r in one_per_id(r for r in records if isinstance(r, dict)) if r.get("kind") == "kernel"]
+    return {f"{claim.id}/{i}": [row for row in evaluate_speed(comp, kern) if row.get("hardware") is not None]
+            for claim in CLAIMS for i, comp in enumerate(claim.comparisons) if isinstance(comp, Speed)}
+
+
+def evaluate(records: Iterable[dict], speed: dict[str, list[dict]] | None = None) -> list[dict]:
+    """Every claim's verdict from ``records`` (kernel and accuracy, any mix), with per-comparison statistics.
+    ``speed``: the speed comparisons' rows already evaluated per machine (``machine_speed_rows`` of every machine,
+    each list in the machines' order); ``records`` then needs no kernel records."""
     recs = one_per_id(r for r in records if isinstance(r, dict))
     acc = [r for r in recs if r.get("kind") == "accuracy"]
     kern = [r for r in recs if r.get("kind") == "kernel"]
     per_claim: list[tuple[Claim, list[dict]]] = []
     for claim in CLAIMS:
         rows = []
-        for comp in claim.comparisons:
-            rows.extend([evaluate_accuracy(comp, acc)] if isinstance(comp, Accuracy) else evaluate_speed(comp, kern))
+        for i, comp in enumerate(claim.comparisons):
+            if isinstance(comp, Accuracy):
+                rows.append(evaluate_accuracy(comp, acc))
+            elif speed is None:
+                rows.extend(evaluate_speed(comp, kern))
+            else:   # copies: the rows gain Holm's p-values and a verdict below
+                rows.extend([dict(r) for r in speed.get(f"{claim.id}/{i}", [])] or evaluate_speed(comp, []))
         per_claim.append((claim, rows))
     flat = [row for _, rows in per_claim for row in rows]
     for key in ("p_for", "p_against"):
