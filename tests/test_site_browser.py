@@ -424,21 +424,12 @@ def test_by_model_pages_render_and_link_their_records(browser, tmp_path):
 def test_many_machines_pick_a_machine_on_a_models_page(browser, tmp_path, monkeypatch):
     """Many machines (``pages.MANY_MACHINES``): a model's one page, from file://, loads the machine the URL names and
     then the one picked, each from its compressed part, into a grid with best's statuses and working record links."""
-    import copy
-
-    from normbench.records.schema import record_id
     from normbench.results import write_records
     from normbench.site import pages
     from normbench.site.bymodel import model_hub_file
     from normbench.site.records import slug
 
-    recs = []
-    for hw in (sup.MODEL_HW, "cpu-test-other"):
-        for r in sup.model_records():
-            r = copy.deepcopy(r)
-            r["provenance"]["hardware_id"] = hw
-            r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
-            recs.append(r)
+    recs = sup.model_records_on((sup.MODEL_HW, "cpu-test-other"))
     write_records(recs, tmp_path / "results")
     monkeypatch.setattr(pages, "MANY_MACHINES", 1)
     build_site(tmp_path / "results", tmp_path / "site", charts=False)

@@ -244,21 +244,12 @@ def test_many_machines_load_a_models_answer_per_machine_from_its_one_page(tmp_pa
     """Beyond ``pages.MANY_MACHINES`` machines a model has one page (a machine picker) and each machine's answer is a
     compressed part it loads on demand: exactly what that machine's own page holds with few machines (whose cells
     test_every_cell_is_what_best_answers checks against ``best``), linked from the index with the machine picked."""
-    import copy
-
-    from normbench.records.schema import record_id
     from normbench.site import pages, tables
     from normbench.site.bymodel import model_hub_file, model_part_file, part_id
     from normbench.site.records import slug
 
     hws = (sup.MODEL_HW, "cpu-test-other")
-    recs = []
-    for hw in hws:
-        for r in sup.model_records():
-            r = copy.deepcopy(r)
-            r["provenance"]["hardware_id"] = hw
-            r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
-            recs.append(r)
+    recs = sup.model_records_on(hws)
     write_records(recs, tmp_path / "results")
     build_site(tmp_path / "results", tmp_path / "few", charts=False)
     monkeypatch.setattr(pages, "MANY_MACHINES", 1)

@@ -307,6 +307,22 @@ def _paired(a: dict, b: dict, ratio: float, lo: float, hi: float) -> None:
                                                   "verdict": verdict_of(1 / hi, 1 / lo)})
 
 
+def model_records_on(hws) -> list[dict]:
+    """``model_records()`` on each of the machines ``hws`` (each copy with its own hardware id and record id)."""
+    import copy
+
+    from normbench.records.schema import record_id
+
+    recs = []
+    for hw in hws:
+        for r in model_records():
+            r = copy.deepcopy(r)
+            r["provenance"]["hardware_id"] = hw
+            r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
+            recs.append(r)
+    return recs
+
+
 def model_records(compile_8: float = 10e-6) -> list[dict]:
     """Llama 3.1 8B (hidden 4096) on one CPU, float32 fwd, rmsnorm and add_rmsnorm at decode shapes (B, 1, 4096):
     decode-8 a paired winner (compile 2x over eager; add_rmsnorm missing), decode-1 a tie (and add_rmsnorm eager

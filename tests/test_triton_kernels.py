@@ -197,11 +197,9 @@ def test_row_norms_fused_forward_wide_backward(tb, dev, name, monkeypatch):
     _run_row(tb, name, x, dy, "tokens", torch.float32, 77)
 
 
-@pytest.mark.parametrize("path", ["fused", "wide forward", "wide backward fused3", "wide backward split5"])
-def test_layernorm_far_from_zero(tb, dev, path, monkeypatch):
-    """|mean| ≫ std (x = 100 + N(0, 1)): the looped statistics of the wide forward and of both wide backwards sum
-    x − x₀, so the variance does not cancel in float32 (E[x²] − E[x]² loses about four digits at 100², and the
-    tolerance allows one unit in the last place of x, ~8e-6, times the output's scale)."""
+def _take_path(monkeypatch, path: str) -> None:
+    """Rows of 77 through ``path``: "fused", "wide backward[ fused3| split5]" (fused forward, wide backward) or "wide
+    forward" (both wide), by shrinking the row-norm module's limits (chunks of 32, so a row spans several)."""
     R = importlib.import_module("normbench.kernels._rownorm")
     if path != "fused":
         monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
@@ -210,6 +208,14 @@ def test_layernorm_far_from_zero(tb, dev, path, monkeypatch):
         monkeypatch.setattr(R, "MAX_FUSED_C", 64)
     if path.endswith("split5"):
         monkeypatch.setattr(R, "WIDE_BWD", "split5")
+
+
+@pytest.mark.parametrize("path", ["fused", "wide forward", "wide backward fused3", "wide backward split5"])
+def test_layernorm_far_from_zero(tb, dev, path, monkeypatch):
+    """|mean| ≫ std (x = 100 + N(0, 1)): the looped statistics of the wide forward and of both wide backwards sum
+    x − x₀, so the variance does not cancel in float32 (E[x²] − E[x]² loses about four digits at 100², and the
+    tolerance allows one unit in the last place of x, ~8e-6, times the output's scale)."""
+    _take_path(monkeypatch, path)
     x, dy = _inputs((6, 77), torch.float32, dev, seed=9)
     _run_row(tb, "layernorm", x + 100.0, dy, "tokens", torch.float32, 77)
 
@@ -218,12 +224,7 @@ def test_layernorm_far_from_zero(tb, dev, path, monkeypatch):
 def test_forward_keeps_no_statistics(tb, dev, wide, monkeypatch):
     """What autograd keeps between the passes, at every width: x (or the residual sum s) and the weight, never the
     row statistics (every backward computes them again from x)."""
-    R = importlib.import_module("normbench.kernels._rownorm")
-    if wide != "fused":
-        monkeypatch.setattr(R, "MAX_FUSED_C_BWD", 64)
-        monkeypatch.setattr(R, "WIDE_CHUNK", 32)
-    if wide == "wide forward":
-        monkeypatch.setattr(R, "MAX_FUSED_C", 64)
+    _take_path(monkeypatch, wide)
     x, r = (torch.randn(4, 77, device=dev, requires_grad=True) for _ in range(2))
     w, b = (torch.ones(77, device=dev, requires_grad=True) for _ in range(2))
     saved = {n: [tuple(t.shape) for t in f().grad_fn.saved_tensors]
