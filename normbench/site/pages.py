@@ -6,6 +6,7 @@ figures come from ``charts`` (Vega-Lite specs rendered to static SVG).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -613,30 +614,30 @@ class Site:
                 self._matrix.src = self._matrix.data_path   # both pages are at the site's root
         return self._matrix
 
+    @functools.cached_property
     def _matrix_bests(self) -> tuple[dict, dict]:
+        """Per machine, each norm's best row against the DRAM ceiling and (norms with no ranked record from DRAM)
+        its best cache-resident row against a same-size copy: the matrix and ``top_machines`` both read them."""
         hws = self.kernel_hws
         best = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw])} for hw in hws}
-        # norms with no ranked record from DRAM: their best cache-resident case against its same-size copy
         best_copy = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw], "copy")} for hw in hws}
         return best, best_copy
 
+    @functools.cached_property
     def top_machines(self) -> list[str]:
         """The machines in the order of their best share of the ceiling over every norm (highest first)."""
-        memo = self.__dict__.setdefault("_top_machines", [])
-        if not memo:
-            best, _ = self._matrix_bests()
-            memo += sorted(self.kernel_hws, key=lambda hw: (-max([r["pct"] or 0.0 for r in best[hw].values()]
-                                                                 or [-1.0]), hw))
-        return memo
+        best, _ = self._matrix_bests
+        return sorted(self.kernel_hws, key=lambda hw: (-max([r["pct"] or 0.0 for r in best[hw].values()] or [-1.0]),
+                                                       hw))
 
     def _make_matrix(self) -> Table:
         hws = self.kernel_hws
-        best, best_copy = self._matrix_bests()
+        best, best_copy = self._matrix_bests
         norms = sorted(self.by_norm, key=lambda n: (-max([best[hw][n]["pct"] or 0.0 for hw in hws
                                                           if n in best[hw]] or [-1.0]), n))
         if self.many_site():
             matrix = Table("matrix", [Col("device")] + [Col(n, True) for n in norms], search=True, cls="narrow")
-            for hw in self.top_machines():
+            for hw in self.top_machines:
                 matrix.add([cell(hw, hw, href=device_file(hw), title=self.hw_name(hw))]
                            + [self._matrix_cell(n, hw, best, best_copy) for n in norms])
             return matrix
@@ -672,7 +673,7 @@ class Site:
         every = sorted(self.hw_entries)
         devices = every
         if self.many_site():   # the best machines' results; every machine is in the matrix and the devices page
-            hws = self.top_machines()[:TOP_MACHINES]
+            hws = self.top_machines[:TOP_MACHINES]
             devices = hws
             if matrix.src:
                 self.data_files[matrix.data_path] = matrix
@@ -1275,16 +1276,13 @@ class Site:
             # Only the records a claim may read (``claims.reads``): the entries are one per id already, so the
             # outcome is the same. The speed comparisons' rows per machine, kept between builds (``per_machine``):
             # each reads one machine's kernel records, and their scipy tests were a third of a 100-machine rebuild.
-            speed: dict[str, list[dict]] = {}
             kern: dict[str, list[dict]] = {}   # each machine's kernel records in the order read (as evaluate sees them)
+            for e in self.loaded.entries:
+                if e.rec.get("kind") == "kernel" and C.reads(e.rec):
+                    kern.setdefault(e.rec["provenance"]["hardware_id"], []).append(e.rec)
+            speed: dict[str, list[dict]] = {}
             for hw in sorted(self.hw_entries):
-                def make(hw=hw):
-                    if not kern:
-                        for e in self.loaded.entries:
-                            if e.rec.get("kind") == "kernel" and C.reads(e.rec):
-                                kern.setdefault(e.rec["provenance"]["hardware_id"], []).append(e.rec)
-                    return C.machine_speed_rows(kern.get(hw, []))
-                rows = self.per_machine("claims_speed", hw, make)
+                rows = self.per_machine("claims_speed", hw, lambda hw=hw: C.machine_speed_rows(kern.get(hw, [])))
                 for key, got in rows.items():
                     speed.setdefault(key, []).extend(got)
             self._claims = C.evaluate((e.rec for e in self.loaded.entries
