@@ -3,7 +3,8 @@ against a floor module (a benchmark, never a test).
 
 No GPU is needed and nothing is launched: the kernels go through ``normbench.kernels._env.use_launcher`` with a
 ``StubLauncher`` that takes CPU tensors, records each launch and answers device queries as an H200 would (132 SMs,
-60 MiB of L2). The tensors are small CPU tensors: the ATen ops a call makes (allocations, the sums of the parameter
+60 MiB of L2); ``--bench`` uses ``NoopLauncher``, which counts nothing (its counting would be host time of neither
+module). The tensors are small CPU tensors: the ATen ops a call makes (allocations, the sums of the parameter
 gradients' partials) then cost about their dispatch, as on a GPU. (Not the ``meta`` device: many of its kernels are
 Python decompositions, far slower than a CUDA op's dispatch.) Triton is imported for the compiler (not the
 interpreter), so autotuning is on, as on a GPU; its autotuner never times anything here: ``StubLauncher.tune``
@@ -93,6 +94,14 @@ class StubLauncher:
     def device_properties(self, device):
         self.counts["device_properties"] += 1
         return types.SimpleNamespace(name="stub H200", multi_processor_count=132, L2_cache_size=60 * 2**20)
+
+
+class NoopLauncher(StubLauncher):
+    """``StubLauncher`` whose launch does nothing at all: what ``--bench`` times (the boundary is the launch, so
+    the stub's own counting, a Counter update and a list append per launch, is in neither module's time)."""
+
+    def launch(self, kernel, grid, args, kwargs):
+        pass
 
 
 class _AtenOps(TorchDispatchMode):
@@ -276,7 +285,7 @@ def bench(rounds: int = 200, block_s: float = 0.002, floor_kind: str = "lean") -
     # the op's dispatch (a GPU has no such cost); flushed, the sum costs what it would on a GPU's host side.
     torch.set_flush_denormal(True)
     report = {}
-    with _env.use_launcher(StubLauncher()):
+    with _env.use_launcher(NoopLauncher()):
         for norm, shape, dtype, what in CASES:
             module, floor, inputs, _ = _case(norm, shape, dtype, floor_kind)
             calls = {}
