@@ -325,11 +325,6 @@ def _short(b: dict) -> str:
     return f"not ranked ({b['why']})"
 
 
-def _matching(records, norm: str, layout: str, dims: tuple) -> list[dict]:
-    return [r for r in records if r.get("kind") == "kernel" and r["norm"]["name"] == norm
-            and r["config"].get("layout") == layout and _dims(r) == dims]
-
-
 def _command(model_arg: str, regime: str | None, norm: str, dtype: str, pass_: str, device: str, redo: bool) -> str:
     parts = ["normbench", "bench", *model_arg.split(), "--norm", norm, "--dtype", dtype, "--pass", pass_,
              "--device", device]
@@ -354,7 +349,12 @@ def answer(records: list[dict], targets: list[dict], *, hardware: str | None = N
     for hw in hws:
         here = [r for r in pool if r["provenance"]["hardware_id"] == hw]
         device = "cuda" if any(r["config"].get("device", "").startswith("cuda") for r in here) else "cpu"
-        founds = [_matching(here, t["norm"], t["layout"], tuple(t["dims"])) for t in targets]
+        # each target's kernel records (its norm, layout and dims), from one pass over them (dozens of targets)
+        at_key: dict[tuple, list[dict]] = {}
+        for r in here:
+            if r.get("kind") == "kernel":
+                at_key.setdefault((r["norm"]["name"], r["config"].get("layout"), _dims(r)), []).append(r)
+        founds = [at_key.get((t["norm"], t["layout"], tuple(t["dims"])), []) for t in targets]
         at_targets = [r for found in founds for r in found]
         ds = list(dtypes) if dtypes else sorted({r["config"]["dtype"] for r in at_targets}) or ["float32"]
         ps = list(passes) if passes else sorted({r["config"]["pass"] for r in at_targets}) or ["fwd"]

@@ -165,6 +165,24 @@ def add_cache_residency(rows: list[dict]) -> None:
         r["dram"] = ranked_against_dram(r["cache"])
 
 
+def derive_machine(rows: list[dict]) -> list[tuple]:
+    """What the rows of one machine get from its other rows: ``add_speedups``, ``add_cache_residency`` and
+    ``keep_bandwidth_keys`` on them, then (speedup, cache, cache_how, dram, bandwidth key) of each row in order, for
+    ``apply_derived`` (a site keeps it per machine between builds: each reads that machine's records alone)."""
+    add_speedups(rows)
+    add_cache_residency(rows)
+    keep_bandwidth_keys(rows)
+    return [(r["speedup"], r["cache"], r["cache_how"], r["dram"], r["_bkey"]) for r in rows]
+
+
+def apply_derived(rows: list[dict], derived: list[tuple]) -> None:
+    """Set what ``derive_machine`` gave for the same rows (a no-op on the rows it was computed on)."""
+    if len(derived) != len(rows):
+        raise ValueError(f"derived values for {len(derived)} rows, not {len(rows)}")
+    for r, (speedup, cache, how, dram, key) in zip(rows, derived):
+        r["speedup"], r["cache"], r["cache_how"], r["dram"], r["_bkey"] = speedup, cache, how, dram, key
+
+
 def _tier(r: dict) -> int:
     """0: ranked against the DRAM ceiling; 1: cache-resident, ranked against its same-size copy; 2: neither."""
     if r.get("dram", True):

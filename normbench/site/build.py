@@ -334,7 +334,8 @@ def _build(results: Path, out: Path, docs, charts: bool, jobs: int | None, cache
     )
     charts = _charts() if charts else None
     site = Site(loaded, info, read_docs(docs_dir if docs_dir.is_dir() else None), charts=charts,
-                rows=store.rows if store is not None else None)
+                rows=store.rows if store is not None else None,
+                machine_store=PickleDir(store.dir / "machines", store.key) if store is not None else None)
     env = environment()
     common = {"info": info, "nav": NAV, "csp": CSP, "schema_file": SCHEMA_FILE,
               "chart_scripts": getattr(charts, "SCRIPTS", ()), "chart_styles": getattr(charts, "STYLES", ())}
@@ -345,7 +346,6 @@ def _build(results: Path, out: Path, docs, charts: bool, jobs: int | None, cache
                           records.PAGE_RECORDS, pages.MANY_MACHINES)
     if store is not None:
         site.fig_store = PickleDir(store.figures, store.key)
-        site.machine_store = PickleDir(store.dir / "machines", store.key)
     settled()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))

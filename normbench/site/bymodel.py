@@ -84,29 +84,43 @@ def regime_unit(family: str, regime: str) -> str:
 class ByModel:
     """The kernel records indexed by device and shape, and the catalog's models with their targets."""
 
-    def __init__(self, entries):
+    def __init__(self, entries, per_machine=None):
+        """``per_machine(what, hw, make)``: where a machine's aggregates are kept between builds
+        (``pages.Site.per_machine``): its models (``pairs``) are then read from there, and a machine's records are
+        indexed (``by_hw_norm``, ``at``) only when one of its answers is made."""
         self.by_hw_norm: dict[tuple[str, str], list] = {}
         self.at: dict[tuple, list] = {}
         self.e2e: dict[tuple[str, str], list] = {}
+        self._kernel: dict[str, list] = {}   # each machine's kernel entries, in order
+        self._indexed: set[str] = set()
+        self._per_machine = per_machine
         for e in entries:
-            if e.kind == "endtoend":
+            kind = e.kind
+            if kind == "endtoend":
                 self.e2e.setdefault((e.rec["config"]["model"], e.rec["provenance"]["hardware_id"]), []).append(e)
-                continue
-            if e.kind != "kernel":
-                continue
-            rec = e.rec
-            hw, norm = rec["provenance"]["hardware_id"], rec["norm"]["name"]
-            self.by_hw_norm.setdefault((hw, norm), []).append(e)
-            self.at.setdefault((hw, norm, rec["config"].get("layout"), _dims(rec)), []).append(e)
+            elif kind == "kernel":
+                self._kernel.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
         self.models = catalog.models()
         self.targets = {m.key: best.model_targets(m) for m in self.models}
-        self.hws = sorted({hw for hw, _ in self.by_hw_norm} | {hw for _, hw in self.e2e})
+        self.hws = sorted(set(self._kernel) | {hw for _, hw in self.e2e})
+
+    def _index(self, hw: str) -> None:
+        """``by_hw_norm`` and ``at`` of one machine's kernel entries, in order (once)."""
+        if hw in self._indexed:
+            return
+        self._indexed.add(hw)
+        for e in self._kernel.get(hw, ()):
+            rec = e.rec
+            norm = rec["norm"]["name"]
+            self.by_hw_norm.setdefault((hw, norm), []).append(e)
+            self.at.setdefault((hw, norm, rec["config"].get("layout"), _dims(rec)), []).append(e)
 
     def model(self, key: str) -> catalog.Model:
         return next(m for m in self.models if m.key == key)
 
     def at_targets(self, key: str, hw: str) -> list:
         """The records on ``hw`` at any of the model's (norm, shape) targets, each once."""
+        self._index(hw)
         seen, out = set(), []
         for t in self.targets[key]:
             k = (hw, t["norm"], t["layout"], tuple(t["dims"]))
@@ -118,8 +132,14 @@ class ByModel:
 
     def pairs(self) -> list[tuple[str, str]]:
         """(model, device) with any record of the model's sites, in catalog order, devices sorted."""
-        return [(m.key, hw) for m in self.models for hw in self.hws
-                if self.at_targets(m.key, hw) or (m.key, hw) in self.e2e]
+        if not hasattr(self, "_pairs"):
+            def measured(hw: str) -> list[str]:
+                return [m.key for m in self.models if self.at_targets(m.key, hw) or (m.key, hw) in self.e2e]
+
+            keys = {hw: set(self._per_machine("model_pairs", hw, lambda hw=hw: measured(hw)) if self._per_machine
+                            else measured(hw)) for hw in self.hws}
+            self._pairs = [(m.key, hw) for m in self.models for hw in self.hws if m.key in keys[hw]]
+        return self._pairs
 
     def combos(self, key: str, hw: str) -> list[tuple[str, str]]:
         """The (dtype, pass) the records at the model's shapes on ``hw`` hold."""
@@ -129,12 +149,14 @@ class ByModel:
     def answer(self, key: str, hw: str, dtype: str, pass_: str) -> list[dict]:
         """``normbench best --model KEY --device HW --dtype D --pass P`` on the site's records."""
         norms = sorted({t["norm"] for t in self.targets[key]})
+        self._index(hw)
         pool = [e.rec for n in norms for e in self.by_hw_norm.get((hw, n), [])]
         return best.answer(pool, self.targets[key], hardware=hw, dtypes=[dtype], passes=[pass_],
                            model_arg=f"--model {key}")
 
     def records_at(self, row: dict) -> list:
         """The entries of one answer row's shape, dtype and pass (every backend, flagged ones included)."""
+        self._index(row["hardware_id"])
         es = self.at.get((row["hardware_id"], row["norm"], row["layout"], tuple(row["shape"])), [])
         return sorted((e for e in es if e.rec["config"]["dtype"] == row["dtype"]
                        and e.rec["config"]["pass"] == row["pass"]),

@@ -135,7 +135,7 @@ class _Hasher:
             # A table's rows are plain data (cells of text, numbers and links): hashed as JSON in one call (the
             # leaderboard's thousands of rows, cell by cell through ``add``, were a second of every build).
             u(b"T:" + _json([obj.id, [(c.label, c.num, c.title, c.sorted) for c in obj.cols], obj.rows,
-                             obj.filters, obj.search, obj.page, obj.cls, obj.src, obj.n_total, obj.all_filters,
+                             obj.filters, obj.search, obj.page, obj.cls, obj.src, obj.n_total, obj.all_options,
                              obj.preview, obj.only])
               + b"\0")
         elif hasattr(obj, "fingerprint"):

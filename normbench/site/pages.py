@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import heapq
 import json
 import math
 import re
@@ -224,7 +225,8 @@ class LazyFigure:
 class Site:
     """All pages of one build: ``pages()`` yields Page objects; ``data_files`` collects the big tables' rows."""
 
-    def __init__(self, loaded: Loaded, info: SiteInfo, docs: dict[str, str], charts=None, rows=None):
+    def __init__(self, loaded: Loaded, info: SiteInfo, docs: dict[str, str], charts=None, rows=None,
+                 machine_store=None):
         self.loaded = loaded
         self.info = info
         self.docs = docs
@@ -232,11 +234,9 @@ class Site:
         self.data_files: dict = {}     # data file -> its Table (text: ``Table.data_text``) or text
         self.extra_files: dict[str, bytes] = {}   # other files a job writes (a record page's JSON)
         self.fig_store = None          # drawn figures by the hash of their inputs (``results.readcache.PickleDir``)
-        self.machine_store = None      # per-machine aggregates (``per_machine``; ``results.readcache.PickleDir``)
+        # per-machine aggregates (``per_machine``; ``results.readcache.PickleDir``; the site cache's)
+        self.machine_store = machine_store
         self.kernels = agg.kernel_rows(loaded.entries, rows)   # ``rows``: the site cache's (``incremental``)
-        agg.add_speedups(self.kernels)
-        agg.add_cache_residency(self.kernels)
-        agg.keep_bandwidth_keys(self.kernels)
         self.acc_rows = [agg.accuracy_row(e) for e in loaded.entries if e.kind == "accuracy"]
         self.cells = agg.accuracy_cells(self.acc_rows)
         self.norm_meta: dict[str, dict] = {}
@@ -244,12 +244,17 @@ class Site:
         for e in sorted(loaded.entries, key=lambda e: _s(e.rec["provenance"].get("timestamp"))):
             self.norm_meta[e.rec["norm"]["name"]] = e.rec["norm"]
             self.hw_entries.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
-        self.by_norm: dict[str, list[dict]] = {}
         self.by_hw: dict[str, list[dict]] = {}
+        for r in self.kernels:
+            self.by_hw.setdefault(r["hardware"], []).append(r)
+        for hw, hr in self.by_hw.items():
+            # Speed-ups, cache residency and rank keys read the machine's own rows alone: kept between builds.
+            derived = self.per_machine("derived", hw, lambda hr=hr: agg.derive_machine(hr))
+            agg.apply_derived(hr, derived)
+        self.by_norm: dict[str, list[dict]] = {}
         self.by_norm_hw: dict[tuple[str, str], list[dict]] = {}
         for r in self.kernels:
             self.by_norm.setdefault(r["norm"], []).append(r)
-            self.by_hw.setdefault(r["hardware"], []).append(r)
             self.by_norm_hw.setdefault((r["norm"], r["hardware"]), []).append(r)
         self.kernel_hws = sorted(self.by_hw)
         self._wfig: dict[tuple, tuple[list, int]] = {}
@@ -261,7 +266,8 @@ class Site:
     # --- links ---------------------------------------------------------------------------------------------------
 
     #: What ``per_machine`` keeps of each machine between builds (``build`` prunes the rest).
-    MACHINE_MEMOS = ("models_index", "models_index_hub", "claims_speed")
+    MACHINE_MEMOS = ("models_index", "models_index_hub", "claims_speed", "derived", "hw_facts", "summary",
+                     "model_pairs")
 
     def machine_print(self, hw: str) -> str:
         """A machine's records as the pages know them (``incremental.entry_print`` of each): what its aggregates are
@@ -300,6 +306,46 @@ class Site:
             value = make()
             store.put(key, value)
         return value
+
+    def machine_summary(self, hw: str) -> dict:
+        """What the summary pages read of one machine's kernel rows, kept between builds (``per_machine``): its
+        best rows as positions in ``by_hw[hw]`` (``rows_at``), per norm its section of the norm's page (best rows,
+        figures and points, widths, rows). A rebuild reads a changed machine's rows alone (issue #38)."""
+        memo = self.__dict__.setdefault("_summaries", {})
+        if hw not in memo:
+            memo[hw] = self.per_machine("summary", hw, lambda: self._machine_summary(hw))
+        return memo[hw]
+
+    def _machine_summary(self, hw: str) -> dict:
+        rows = self.by_hw.get(hw, [])
+        pos = {id(r): i for i, r in enumerate(rows)}
+
+        def at(rs):
+            return [pos[id(r)] for r in rs]
+
+        norms = {}
+        for n in self.machine_norms(hw):
+            hr = self.by_norm_hw.get((n, hw), [])
+            norms[n] = {"counts": self._width_counts(hr), "widths": len({r["num_features"] for r in hr}),
+                        "n": len(hr), "best": at(agg.best_by_bandwidth(hr, 3)),
+                        "best_copy": at(agg.best_by_same_size_copy(hr, 3))}
+        compare: dict[str, dict[tuple, tuple]] = {}   # norm -> combination -> (rows, ``_width_best`` as positions)
+        for n in self.machine_norms(hw):
+            combos: dict[tuple, list[dict]] = {}
+            for r in self.by_norm_hw.get((n, hw), []):
+                if not r["invalid"]:
+                    combos.setdefault((r["layout"], r["dtype"], r["pass"], r["timing"]), []).append(r)
+            if combos:
+                compare[n] = {c: (len(rs), [(key, pos[id(r)]) for key, r in self._width_best(rs)])
+                              for c, rs in combos.items()}
+        return {"norms": norms, "compare": compare, "best": at(agg.best_backend_per_norm(rows)),
+                "best_copy": at(agg.best_backend_per_norm(rows, "copy")), "per_case": at(self.best_per_case(rows)),
+                "top": at(agg.best_by_bandwidth(rows, 5)), "top_copy": at(agg.best_by_same_size_copy(rows, 5))}
+
+    def rows_at(self, hw: str, at: list[int]) -> list[dict]:
+        """The rows of ``by_hw[hw]`` at these positions (``machine_summary``'s)."""
+        rows = self.by_hw.get(hw, [])
+        return [rows[i] for i in at]
 
     def hw_name(self, hw: str) -> str:
         entries = self.hw_entries.get(hw) or []
@@ -349,11 +395,14 @@ class Site:
                                       ("shape_class", "shape class"), ("backend", "backend"), ("timing", "timing"),
                                       ("layout", "layout"), ("harness", "harness"), ("ranked", "ranked")],
                   preview=preview)
-        ranked = agg.rank_by_bandwidth(rows)
         if srcs is not None:
-            t.n_total = len(ranked)
-            t.all_filters = [self._kernel_filters(r) for r in ranked]
-            ranked = ranked[:_tables.PREVIEW]
+            # The page holds the first rows (the data files hold every one): the best PREVIEW of them, and each
+            # filter's values over all of them, not every row's filters (a norm's 3,300 rows at 100 machines).
+            t.n_total = len(rows)
+            t.all_options = self._kernel_options(rows)
+            ranked = heapq.nsmallest(_tables.PREVIEW, rows, key=agg.bandwidth_key)
+        else:
+            ranked = agg.rank_by_bandwidth(rows)
         for r in ranked:
             e = r["entry"]
             bad = r["invalid"]
@@ -402,6 +451,21 @@ class Site:
         if shard:
             self.data_files[shard[0]] = shard[1]
         return t
+
+    @staticmethod
+    def _kernel_options(rows: list[dict]) -> dict[str, list[str]]:
+        """Each filter's distinct values (as texts, sorted) over ``rows``: ``Table.options`` of their
+        ``_kernel_filters`` without making them."""
+        keys = ("hardware", "norm", "dtype", "pass", "shape_class", "backend", "timing", "layout", "harness")
+        seen: dict[str, set] = {k: set() for k in keys}
+        ranked = set()
+        for r in rows:
+            for k in keys:
+                seen[k].add(r[k])
+            ranked.add("invalid" if r["invalid"] else ("flagged" if r["flagged"] else "ranked"))
+        out = {k: sorted({str(v) for v in vals}) for k, vals in seen.items()}
+        out["ranked"] = sorted(ranked)
+        return out
 
     @staticmethod
     def _kernel_filters(r: dict) -> dict:
@@ -619,8 +683,9 @@ class Site:
         """Per machine, each norm's best row against the DRAM ceiling and (norms with no ranked record from DRAM)
         its best cache-resident row against a same-size copy: the matrix and ``top_machines`` both read them."""
         hws = self.kernel_hws
-        best = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw])} for hw in hws}
-        best_copy = {hw: {r["norm"]: r for r in agg.best_backend_per_norm(self.by_hw[hw], "copy")} for hw in hws}
+        best = {hw: {r["norm"]: r for r in self.rows_at(hw, self.machine_summary(hw)["best"])} for hw in hws}
+        best_copy = {hw: {r["norm"]: r for r in self.rows_at(hw, self.machine_summary(hw)["best_copy"])}
+                     for hw in hws}
         return best, best_copy
 
     @functools.cached_property
@@ -677,8 +742,8 @@ class Site:
             devices = hws
             if matrix.src:
                 self.data_files[matrix.data_path] = matrix
-        top = {hw: agg.best_by_bandwidth(self.by_hw[hw], 5) for hw in hws}
-        top_copy = {hw: agg.best_by_same_size_copy(self.by_hw[hw], 5) for hw in hws}
+        top = {hw: self.rows_at(hw, self.machine_summary(hw)["top"]) for hw in hws}
+        top_copy = {hw: self.rows_at(hw, self.machine_summary(hw)["top_copy"]) for hw in hws}
         tables = []
         for key, cells in self._acc_tables():
             ranked = agg.rank_cells(cells)[:3]
@@ -731,11 +796,12 @@ class Site:
         """A machine's rows of the leaderboard (``best_per_case`` is per machine, so the leaderboard is the union of
         these), each with its rank key, in one data file per machine that ``kernels.html`` loads together: a changed
         machine rewrites its own file, not a 13 MB one of every machine's rows. No page."""
-        self.kernel_table(slug("kl", hw), self.best_per_case(self.by_hw.get(hw, [])), "", file=True)
+        self.kernel_table(slug("kl", hw), self.rows_at(hw, self.machine_summary(hw)["per_case"]), "", file=True)
         return iter(())
 
     def kernels_page(self) -> Page:
-        rows = self.best_per_case(self.kernels)
+        # best_per_case's key holds the machine: the union of each machine's is the leaderboard's (ranked below)
+        rows = [r for hw in self.kernel_hws for r in self.rows_at(hw, self.machine_summary(hw)["per_case"])]
         # Many machines: the page holds the first rows; every row is in the machines' files (``kernels_part``).
         table = self.kernel_table("kernels", rows, "", srcs=[self.leaderboard_file(hw) for hw in self.kernel_hws]
                                   if self.many_site() else None)
@@ -749,8 +815,9 @@ class Site:
                  crumbs=[("devices.html", "Devices")])
         rows = self.by_hw.get(hw, [])
         norms = sorted({r["norm"] for r in rows})
-        best = {r["norm"]: r for r in agg.best_backend_per_norm(rows)}
-        best_copy = {r["norm"]: r for r in agg.best_backend_per_norm(rows, "copy")}
+        summary = self.machine_summary(hw) if rows else {"best": [], "best_copy": []}
+        best = {r["norm"]: r for r in self.rows_at(hw, summary["best"])}
+        best_copy = {r["norm"]: r for r in self.rows_at(hw, summary["best_copy"])}
         if any(self.many(n) for n in norms):
             # Every kernel record of the machine, once, in its data file: its first rows in this page, and the norm
             # pages load a machine's rows of their norm from it (a best-per-case table beside it held the same rows
@@ -767,8 +834,8 @@ class Site:
 
     def hw_facts(self, hw: str) -> list[tuple[str, str]]:
         memo = self.__dict__.setdefault("_facts", {})   # the devices page and each device's page show them
-        if hw not in memo:
-            memo[hw] = self._hw_facts(hw)
+        if hw not in memo:   # a function of the machine's own records: kept between builds
+            memo[hw] = self.per_machine("hw_facts", hw, lambda: self._hw_facts(hw))
         return memo[hw]
 
     def _hw_facts(self, hw: str) -> list[tuple[str, str]]:
@@ -826,16 +893,16 @@ class Site:
 
         p = Page(norm_compare_file(name), "compare.html", f"{name} across devices", active="devices.html",
                  crumbs=[("devices.html", "Devices"), (norm_file(name), name)])
-        rows = [r for r in self.by_norm[name] if not r["invalid"]]
-        combos: dict[tuple, dict[str, list[dict]]] = {}   # combination -> device -> its rows, in order
-        for r in rows:
-            combos.setdefault((r["layout"], r["dtype"], r["pass"], r["timing"]), {}).setdefault(
-                r["hardware"], []).append(r)
+        # combination -> device -> (its valid rows, their ``_width_best`` points), from each machine's summary
+        combos: dict[tuple, dict[str, tuple]] = {}
+        for hw in self.norm_hws(name):
+            for combo, (n, best) in self.machine_summary(hw)["compare"].get(name, {}).items():
+                combos.setdefault(combo, {})[hw] = (n, [(key, self.by_hw[hw][i]) for key, i in best])
         figs, points, left = [], 0, []
-        for combo, per_hw in sorted(combos.items(), key=lambda kv: (-sum(map(len, kv[1].values())), kv[0])):
+        for combo, per_hw in sorted(combos.items(), key=lambda kv: (-sum(n for n, _ in kv[1].values()), kv[0])):
             # Each device's points (``width_frame``'s), chosen without making frames: the page is digested by them
             # on every build and its figures' frames are made only when it is drawn.
-            bests = [b for hw in sorted(per_hw) if (b := self._width_best(per_hw[hw]))]
+            bests = [b for hw in sorted(per_hw) if (b := per_hw[hw][1])]
             if len(bests) < 2 or len({key[4] for b in bests for key, _ in b}) < 2:
                 continue
             n = sum(map(len, bests))
@@ -857,7 +924,8 @@ class Site:
                 points += n
         p.charts = bool(figs)
         p.ctx = dict(name=name, figs=figs, left=left, norm_href=p.up + norm_file(name),
-                     devices=[(hw, self.norm_hw_href(name, hw, p.up)) for hw in sorted({r["hardware"] for r in rows})])
+                     devices=[(hw, self.norm_hw_href(name, hw, p.up)) for hw in self.norm_hws(name)
+                              if name in self.machine_summary(hw)["compare"]])
         return p
 
     def norms_index(self) -> Page:
@@ -893,19 +961,24 @@ class Site:
         inline = self.norm_inline(name)
         many = self.many(name)
         for hw in self.norm_hws(name):
-            hr = self.by_norm_hw.get((name, hw), [])   # the same rows in the same order (100 scans of all rows)
-            # With many machines and no figures inline, a machine's section is its button: its figures are not
-            # shown, so not planned either (their frames were most of a rebuild's norm pages).
-            figs, points = self._width_figures(name, hw, hr, up, draw=inline)   # many: counted, not planned
+            # The machine's section, from what its summary keeps of this norm (``machine_summary``)
+            sec = self.machine_summary(hw)["norms"][name]
+            if inline:
+                figs, points = self._width_figures(name, hw, self.by_norm_hw.get((name, hw), []), up)
+            else:
+                # With many machines and no figures inline, a machine's section is its button: its figures are not
+                # shown, so not planned either (their frames were most of a rebuild's norm pages), only counted.
+                n_figs, points = sec["counts"] if self.charts is not None else (0, 0)
+                figs = [Markup("")] * n_figs
             devices.append({"hw": hw, "name": self.hw_name(hw), "anchor": slug("d", hw), "figs": figs,
                             "points": points, "href": up + device_file(hw),
                             "fig_href": up + self.norm_hw_href(name, hw),
                             "pick": up + self.machine_file(hw) if many else None,
-                            "widths": len({r["num_features"] for r in hr}), "n": len(hr),
+                            "widths": sec["widths"], "n": sec["n"],
                             "best": [self._top_row(r) | {"href": self.rec_href(r["entry"], up)}
-                                     for r in agg.best_by_bandwidth(hr, 3)],
+                                     for r in self.rows_at(hw, sec["best"])],
                             "best_copy": [self._top_row(r, copy=True) | {"href": self.rec_href(r["entry"], up)}
-                                          for r in agg.best_by_same_size_copy(hr, 3)]})
+                                          for r in self.rows_at(hw, sec["best_copy"])]})
         # Figures inline while the page stays small; with many devices each has its figure page (one click).
         cells = [c for c in self.cells if c.norm == name and not c.tuning]
         acc = []
@@ -971,7 +1044,7 @@ class Site:
         if not hasattr(self, "_bymodel"):
             from normbench.site.bymodel import ByModel
 
-            self._bymodel = ByModel(self.loaded.entries)
+            self._bymodel = ByModel(self.loaded.entries, self.per_machine)
         return self._bymodel
 
     def models_index(self) -> Page:
@@ -1277,12 +1350,20 @@ class Site:
             # outcome is the same. The speed comparisons' rows per machine, kept between builds (``per_machine``):
             # each reads one machine's kernel records, and their scipy tests were a third of a 100-machine rebuild.
             kern: dict[str, list[dict]] = {}   # each machine's kernel records in the order read (as evaluate sees them)
-            for e in self.loaded.entries:
-                if e.rec.get("kind") == "kernel" and C.reads(e.rec):
-                    kern.setdefault(e.rec["provenance"]["hardware_id"], []).append(e.rec)
+
+            made: list[bool] = []
+
+            def machine_rows(hw: str) -> dict:
+                if not made:   # made once, where a machine's rows are not kept
+                    made.append(True)
+                    for e in self.loaded.entries:
+                        if e.rec.get("kind") == "kernel" and C.reads(e.rec):
+                            kern.setdefault(e.rec["provenance"]["hardware_id"], []).append(e.rec)
+                return C.machine_speed_rows(kern.get(hw, []))
+
             speed: dict[str, list[dict]] = {}
             for hw in sorted(self.hw_entries):
-                rows = self.per_machine("claims_speed", hw, lambda hw=hw: C.machine_speed_rows(kern.get(hw, [])))
+                rows = self.per_machine("claims_speed", hw, lambda hw=hw: machine_rows(hw))
                 for key, got in rows.items():
                     speed.setdefault(key, []).extend(got)
             self._claims = C.evaluate((e.rec for e in self.loaded.entries
@@ -1382,10 +1463,15 @@ class Site:
         def st(v):
             return None if v is None else strings.setdefault(v, len(strings))
 
+        named: dict[tuple, int] = {}   # a part's keys (as text) -> its key set: a machine's records share a few
+
         def part(obj) -> list:
             flat = _flat(obj)
-            keys = tuple(st(k) for k, _ in flat)
-            return [keysets.setdefault(keys, len(keysets)), [st(v) for _, v in flat]]
+            names = tuple([k for k, _ in flat])
+            ks = named.get(names)
+            if ks is None:   # the keys take their indices in ``s`` here, before the values, as they always did
+                ks = named[names] = keysets.setdefault(tuple([st(k) for k in names]), len(keysets))
+            return [ks, [st(v) for _, v in flat]]
 
         recs = []
         for e in entries:
@@ -1421,7 +1507,10 @@ class Site:
         # The page's records exactly as validated. gzip (no name, no time: the same records give the same bytes): a
         # page's records repeat their run's provenance and config keys, so they compress ~10x.
         text = "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
-        self.extra_files[entries[0].json_file] = gzip.compress((text + "\n]\n").encode("utf-8"), mtime=0)
+        # Level 6: a 1,000-record machine's 2.97 MB of JSON in 0.395 MB and 76 ms (level 9, gzip's default in
+        # Python: 0.386 MB in 121 ms; level 1: 0.555 MB in 27 ms).
+        self.extra_files[entries[0].json_file] = gzip.compress((text + "\n]\n").encode("utf-8"), compresslevel=6,
+                                                               mtime=0)
         rows = []
         for i, e in enumerate(entries):
             flags = self.record_flags(e)

@@ -136,10 +136,10 @@ def record_data_file(page: str) -> str:
 
 def pages_of(entries: list[Entry]) -> dict[str, list[Entry]]:
     """Record page -> its entries, in a stable order (kind, then id)."""
-    out: dict[str, list[Entry]] = {}
-    for e in sorted(entries, key=lambda e: (e.page, e.kind, e.rid)):
-        out.setdefault(e.page, []).append(e)
-    return out
+    groups: dict[str, list[Entry]] = {}
+    for e in entries:
+        groups.setdefault(e.page, []).append(e)
+    return {page: sorted(group, key=lambda e: (e.kind, e.rid)) for page, group in sorted(groups.items())}
 
 
 def load_results(root: str | os.PathLike, cache=None, jobs: int = 1) -> Loaded:

@@ -20,8 +20,9 @@ DEEP_PREVIEW = 25
 PAGE_ROWS = 250
 #: The gzip level of a data file's payload (``data_script``). Measured on a 1,000-record machine's two data files
 #: (0.74 + 0.59 MB of packed JSON): level 1 0.23 + 0.15 MB in 15 ms, 6 0.19 + 0.12 MB in 55 ms, 9 0.19 + 0.12 MB
-#: in 105 ms: 6 is within 2 % of 9's bytes in half its time.
-DATA_GZIP = 6
+#: in 105 ms. Level 1: compressing was 22 s of CPU of a 100-machine cold build at level 6 (1,209 files; issue
+#: #38's 120 s), for ~20 % more bytes in data/ (54 -> ~65 MB of a 300 MB budget at 100 machines).
+DATA_GZIP = 1
 
 
 @dataclass
@@ -67,7 +68,8 @@ class Table:
     cls: str = ""
     src: str | None = None    # the data file(s) with every row, relative to the page, space-separated (``shard``)
     n_total: int | None = None          # rows in all, where only the first are built (``rows`` is the preview)
-    all_filters: list | None = None     # every row's filter values, where only the first rows are built
+    all_options: dict | None = None     # each filter's distinct values over every row, where only the first rows
+                                        # are built (filter -> sorted texts)
     preview: int | None = None          # rows kept in the page when a data file holds them all (default PREVIEW)
     only: tuple[str, str] | None = None  # (filter, value): the rows a data file loaded on demand must match
 
@@ -87,9 +89,11 @@ class Table:
     def options(self) -> list[tuple[str, str, list[str]]]:
         """(key, label, distinct values) of each filter that has more than one value."""
         out = []
-        every = self.all_filters if self.all_filters is not None else [r["f"] for r in self.rows]
         for key, label in self.filters:
-            values = sorted({str(f.get(key, "")) for f in every})
+            if self.all_options is not None:
+                values = self.all_options.get(key, [""])
+            else:
+                values = sorted({str(r["f"].get(key, "")) for r in self.rows})
             if len(values) > 1:
                 out.append((key, label, values))
         return out
