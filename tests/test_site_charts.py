@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -309,8 +310,14 @@ def test_the_width_spec_made_from_a_known_structure_is_altairs_own():
     other["label"] = other["label"] + " (another device)"
     other["url"] = [f"records/other{i}.html#x" for i in range(len(other))]
     other["device"] = "gpu-2"
+    holes = other.copy()   # missing and non-finite numbers (null in JSON) and a missing flag
+    holes["ceiling_gbps"] = [(c, math.nan, math.inf)[i % 3] for i, c in enumerate(holes["ceiling_gbps"])]
+    holes.loc[holes.index[1], "median_s"] = math.nan
+    holes.loc[holes.index[2], "pct_ceiling"] = math.inf
+    holes["flags"] = holes["flags"].astype(object)
+    holes.loc[holes.index[0], "flags"] = None
     for metric in ("gbps", "pct_ceiling"):
-        for df in (base, other, other.iloc[::-1]):
+        for df in (base, other, other.iloc[::-1], holes):
             want = C.kernel_width_chart(df, metric=metric, title="t · x").to_dict(validate=False)
             got = C.kernel_width_chart_spec(df, metric=metric, title="t · x")
             assert json.dumps(got) == json.dumps(want)

@@ -239,3 +239,39 @@ def test_many_machines_rebuild_renders_the_changed_machine_and_equals_a_cold_bui
     assert again.reused > 0
     build_site(results, tmp_path / "cold", charts=False, cache=False)
     assert _files(site) == _files(tmp_path / "cold")
+
+
+def test_a_machines_kept_aggregates_are_its_own_and_follow_its_records(tmp_path, monkeypatch):
+    """The per-machine aggregates a rebuild keeps (``Site.per_machine``: speed-ups and rank keys, summary, facts)
+    are made again for the machine whose records changed and for no other; a change that reorders that machine's
+    ranking (a record made the fastest of its machine) and its speed-ups still gives the site a cold build gives."""
+    from normbench.site import aggregate, pages
+
+    monkeypatch.setattr(pages, "MANY_MACHINES", 1)
+    site, _, _ = sup.machines_site(tmp_path, cache=True)
+    results = tmp_path / "results"
+
+    def faster(r):   # re-timed at 97 % of its ceiling: consistent, and the best of its machine
+        met = r["metrics"]
+        f = 97.0 / met["pct_of_ceiling"]
+        met["time_median_s"] /= f
+        met["gbps"] *= f
+        met["pct_of_ceiling"] = 100.0 * met["gbps"] / met["ceiling_gbps"]
+
+    before = (site / "index.html").read_text(encoding="utf-8")
+    rec = _edit(results, lambda r: r["provenance"]["hardware_id"] == "gpu-machine-1" and not r.get("flags")
+                and r["config"]["backend"] != "eager" and (r["metrics"].get("pct_of_ceiling") or 0) > 10
+                and r["id"][:10] not in before, faster)
+    made: dict[str, list[str]] = {"derived": [], "summary": [], "hw_facts": []}
+    derive, summary, facts = aggregate.derive_machine, pages.Site._machine_summary, pages.Site._hw_facts
+    monkeypatch.setattr(aggregate, "derive_machine", lambda rows: made["derived"].append(rows[0]["hardware"])
+                        or derive(rows))
+    monkeypatch.setattr(pages.Site, "_machine_summary", lambda self, hw: made["summary"].append(hw)
+                        or summary(self, hw))
+    monkeypatch.setattr(pages.Site, "_hw_facts", lambda self, hw: made["hw_facts"].append(hw) or facts(self, hw))
+    build_site(results, site, charts=False, jobs=1)
+    assert made == {"derived": ["gpu-machine-1"], "summary": ["gpu-machine-1"], "hw_facts": ["gpu-machine-1"]}
+    build_site(results, tmp_path / "cold", charts=False, cache=False)
+    assert _files(site) == _files(tmp_path / "cold")
+    # the edited record now leads its machine in the overview's top table
+    assert rec["id"][:10] in (site / "index.html").read_text(encoding="utf-8")

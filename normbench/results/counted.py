@@ -157,14 +157,19 @@ def _cached(path: Path, kind: str | None, judge: bool, cache) -> tuple:
     return digest, None, raw, twin_raw
 
 
-# A forked judging process finds its files here (set just before the fork) and keeps its own stale cache.
+# A forked judging process finds its files here (set just before the fork), keeps its own stale cache and writes
+# what it judged into the read cache (``_CACHE``) itself: the parent would otherwise pickle every record again.
 _TODO: list | None = None
 _STALE: dict = {}
+_CACHE = None
 
 
 def _judge_at(i: int) -> tuple[list, dict]:
-    path, kind, judge, raw, twin_raw = _TODO[i]
-    return _judge(path, kind, judge, raw, twin_raw, _STALE), _STALE
+    path, kind, judge, raw, twin_raw, digest = _TODO[i]
+    items = _judge(path, kind, judge, raw, twin_raw, _STALE)
+    if _CACHE is not None:
+        _CACHE.put(digest, kind, items)
+    return items, _STALE
 
 
 def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs: int) -> list[tuple[str, list]]:
@@ -172,7 +177,7 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
     file order, from ``cache`` where it holds the file's bytes judged by this code (``readcache``); the others are
     judged, in ``jobs`` forked processes where there are several (parsing, validation and the stale judgement cost
     about a millisecond a record), while this process reads the cached ones."""
-    global _TODO, _STALE
+    global _TODO, _STALE, _CACHE
     import sys
 
     from normbench.processes import Pool, can_fork, phase
@@ -195,7 +200,8 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
                 out[i] = (d[0], d[1])
 
     if fork:
-        _TODO, _STALE = [(paths[i], kind, judge, done[i][2], done[i][3]) for i in todo], stale_cache
+        _TODO, _STALE = [(paths[i], kind, judge, done[i][2], done[i][3], done[i][0]) for i in todo], stale_cache
+        _CACHE = cache if cache is not None and judge and hasattr(cache, "kept") else None
         try:
             with Pool(_judge_at, min(jobs, len(todo)), what="judging pool") as pool:
                 results = pool.results(range(len(todo)))
@@ -206,19 +212,23 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
                     judged[todo[k]] = items
                     stale_cache.update(hashes)
         finally:
-            _TODO, _STALE = None, {}
+            _TODO, _STALE, _CACHE = None, {}, None
     else:
         load_cached()
         judged = {i: _judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache) for i in todo}
     for i in range(len(done)):
+        put = cache is not None and judge
         if i in judged:
             items = judged[i]
+            if put and fork and hasattr(cache, "kept"):   # the worker that judged it wrote it
+                cache.kept(done[i][0], kind)
+                put = False
         elif out[i] is None:   # in the cache's directory but not readable there
             items = _judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache)
         else:
             continue
         out[i] = (done[i][0], items)
-        if cache is not None and judge:
+        if put:
             cache.put(done[i][0], kind, items)
     if keep and len(stale_cache) != known:
         cache.keep_hashes(stale_cache)

@@ -199,3 +199,9 @@ class ReadCache(PickleDir):
 
     def put(self, digest: str, kind: str | None, items) -> None:
         super().put((digest, kind), items)
+
+    def kept(self, digest: str, kind: str | None) -> None:
+        """Count the entry of ``(digest, kind)`` as used by this process (another process, a judging worker of
+        ``records_that_count``, wrote it): ``prune`` keeps it."""
+        if self.dir is not None:
+            self.used.add(self._name((digest, kind)))

@@ -980,12 +980,12 @@ class Site:
                             "best_copy": [self._top_row(r, copy=True) | {"href": self.rec_href(r["entry"], up)}
                                           for r in self.rows_at(hw, sec["best_copy"])]})
         # Figures inline while the page stays small; with many devices each has its figure page (one click).
-        cells = [c for c in self.cells if c.norm == name and not c.tuning]
         acc = []
-        for key in sorted({c.table_key for c in cells}, key=self.table_order):
-            ranked = agg.rank_cells([c for c in self.cells if c.table_key == key])
-            for c in cells:
-                if c.table_key == key:
+        for key, table in self._acc_tables():   # sorted by table_order, as the keys of the norm's cells were
+            cells = [c for c in table if c.norm == name and not c.tuning]
+            if cells:
+                ranked = self.ranked_table(key)
+                for c in cells:
                     acc.append(self._cell_summary(c, ranked.index(c) + 1, len(ranked), up, key))
         p.charts = inline and any(d["figs"] for d in devices)
         p.ctx = dict(
@@ -1109,10 +1109,19 @@ class Site:
     # --- accuracy ------------------------------------------------------------------------------------------------
 
     def _acc_tables(self) -> list[tuple[tuple, list]]:
-        tables: dict[tuple, list] = {}
-        for c in self.cells:
-            tables.setdefault(c.table_key, []).append(c)
-        return sorted(tables.items(), key=lambda kv: self.table_order(kv[0]))
+        if getattr(self, "_tables_memo", None) is None:
+            tables: dict[tuple, list] = {}
+            for c in self.cells:
+                tables.setdefault(c.table_key, []).append(c)
+            self._tables_memo = sorted(tables.items(), key=lambda kv: self.table_order(kv[0]))
+        return self._tables_memo
+
+    def ranked_table(self, key: tuple) -> list:
+        """``agg.rank_cells`` of one table's cells (``_acc_tables``), once per build: every norm's page reads them."""
+        memo = self.__dict__.setdefault("_ranked_tables", {})
+        if key not in memo:
+            memo[key] = agg.rank_cells(dict(self._acc_tables())[key])
+        return memo[key]
 
     @staticmethod
     def table_order(key: tuple) -> tuple:
