@@ -210,19 +210,10 @@ def machines_site(root, n: int = 3, cache: bool = False, charts: bool = False) -
     accuracy records), built without figures and with ``pages.MANY_MACHINES`` at 1, so its norms take the many-machine
     layout a public leaderboard has (no page per norm and machine; a machine's records loaded on demand): (site,
     report, records). ``charts``: with figures (a many-machine norm's are drawn in the browser: no SVG is made)."""
-    import copy
-
-    from normbench.records.schema import record_id
     from normbench.site import build_site, pages
 
     base = [r for r in demo_records() if r["kind"] == "kernel" and r["provenance"]["hardware_id"] == "gpu-nvidia-h200"]
-    recs = []
-    for m in range(n):
-        for r in base:
-            r = copy.deepcopy(r)
-            r["provenance"]["hardware_id"] = hw = f"gpu-machine-{m}"
-            r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
-            recs.append(r)
+    recs = on_machines(base, [f"gpu-machine-{m}" for m in range(n)])
     root = Path(root)
     write_records(recs, root / "results")
     old = pages.MANY_MACHINES
@@ -307,20 +298,26 @@ def _paired(a: dict, b: dict, ratio: float, lo: float, hi: float) -> None:
                                                   "verdict": verdict_of(1 / hi, 1 / lo)})
 
 
-def model_records_on(hws) -> list[dict]:
-    """``model_records()`` on each of the machines ``hws`` (each copy with its own hardware id and record id)."""
+def on_machines(records: list[dict], hws) -> list[dict]:
+    """Kernel ``records`` copied onto each of the machines ``hws``, machine by machine (each copy with its own hardware
+    id and record id)."""
     import copy
 
     from normbench.records.schema import record_id
 
     recs = []
     for hw in hws:
-        for r in model_records():
+        for r in records:
             r = copy.deepcopy(r)
             r["provenance"]["hardware_id"] = hw
             r["id"] = record_id("kernel", r["norm"]["name"], r["config"], hw, r["impl_hash"])
             recs.append(r)
     return recs
+
+
+def model_records_on(hws) -> list[dict]:
+    """``model_records()`` on each of the machines ``hws``."""
+    return on_machines(model_records(), hws)
 
 
 def model_records(compile_8: float = 10e-6) -> list[dict]:

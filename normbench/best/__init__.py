@@ -349,11 +349,10 @@ def answer(records: list[dict], targets: list[dict], *, hardware: str | None = N
     for hw in hws:
         here = [r for r in pool if r["provenance"]["hardware_id"] == hw]
         device = "cuda" if any(r["config"].get("device", "").startswith("cuda") for r in here) else "cpu"
-        # each target's kernel records (its norm, layout and dims), from one pass over them (dozens of targets)
+        # each target's records (its norm, layout and dims), from one pass over them (dozens of targets)
         at_key: dict[tuple, list[dict]] = {}
-        for r in here:
-            if r.get("kind") == "kernel":
-                at_key.setdefault((r["norm"]["name"], r["config"].get("layout"), _dims(r)), []).append(r)
+        for r in here:   # kernel records (``pool``)
+            at_key.setdefault((r["norm"]["name"], r["config"].get("layout"), _dims(r)), []).append(r)
         founds = [at_key.get((t["norm"], t["layout"], tuple(t["dims"])), []) for t in targets]
         at_targets = [r for found in founds for r in found]
         ds = list(dtypes) if dtypes else sorted({r["config"]["dtype"] for r in at_targets}) or ["float32"]

@@ -183,6 +183,8 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
     from normbench.processes import Pool, can_fork, phase
 
     keep = cache is not None and judge and hasattr(cache, "hashes")
+    # forked workers write what they judge into a read cache themselves (``_judge_at``); this process marks it used
+    workers_put = cache is not None and judge and hasattr(cache, "kept")
     stale_cache: dict = cache.hashes() if keep else {}
     known = len(stale_cache)
     done = [_cached(path, kind, judge, cache) for path in paths]
@@ -201,7 +203,7 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
 
     if fork:
         _TODO, _STALE = [(paths[i], kind, judge, done[i][2], done[i][3], done[i][0]) for i in todo], stale_cache
-        _CACHE = cache if cache is not None and judge and hasattr(cache, "kept") else None
+        _CACHE = cache if workers_put else None
         try:
             with Pool(_judge_at, min(jobs, len(todo)), what="judging pool") as pool:
                 results = pool.results(range(len(todo)))
@@ -217,18 +219,16 @@ def _judged_files(paths: list[Path], kind: str | None, judge: bool, cache, jobs:
         load_cached()
         judged = {i: _judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache) for i in todo}
     for i in range(len(done)):
-        put = cache is not None and judge
         if i in judged:
             items = judged[i]
-            if put and fork and hasattr(cache, "kept"):   # the worker that judged it wrote it
-                cache.kept(done[i][0], kind)
-                put = False
         elif out[i] is None:   # in the cache's directory but not readable there
             items = _judge(paths[i], kind, judge, done[i][2], done[i][3], stale_cache)
         else:
             continue
         out[i] = (done[i][0], items)
-        if put:
+        if i in judged and fork and workers_put:   # the worker that judged it wrote it
+            cache.kept(done[i][0], kind)
+        elif cache is not None and judge:
             cache.put(done[i][0], kind, items)
     if keep and len(stale_cache) != known:
         cache.keep_hashes(stale_cache)

@@ -94,6 +94,7 @@ class ByModel:
         self._kernel: dict[str, list] = {}   # each machine's kernel entries, in order
         self._indexed: set[str] = set()
         self._per_machine = per_machine
+        self._pairs: list[tuple[str, str]] | None = None
         for e in entries:
             kind = e.kind
             if kind == "endtoend":
@@ -132,7 +133,7 @@ class ByModel:
 
     def pairs(self) -> list[tuple[str, str]]:
         """(model, device) with any record of the model's sites, in catalog order, devices sorted."""
-        if not hasattr(self, "_pairs"):
+        if self._pairs is None:
             def measured(hw: str) -> list[str]:
                 return [m.key for m in self.models if self.at_targets(m.key, hw) or (m.key, hw) in self.e2e]
 

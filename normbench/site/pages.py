@@ -23,7 +23,7 @@ from normbench import stats as S
 from normbench.gendocs import MARKER_LINE
 from normbench.records.schema import FLAGS, INVALID_FLAGS, bound_by
 from normbench.site import aggregate as agg
-from normbench.site import markdown
+from normbench.site import downloads, markdown
 from normbench.site import tables as _tables
 from normbench.site.fmt import (
     fmt_bytes,
@@ -324,15 +324,14 @@ class Site:
             return [pos[id(r)] for r in rs]
 
         norms = {}
+        compare: dict[str, dict[tuple, tuple]] = {}   # norm -> combination -> (rows, ``_width_best`` as positions)
         for n in self.machine_norms(hw):
             hr = self.by_norm_hw.get((n, hw), [])
             norms[n] = {"counts": self._width_counts(hr), "widths": len({r["num_features"] for r in hr}),
                         "n": len(hr), "best": at(agg.best_by_bandwidth(hr, 3)),
                         "best_copy": at(agg.best_by_same_size_copy(hr, 3))}
-        compare: dict[str, dict[tuple, tuple]] = {}   # norm -> combination -> (rows, ``_width_best`` as positions)
-        for n in self.machine_norms(hw):
             combos: dict[tuple, list[dict]] = {}
-            for r in self.by_norm_hw.get((n, hw), []):
+            for r in hr:
                 if not r["invalid"]:
                     combos.setdefault((r["layout"], r["dtype"], r["pass"], r["timing"]), []).append(r)
             if combos:
@@ -452,28 +451,24 @@ class Site:
             self.data_files[shard[0]] = shard[1]
         return t
 
-    @staticmethod
-    def _kernel_options(rows: list[dict]) -> dict[str, list[str]]:
-        """Each filter's distinct values (as texts, sorted) over ``rows``: ``Table.options`` of their
-        ``_kernel_filters`` without making them."""
-        keys = ("hardware", "norm", "dtype", "pass", "shape_class", "backend", "timing", "layout", "harness")
-        seen: dict[str, set] = {k: set() for k in keys}
-        ranked = set()
-        for r in rows:
-            for k in keys:
-                seen[k].add(r[k])
-            ranked.add("invalid" if r["invalid"] else ("flagged" if r["flagged"] else "ranked"))
-        out = {k: sorted({str(v) for v in vals}) for k, vals in seen.items()}
-        out["ranked"] = sorted(ranked)
-        return out
+    #: A kernel row's fields its tables filter on (``_kernel_filters``), besides whether it is ranked.
+    FILTER_FIELDS = ("hardware", "norm", "dtype", "pass", "shape_class", "backend", "timing", "layout", "harness")
 
     @staticmethod
-    def _kernel_filters(r: dict) -> dict:
-        bad = r["invalid"]
-        return {"hardware": r["hardware"], "norm": r["norm"], "dtype": r["dtype"], "pass": r["pass"],
-                "shape_class": r["shape_class"], "backend": r["backend"], "timing": r["timing"],
-                "layout": r["layout"], "harness": r["harness"],
-                "ranked": "invalid" if bad else ("flagged" if r["flagged"] else "ranked")}
+    def _ranked_state(r: dict) -> str:
+        return "invalid" if r["invalid"] else ("flagged" if r["flagged"] else "ranked")
+
+    @classmethod
+    def _kernel_options(cls, rows: list[dict]) -> dict[str, list[str]]:
+        """Each filter's distinct values (as texts, sorted) over ``rows``: ``Table.options`` of their
+        ``_kernel_filters`` without making them."""
+        out = {k: sorted({str(r[k]) for r in rows}) for k in cls.FILTER_FIELDS}
+        out["ranked"] = sorted({cls._ranked_state(r) for r in rows})
+        return out
+
+    @classmethod
+    def _kernel_filters(cls, r: dict) -> dict:
+        return {**{k: r[k] for k in cls.FILTER_FIELDS}, "ranked": cls._ranked_state(r)}
 
     def norm_shared(self, name: str) -> bool:
         """Whether a norm's every-record table is too big for its page: its rows are then written once, in its
@@ -745,8 +740,8 @@ class Site:
         top = {hw: self.rows_at(hw, self.machine_summary(hw)["top"]) for hw in hws}
         top_copy = {hw: self.rows_at(hw, self.machine_summary(hw)["top_copy"]) for hw in hws}
         tables = []
-        for key, cells in self._acc_tables():
-            ranked = agg.rank_cells(cells)[:3]
+        for key, cells in self._acc_tables:
+            ranked = self._ranked_tables[key][:3]
             if ranked:
                 tables.append((key, self.cell_page_file(key), ranked))
         return Page("index.html", "index.html", "Normalization layer leaderboard", active="index.html", ctx=dict(
@@ -815,7 +810,7 @@ class Site:
                  crumbs=[("devices.html", "Devices")])
         rows = self.by_hw.get(hw, [])
         norms = sorted({r["norm"] for r in rows})
-        summary = self.machine_summary(hw) if rows else {"best": [], "best_copy": []}
+        summary = self.machine_summary(hw)
         best = {r["norm"]: r for r in self.rows_at(hw, summary["best"])}
         best_copy = {r["norm"]: r for r in self.rows_at(hw, summary["best_copy"])}
         if any(self.many(n) for n in norms):
@@ -981,10 +976,10 @@ class Site:
                                           for r in self.rows_at(hw, sec["best_copy"])]})
         # Figures inline while the page stays small; with many devices each has its figure page (one click).
         acc = []
-        for key, table in self._acc_tables():   # sorted by table_order, as the keys of the norm's cells were
+        for key, table in self._acc_tables:   # sorted by table_order, as the keys of the norm's cells were
             cells = [c for c in table if c.norm == name and not c.tuning]
             if cells:
-                ranked = self.ranked_table(key)
+                ranked = self._ranked_tables[key]
                 for c in cells:
                     acc.append(self._cell_summary(c, ranked.index(c) + 1, len(ranked), up, key))
         p.charts = inline and any(d["figs"] for d in devices)
@@ -1108,20 +1103,19 @@ class Site:
 
     # --- accuracy ------------------------------------------------------------------------------------------------
 
+    @functools.cached_property
     def _acc_tables(self) -> list[tuple[tuple, list]]:
-        if getattr(self, "_tables_memo", None) is None:
-            tables: dict[tuple, list] = {}
-            for c in self.cells:
-                tables.setdefault(c.table_key, []).append(c)
-            self._tables_memo = sorted(tables.items(), key=lambda kv: self.table_order(kv[0]))
-        return self._tables_memo
+        """The accuracy tables (``Cell.table_key`` -> its cells), in ``table_order``."""
+        tables: dict[tuple, list] = {}
+        for c in self.cells:
+            tables.setdefault(c.table_key, []).append(c)
+        return sorted(tables.items(), key=lambda kv: self.table_order(kv[0]))
 
-    def ranked_table(self, key: tuple) -> list:
-        """``agg.rank_cells`` of one table's cells (``_acc_tables``), once per build: every norm's page reads them."""
-        memo = self.__dict__.setdefault("_ranked_tables", {})
-        if key not in memo:
-            memo[key] = agg.rank_cells(dict(self._acc_tables())[key])
-        return memo[key]
+    @functools.cached_property
+    def _ranked_tables(self) -> dict[tuple, list]:
+        """``agg.rank_cells`` of each accuracy table's cells, once per build: the overview, the accuracy page, each
+        table's page and every norm's page read them."""
+        return {key: agg.rank_cells(cells) for key, cells in self._acc_tables}
 
     @staticmethod
     def table_order(key: tuple) -> tuple:
@@ -1250,7 +1244,7 @@ class Site:
 
     def accuracy_page(self) -> Page:
         tables = []
-        for key, cells in self._acc_tables():
+        for key, cells in self._acc_tables:
             ranked = [c for c in cells if not c.tuning]
             c0 = cells[0]
             tables.append({"key": key, "title": self.table_title(key), "href": self.cell_page_file(key),
@@ -1263,8 +1257,7 @@ class Site:
                         search=False, cls="narrow")
         for n in sorted({c.norm for c in self.cells if not c.tuning}):
             row = [cell(n, n, href=norm_file(n))]
-            for key, cells in self._acc_tables():
-                ranked = agg.rank_cells(cells)
+            for key, ranked in self._ranked_tables.items():
                 mine = [c for c in ranked if c.norm == n]
                 if not mine:
                     row.append(cell("–"))
@@ -1284,7 +1277,7 @@ class Site:
         p = Page(self.cell_page_file(key), "cell.html", self.table_title(key), active="accuracy.html",
                  crumbs=[("accuracy.html", "Accuracy")])
         up = p.up
-        ranked = agg.rank_cells(cells)
+        ranked = self._ranked_tables[key]
         c0 = cells[0]
         import pandas as pd
 
@@ -1358,13 +1351,12 @@ class Site:
             # Only the records a claim may read (``claims.reads``): the entries are one per id already, so the
             # outcome is the same. The speed comparisons' rows per machine, kept between builds (``per_machine``):
             # each reads one machine's kernel records, and their scipy tests were a third of a 100-machine rebuild.
-            kern: dict[str, list[dict]] = {}   # each machine's kernel records in the order read (as evaluate sees them)
-
-            made: list[bool] = []
+            kern: dict[str, list[dict]] | None = None   # each machine's kernel records in the order read
 
             def machine_rows(hw: str) -> dict:
-                if not made:   # made once, where a machine's rows are not kept
-                    made.append(True)
+                nonlocal kern
+                if kern is None:   # made once, where a machine's rows are not kept
+                    kern = {}
                     for e in self.loaded.entries:
                         if e.rec.get("kind") == "kernel" and C.reads(e.rec):
                             kern.setdefault(e.rec["provenance"]["hardware_id"], []).append(e.rec)
@@ -1516,10 +1508,10 @@ class Site:
         # The page's records exactly as validated. gzip (no name, no time: the same records give the same bytes): a
         # page's records repeat their run's provenance and config keys, so they compress ~10x.
         text = "[\n" + ",\n".join(json.dumps(e.rec, ensure_ascii=False, separators=(",", ":")) for e in entries)
-        # Level 6: a 1,000-record machine's 2.97 MB of JSON in 0.395 MB and 76 ms (level 9, gzip's default in
-        # Python: 0.386 MB in 121 ms; level 1: 0.555 MB in 27 ms).
-        self.extra_files[entries[0].json_file] = gzip.compress((text + "\n]\n").encode("utf-8"), compresslevel=6,
-                                                               mtime=0)
+        # A download like the CSV (``downloads.GZIP``): a 1,000-record machine's 2.97 MB of JSON in 0.395 MB and 76 ms
+        # (level 9, Python's default: 0.386 MB in 121 ms; level 1: 0.555 MB in 27 ms).
+        self.extra_files[entries[0].json_file] = gzip.compress((text + "\n]\n").encode("utf-8"),
+                                                               compresslevel=downloads.GZIP, mtime=0)
         rows = []
         for i, e in enumerate(entries):
             flags = self.record_flags(e)
@@ -1573,9 +1565,8 @@ class Site:
 
     def download_part(self, hw: str):
         """A device's records as gzip-compressed CSV and Parquet (``downloads.part_files``); no page."""
-        from normbench.site.downloads import part_files
 
-        csv, parquet = part_files(self.hw_records(hw))
+        csv, parquet = downloads.part_files(self.hw_records(hw))
         stem = download_stem(hw)
         self.extra_files[f"{stem}.csv.gz"] = csv
         self.extra_files[f"{stem}.parquet"] = parquet
@@ -1609,7 +1600,7 @@ class Site:
             if not self.many(name):
                 jobs += [("norm_device", name, hw) for hw in self.norm_hws(name)]
         jobs += [("accuracy_page",)]
-        jobs += [("cell_page", key) for key, _ in self._acc_tables()]
+        jobs += [("cell_page", key) for key, _ in self._acc_tables]
         # The claims page and the softmax page in one job: both show the claims' verdicts (``claim_results``, a
         # second or two at 100 machines), which two jobs made once in each of two workers.
         jobs += [("claims_page",), ("methodology_page",)]
@@ -1637,7 +1628,7 @@ class Site:
         elif what == "norm_device":
             yield self.norm_device_page(*args)
         elif what == "cell_page":
-            yield self.cell_page(args[0], dict(self._acc_tables())[args[0]])
+            yield self.cell_page(args[0], dict(self._acc_tables)[args[0]])
         elif what == "record_page":
             yield self.record_page(args[0], self._record_groups()[args[0]])
         elif what == "download_part":
