@@ -275,3 +275,43 @@ def test_a_machines_kept_aggregates_are_its_own_and_follow_its_records(tmp_path,
     assert _files(site) == _files(tmp_path / "cold")
     # the edited record now leads its machine in the overview's top table
     assert rec["id"][:10] in (site / "index.html").read_text(encoding="utf-8")
+
+
+def test_a_rebuild_unpickles_the_changed_machines_records_alone(tmp_path, monkeypatch):
+    """A rebuild reads an unchanged machine's pages and aggregates from the site cache: of the records the read
+    cache holds (``readcache.FileRecords``), it unpickles the changed machine's and, for each norm's name and
+    description, the file of that norm's newest record, and no other (a reader that touches every record, as the
+    methodology page's bytes models or the softmax page's families once did, turns this red). Its site is the cold
+    build's, byte for byte."""
+    from normbench.results import readcache
+    from normbench.results.counted import records_that_count
+    from normbench.site import pages
+
+    monkeypatch.setattr(pages, "MANY_MACHINES", 1)
+    site, _, _ = sup.machines_site(tmp_path, n=4, cache=True)
+    results = tmp_path / "results"
+    _edit(results, lambda r: r["provenance"]["hardware_id"] == "gpu-machine-2",
+          lambda r: r["metrics"].update(peak_mem_bytes=123454321))
+    read: list[set] = []   # per file unpickled, the (machine, id) of its records
+    record = readcache.FileRecords.record
+
+    def counted(self, pos):
+        if self._recs is None:
+            out = record(self, pos)
+            read.append({(r["provenance"]["hardware_id"], r["id"]) for r in self._recs})
+            return out
+        return record(self, pos)
+
+    monkeypatch.setattr(readcache.FileRecords, "record", counted)
+    build_site(results, site, charts=False, jobs=1)
+    # the newest record of each norm (ties: the one read last), from a plain read
+    newest: dict[str, dict] = {}
+    for rec in sorted(records_that_count(results).records, key=lambda r: r["provenance"]["timestamp"]):
+        newest[rec["norm"]["name"]] = rec
+    norms_newest = {(r["provenance"]["hardware_id"], r["id"]) for r in newest.values()}
+    assert read, "nothing was read from the read cache: the rebuild judged every file again"
+    others = [ids for ids in read if any(hw != "gpu-machine-2" for hw, _ in ids)]
+    assert all(ids & norms_newest for ids in others), [sorted(ids)[:2] for ids in others if not ids & norms_newest]
+    assert len(others) <= len(newest)
+    build_site(results, tmp_path / "cold", charts=False, cache=False)
+    assert _files(site) == _files(tmp_path / "cold")

@@ -24,27 +24,59 @@ from pathlib import Path
 
 from normbench.records.schema import add_flag
 from normbench.records.store import InvalidRecordError, Problem, frame, record_files, scan_file, twin_of
+from normbench.results.readcache import Unread, record_head
 
 LEGACY_REASON = ("migrated schema-v1 record: its implementation was never run through `normbench check` "
                  "(check: null), so it is shown and never ranked")
 
 
-@dataclass
 class Entry:
-    """One record that counts, the file it was read from and its position there."""
+    """One record that counts, the file it was read from and its position there.
 
-    rec: dict
-    path: Path
-    index: int
-    digest: str = ""   # the SHA-256 of the file's bytes it was read from (``readcache.file_digest``)
+    ``rid``, ``kind``, ``timestamp``, ``hw`` and ``norm`` (``record_head``) are at hand; ``rec`` is the record itself.
+    An entry read from the read cache gets its record on first use (``readcache.FileRecords``: a file's records are
+    unpickled together when one of them is first read, with the flags this reader gave it): a build that reads one
+    changed machine's records does not unpickle the other machines' (issue #38)."""
+
+    __slots__ = ("_rec", "_src", "_pos", "_marks", "path", "index", "digest", "rid", "kind", "timestamp", "hw",
+                 "norm")
+
+    def __init__(self, rec: dict | None, path: Path, index: int, digest: str = "", *, head: tuple | None = None,
+                 src=None, pos: int = 0):
+        if rec is None and src is None:
+            raise ValueError("an entry needs its record or where to read it (src)")
+        self._rec, self._src, self._pos, self._marks = rec, src, pos, None
+        self.path, self.index, self.digest = path, index, digest
+        self.rid, self.kind, self.timestamp, self.hw, self.norm = head if head is not None else record_head(rec)
 
     @property
-    def rid(self) -> str:
-        return str(self.rec.get("id"))
+    def rec(self) -> dict:
+        rec = self._rec
+        if rec is None:
+            rec = self._rec = self._src.record(self._pos)
+            self._src = None
+            if self._marks is not None:
+                _flag(rec, *self._marks)
+                self._marks = None
+        return rec
 
-    @property
-    def kind(self) -> str:
-        return self.rec["kind"]
+    def mark(self, why: str | None, legacy: bool) -> None:
+        """Flag the record ``stale`` (``why``) and/or ``legacy``: now if it is read, else when it is."""
+        if self._rec is None:
+            self._marks = (why, legacy)
+        else:
+            _flag(self._rec, why, legacy)
+
+    def __repr__(self) -> str:
+        return f"Entry({self.rid!r}, {str(self.path)!r}, {self.index})"
+
+
+def _flag(rec: dict, why: str | None, legacy: bool) -> None:
+    """The reader's flags on a copy that counts: stale first, then legacy."""
+    if why:
+        add_flag(rec, "stale", why)
+    if legacy and "legacy" not in (rec.get("flags") or ()):
+        add_flag(rec, "legacy", LEGACY_REASON)
 
 
 @dataclass
@@ -75,11 +107,6 @@ class Counted:
                 for r in self.rejected for p in r.problems]
 
 
-def _timestamp(rec: dict) -> str:
-    ts = (rec.get("provenance") or {}).get("timestamp")
-    return ts if isinstance(ts, str) else ""
-
-
 def newest_per_id(entries: list[Entry]) -> tuple[list[Entry], list[tuple[Entry, Entry]]]:
     """The deduplication rule: per id the newest copy, a tie going to the copy read last; (kept, superseded)."""
     best: dict[str, Entry] = {}
@@ -88,7 +115,7 @@ def newest_per_id(entries: list[Entry]) -> tuple[list[Entry], list[tuple[Entry, 
         old = best.get(e.rid)
         if old is None:
             best[e.rid] = e
-        elif _timestamp(e.rec) >= _timestamp(old.rec):
+        elif e.timestamp >= old.timestamp:
             superseded.append((old, e))
             best[e.rid] = e
         else:
@@ -260,7 +287,10 @@ def records_that_count(root: str | os.PathLike = "results", kind: str | None = N
             if problems:
                 rejected.append(Rejected(path, index, label or "file", list(problems)))
             else:
-                e = Entry(rec, path, index, digest)
+                if isinstance(rec, Unread):   # from the read cache: read on first use
+                    e = Entry(None, path, index, digest, head=rec.head, src=rec.src, pos=rec.pos)
+                else:
+                    e = Entry(rec, path, index, digest)
                 entries.append(e)
                 if why or legacy:
                     marks[id(e)] = (why, legacy)
@@ -268,10 +298,8 @@ def records_that_count(root: str | os.PathLike = "results", kind: str | None = N
     # Only the copies that count are flagged: stale first, then legacy.
     for e in kept:
         why, legacy = marks.get(id(e), (None, False))
-        if why:
-            add_flag(e.rec, "stale", why)
-        if legacy and "legacy" not in (e.rec.get("flags") or ()):
-            add_flag(e.rec, "legacy", LEGACY_REASON)
+        if why or legacy:
+            e.mark(why, legacy)
     return Counted(kept, rejected, superseded, len(paths))
 
 

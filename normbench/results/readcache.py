@@ -28,8 +28,8 @@ from pathlib import Path
 
 from normbench.versions import dist_version
 
-#: Bumped when what a cache entry holds changes.
-FORMAT = 1
+#: Bumped when what a cache entry holds changes (2: a file's records pickled apart from what is read of each).
+FORMAT = 2
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -163,6 +163,42 @@ class PickleDir:
         return n
 
 
+def record_head(rec: dict) -> tuple:
+    """What every reader asks of every record, without reading the rest: (id as text, kind, timestamp or "",
+    hardware id, norm name) (``counted.Entry``)."""
+    prov, norm = rec.get("provenance"), rec.get("norm")
+    ts = prov.get("timestamp") if isinstance(prov, dict) else None
+    return (str(rec.get("id")), rec.get("kind"), ts if isinstance(ts, str) else "",
+            prov.get("hardware_id") if isinstance(prov, dict) else None,
+            norm.get("name") if isinstance(norm, dict) else None)
+
+
+class FileRecords:
+    """The valid records of one cached file, kept pickled until one of them is read: then all of them are
+    unpickled together (``counted.Entry.rec``). A build reads what a page shows of an unchanged machine from the
+    site's own caches, so most of a rebuild's files are never unpickled."""
+
+    __slots__ = ("_blob", "_recs")
+
+    def __init__(self, blob: bytes):
+        self._blob, self._recs = blob, None
+
+    def record(self, pos: int) -> dict:
+        if self._recs is None:
+            self._recs, self._blob = pickle.loads(self._blob), None
+        return self._recs[pos]
+
+
+class Unread:
+    """A valid record in a judged file's items (``ReadCache.get``) that is not unpickled yet: its head
+    (``counted.record_head``) and where to read it."""
+
+    __slots__ = ("head", "src", "pos")
+
+    def __init__(self, head: tuple, src: FileRecords, pos: int):
+        self.head, self.src, self.pos = head, src, pos
+
+
 class ReadCache(PickleDir):
     """Judged record files under ``directory`` (``records_that_count(cache=...)``): ``get``/``put`` by file digest
     and kind, for the code of this process (``judge_key``); ``prune`` (called by a build once it has read everything)
@@ -174,12 +210,19 @@ class ReadCache(PickleDir):
         self.misses = 0
 
     def get(self, digest: str, kind: str | None):
+        """The judged items of a file, as ``put`` was given them but for each valid record: an ``Unread`` (its
+        head, and its record read on first use); None where there is no entry."""
         value = super().get((digest, kind))
-        if value is None:
+        try:
+            heads, blob = value
+            src = FileRecords(blob)
+            items = [(i, None if head is None else Unread(head, src, pos), problems, label, why, legacy)
+                     for i, head, pos, problems, label, why, legacy in heads]
+        except (TypeError, ValueError):   # none, or not this format's
             self.misses += 1
-        else:
-            self.hits += 1
-        return value
+            return None
+        self.hits += 1
+        return items
 
     def hashes(self) -> dict:
         """The stale judgement's hashes of today's code (``staleness.stale_reason``'s cache: implementation and model
@@ -198,7 +241,16 @@ class ReadCache(PickleDir):
         return found
 
     def put(self, digest: str, kind: str | None, items) -> None:
-        super().put((digest, kind), items)
+        """Keep a file's judged items (index, record or None, problems, label, stale reason, legacy): each valid
+        record's head apart, the records pickled together (``FileRecords``)."""
+        recs, heads = [], []
+        for i, rec, problems, label, why, legacy in items:
+            if rec is None or problems:
+                heads.append((i, None, None, problems, label, why, legacy))
+            else:
+                heads.append((i, record_head(rec), len(recs), problems, label, why, legacy))
+                recs.append(rec)
+        super().put((digest, kind), (heads, pickle.dumps(recs, protocol=pickle.HIGHEST_PROTOCOL)))
 
     def kept(self, digest: str, kind: str | None) -> None:
         """Count the entry of ``(digest, kind)`` as used by this process (another process, a judging worker of

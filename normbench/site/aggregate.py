@@ -102,6 +102,7 @@ def kernel_row(e: Entry) -> dict:
         "err_dw": _err(met.get("err"), "dw", "max_abs"),
         "timestamp": _s(prov.get("timestamp")),
         "speedup": None,
+        "row_passes": num(met.get("row_passes")),   # softmax: the passes over a row its algorithm makes
     }
 
 

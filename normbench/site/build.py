@@ -102,7 +102,7 @@ def _version() -> str:
 
 
 def _taken(entries) -> str:
-    ts = sorted(t[:10] for e in entries if isinstance(t := e.rec["provenance"].get("timestamp"), str) and len(t) >= 10)
+    ts = sorted(e.timestamp[:10] for e in entries if len(e.timestamp) >= 10)
     if not ts:
         return "no data yet"
     return ts[0] if ts[0] == ts[-1] else f"{ts[0]} – {ts[-1]}"

@@ -100,7 +100,7 @@ class ByModel:
             if kind == "endtoend":
                 self.e2e.setdefault((e.rec["config"]["model"], e.rec["provenance"]["hardware_id"]), []).append(e)
             elif kind == "kernel":
-                self._kernel.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
+                self._kernel.setdefault(e.hw, []).append(e)
         self.models = catalog.models()
         self.targets = {m.key: best.model_targets(m) for m in self.models}
         self.hws = sorted(set(self._kernel) | {hw for _, hw in self.e2e})

@@ -222,6 +222,17 @@ class LazyFigure:
         return self.__html__()
 
 
+def _bytes_models(rows: list[dict]) -> dict[str, tuple[int, dict, set]]:
+    """Per bytes-model formula in one machine's rows: (the position of its first row, that row's model, the norms
+    that use it) (``Site.methodology_page``)."""
+    out: dict[str, tuple[int, dict, set]] = {}
+    for i, r in enumerate(rows):
+        model = r["entry"].rec["config"].get("bytes_model")
+        if isinstance(model, dict) and isinstance(model.get("formula"), str):
+            out.setdefault(model["formula"], (i, model, set()))[2].add(r["norm"])
+    return out
+
+
 class Site:
     """All pages of one build: ``pages()`` yields Page objects; ``data_files`` collects the big tables' rows."""
 
@@ -239,11 +250,12 @@ class Site:
         self.kernels = agg.kernel_rows(loaded.entries, rows)   # ``rows``: the site cache's (``incremental``)
         self.acc_rows = [agg.accuracy_row(e) for e in loaded.entries if e.kind == "accuracy"]
         self.cells = agg.accuracy_cells(self.acc_rows)
-        self.norm_meta: dict[str, dict] = {}
         self.hw_entries: dict[str, list] = {}   # oldest first, so [-1] describes a machine as last seen
-        for e in sorted(loaded.entries, key=lambda e: _s(e.rec["provenance"].get("timestamp"))):
-            self.norm_meta[e.rec["norm"]["name"]] = e.rec["norm"]
-            self.hw_entries.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
+        newest: dict[str, Entry] = {}           # per norm name, its newest record: the norm as last seen
+        for e in sorted(loaded.entries, key=lambda e: e.timestamp):
+            newest[e.norm] = e
+            self.hw_entries.setdefault(e.hw, []).append(e)
+        self._newest_norm = newest
         self.by_hw: dict[str, list[dict]] = {}
         for r in self.kernels:
             self.by_hw.setdefault(r["hardware"], []).append(r)
@@ -261,13 +273,18 @@ class Site:
         self._inline: dict[str, bool] = {}
         self._wplan: dict[tuple, list] = {}
 
+    @functools.cached_property
+    def norm_meta(self) -> dict[str, dict]:
+        """Each norm's ``norm`` block as its newest record gives it (read here, not for every record)."""
+        return {name: e.rec["norm"] for name, e in self._newest_norm.items()}
+
     # --- rows ----------------------------------------------------------------------------------------------------
 
     # --- links ---------------------------------------------------------------------------------------------------
 
     #: What ``per_machine`` keeps of each machine between builds (``build`` prunes the rest).
     MACHINE_MEMOS = ("models_index", "models_index_hub", "claims_speed", "derived", "hw_facts", "summary",
-                     "model_pairs")
+                     "model_pairs", "name", "bytes_models")
 
     def machine_print(self, hw: str) -> str:
         """A machine's records as the pages know them (``incremental.entry_print`` of each): what its aggregates are
@@ -347,6 +364,14 @@ class Site:
         return [rows[i] for i in at]
 
     def hw_name(self, hw: str) -> str:
+        """A machine's name as its newest record gives it (GPU and memory, or CPU and cores), memoised per build
+        and kept between builds (``per_machine``): every summary page names every machine."""
+        memo = self.__dict__.setdefault("_hw_names", {})
+        if hw not in memo:
+            memo[hw] = self.per_machine("name", hw, lambda: self._hw_name(hw))
+        return memo[hw]
+
+    def _hw_name(self, hw: str) -> str:
         entries = self.hw_entries.get(hw) or []
         h = entries[-1].rec["provenance"].get("hardware") if entries else None
         if not isinstance(h, dict):
@@ -1351,16 +1376,16 @@ class Site:
             # Only the records a claim may read (``claims.reads``): the entries are one per id already, so the
             # outcome is the same. The speed comparisons' rows per machine, kept between builds (``per_machine``):
             # each reads one machine's kernel records, and their scipy tests were a third of a 100-machine rebuild.
-            kern: dict[str, list[dict]] | None = None   # each machine's kernel records in the order read
+            kern: dict[str, list] | None = None   # each machine's kernel entries in the order read
 
             def machine_rows(hw: str) -> dict:
                 nonlocal kern
                 if kern is None:   # made once, where a machine's rows are not kept
                     kern = {}
                     for e in self.loaded.entries:
-                        if e.rec.get("kind") == "kernel" and C.reads(e.rec):
-                            kern.setdefault(e.rec["provenance"]["hardware_id"], []).append(e.rec)
-                return C.machine_speed_rows(kern.get(hw, []))
+                        if e.kind == "kernel":
+                            kern.setdefault(e.hw, []).append(e)
+                return C.machine_speed_rows([e.rec for e in kern.get(hw, []) if C.reads(e.rec)])
 
             speed: dict[str, list[dict]] = {}
             for hw in sorted(self.hw_entries):
@@ -1368,7 +1393,7 @@ class Site:
                 for key, got in rows.items():
                     speed.setdefault(key, []).extend(got)
             self._claims = C.evaluate((e.rec for e in self.loaded.entries
-                                       if e.rec.get("kind") != "kernel" and C.reads(e.rec)), speed=speed)
+                                       if e.kind != "kernel" and C.reads(e.rec)), speed=speed)
         return self._claims
 
     def claims_page(self) -> Page:
@@ -1393,7 +1418,7 @@ class Site:
 
     @staticmethod
     def _softmaxish(r: dict) -> bool:
-        return r["entry"].rec["norm"].get("family") == "softmax" or r["norm"] in ("softmax", "log_softmax")
+        return r["family"] == "softmax" or r["norm"] in ("softmax", "log_softmax")
 
     def softmax_page(self) -> Page:
         rows = [r for r in self.kernels if self._softmaxish(r)]
@@ -1407,7 +1432,7 @@ class Site:
         for b in sorted({r["backend"] for r in rows}):
             br = [r for r in rows if r["backend"] == b]
             passes = sorted({f"{r['pass']}: {int(p)}" for r in br
-                             if (p := num(r["entry"].rec["metrics"].get("row_passes"))) is not None})
+                             if (p := r["row_passes"]) is not None})
             backends.append({"backend": b, "algorithm": algorithms.get(b, "not defined by normbench (library "
                                                                            "kernel)"),
                              "passes": ", ".join(passes) or "–", "n": len(br)})
@@ -1525,11 +1550,17 @@ class Site:
     # --- methodology, downloads, rejected -------------------------------------------------------------------------
 
     def methodology_page(self) -> Page:
+        # Each formula's norms, and as its example the model of its first row in ``kernels``' order: per machine
+        # (kept between builds, ``per_machine``), then the machines' first rows compared by their place in it.
+        place = {id(r): i for i, r in enumerate(self.kernels)}
         bm: dict[str, dict] = {}
-        for r in self.kernels:
-            model = r["entry"].rec["config"].get("bytes_model")
-            if isinstance(model, dict) and isinstance(model.get("formula"), str):
-                bm.setdefault(model["formula"], {"norms": set(), "example": model})["norms"].add(r["norm"])
+        for hw, rows in self.by_hw.items():
+            for formula, (at, model, norms) in self.per_machine("bytes_models", hw,
+                                                                lambda rows=rows: _bytes_models(rows)).items():
+                got = bm.setdefault(formula, {"norms": set(), "example": model, "at": place[id(rows[at])]})
+                got["norms"].update(norms)
+                if place[id(rows[at])] < got["at"]:
+                    got["example"], got["at"] = model, place[id(rows[at])]
         recipes: dict[tuple, set] = {}
         for r in self.acc_rows:
             try:
@@ -1560,7 +1591,7 @@ class Site:
             self._hw_records: dict[str, list[Entry]] = {}
             for es in self._record_groups().values():
                 for e in es:
-                    self._hw_records.setdefault(e.rec["provenance"]["hardware_id"], []).append(e)
+                    self._hw_records.setdefault(e.hw, []).append(e)
         return self._hw_records.get(hw, [])
 
     def download_part(self, hw: str):

@@ -16,16 +16,35 @@ from pathlib import Path
 _SAFE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 
 
-@dataclass
 class Entry:
-    """One valid record, where it came from, and the file name its copy gets in the site."""
+    """One valid record, where it came from, and the file name its copy gets in the site.
 
-    rec: dict
-    path: str          # the record file, as the user would type it (e.g. results/kernel/cpu-x/layernorm.json)
-    index: int         # position inside that file
-    key: str = ""      # safe, unique name: the record's anchor on its page
-    page: str = ""     # its record page, relative to the site root (records/<norm>--<device>[-<bucket>].html)
-    digest: str = ""   # the SHA-256 of the bytes of the file it was read from (``results.readcache.file_digest``)
+    ``rid``, ``kind``, ``timestamp``, ``hw`` (hardware id) and ``norm`` (its name) are at hand without the record;
+    ``rec`` is read on first use where the reader had it in its cache (``results.counted.Entry``): a rebuild reads
+    an unchanged machine's pages and aggregates from the site cache and never unpickles its records (issue #38)."""
+
+    __slots__ = ("src", "path", "index", "key", "page", "digest", "rid", "kind", "timestamp", "hw", "norm")
+
+    def __init__(self, rec: dict | None, path: str, index: int, key: str = "", page: str = "", digest: str = "",
+                 src=None):
+        if src is None:   # a record at hand (tests, one-off readers): the reader's entry of it
+            from normbench.results.counted import Entry as CountedEntry
+
+            src = CountedEntry(rec, Path(path), index, digest)
+        self.src = src        # ``results.counted.Entry``: the record, read on first use
+        self.path = path      # the record file, as the user would type it (e.g. results/kernel/cpu-x/layernorm.json)
+        self.index = index    # position inside that file
+        self.key = key        # safe, unique name: the record's anchor on its page
+        self.page = page      # its record page, relative to the site root (records/<machine>[-<bucket>].html)
+        self.digest = digest  # the SHA-256 of the bytes of the file it was read from (``readcache.file_digest``)
+        self.rid, self.kind, self.timestamp, self.hw, self.norm = src.rid, src.kind, src.timestamp, src.hw, src.norm
+
+    @property
+    def rec(self) -> dict:
+        return self.src.rec
+
+    def __repr__(self) -> str:
+        return f"Entry({self.rid!r}, {self.path!r}, {self.index}, key={self.key!r}, page={self.page!r})"
 
     @property
     def href(self) -> str:
@@ -36,14 +55,6 @@ class Entry:
     def json_file(self) -> str:
         """The gzip-compressed JSON file (an array of the page's records, as validated) that holds this record."""
         return self.page[:-len(".html")] + ".json.gz"
-
-    @property
-    def kind(self) -> str:
-        return self.rec["kind"]
-
-    @property
-    def rid(self) -> str:
-        return str(self.rec.get("id"))
 
 
 @dataclass
@@ -113,7 +124,7 @@ def _assign_pages(entries: list[Entry]) -> None:
     record is opened (``record_data``)."""
     groups: dict[str, list[Entry]] = {}
     for e in entries:
-        groups.setdefault(str(e.rec.get("provenance", {}).get("hardware_id")), []).append(e)
+        groups.setdefault(str(e.hw), []).append(e)
     for hw, group in groups.items():
         stem = f"records/{slug(hw)}"
         bits = 0
@@ -158,7 +169,7 @@ def load_results(root: str | os.PathLike, cache=None, jobs: int = 1) -> Loaded:
         path = shown.get(e.path)
         if path is None:
             path = shown[e.path] = _display_path(e.path, root)
-        return Entry(e.rec, path, e.index, digest=e.digest)
+        return Entry(None, path, e.index, digest=e.digest, src=e)
 
     kept = [entry(e) for e in counted.entries]
     by_id = {k.rid: k for k in kept}
