@@ -13,7 +13,8 @@ judges them, so it is stored under a key made of both:
   files' hashes as its wheel recorded them).
 
 A changed byte anywhere in either gives another key, so a cached judgement is never served for other bytes or
-other code. The cache is a directory of pickles, one per file judged, written atomically; deleting it is always
+other code. The cache is a directory of pickles, one per file judged (each valid record's head apart from the
+records, which stay pickled until one is read: ``FileRecords``), written atomically; deleting it is always
 safe (the next read judges every file again). Pickles are read only from the directory the caller names: it is
 the user's own build cache, as trusted as the code that wrote it.
 """
