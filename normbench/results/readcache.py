@@ -192,7 +192,7 @@ class FileRecords:
 
 class Unread:
     """A valid record in a judged file's items (``ReadCache.get``) that is not unpickled yet: its head
-    (``counted.record_head``) and where to read it."""
+    (``record_head``) and where to read it."""
 
     __slots__ = ("head", "src", "pos")
 
