@@ -99,7 +99,7 @@ def check_command(argv: list[str], normbench_parser) -> str | None:
     args = _normbench_args(argv)
     if args is not None:
         return _parses(normbench_parser, args)
-    prog, rest = argv[0], argv[1:]
+    prog, rest = Path(argv[0]).name, argv[1:]  # .venv/bin/asv is asv
     if prog == "bash":
         return None if rest and (REPO / rest[0]).is_file() else f"no script {rest[:1]}"
     if prog == "asv":
@@ -112,11 +112,11 @@ def check_command(argv: list[str], normbench_parser) -> str | None:
         if i >= 0 and rest[i + 1] == "normbench.cli":
             return _parses(normbench_parser, rest[i + 2:])
         return None
-    if prog == "pytest" or argv[:3] == [".venv/bin/python", "-m", "pytest"]:
-        paths = [a for a in (rest if prog == "pytest" else argv[3:]) if not a.startswith("-")]
+    if prog == "pytest" or (prog.startswith("python") and rest[:2] == ["-m", "pytest"]):
+        paths = [a for a in (rest if prog == "pytest" else rest[2:]) if not a.startswith("-")]
         missing = [p for p in paths if not (REPO / p.split("::")[0]).exists()]
         return f"no such test path {missing}" if missing else None
-    if Path(prog).name == "pip" and rest[:1] == ["install"]:
+    if prog == "pip" and rest[:1] == ["install"]:
         paths = [a for a in rest[1:] if not a.startswith("-")]
         missing = [p for p in paths if not (REPO / p.strip("'\"").split("[")[0]).exists()]
         return f"no such package path {missing}" if missing else None
@@ -311,3 +311,15 @@ def test_the_history_patterns_catch_what_they_are_for():
                  "spread stays under 3 %. A kernel engineer compares against Liger. The first pass over x makes "
                  "the sums; the second pass reads it from L2.")
     assert not history_found(f"<main>{markdown.render(reference)}</main>")
+
+
+def test_no_doc_outside_docs_history_holds_development_history():
+    """The same patterns over README.md and every docs/*.md, published or not (docs/history/ aside)."""
+    from normbench.site import markdown
+
+    found = {}
+    for f in [README, *sorted((REPO / "docs").glob("*.md"))]:
+        html = f"<main>{markdown.render(f.read_text(encoding='utf-8'))}</main>"
+        if got := history_found(html):
+            found[str(f.relative_to(REPO))] = got
+    assert not found, found
