@@ -28,12 +28,14 @@ README = REPO / "README.md"
 # --- README: size ---------------------------------------------------------------------------------------------------
 
 
-def test_readme_is_at_most_120_lines_and_1000_words():
+def test_readme_is_at_most_120_lines_and_1000_words_without_dates():
     text = README.read_text(encoding="utf-8")
     lines = text.splitlines()
     words = text.split()
     assert len(lines) <= 120, f"README.md has {len(lines)} lines (at most 120)"
     assert len(words) <= 1000, f"README.md has {len(words)} words (at most 1,000)"
+    dates = re.findall(r"\b20\d\d-\d\d-\d\d\b", text)
+    assert not dates, f"README.md holds dates {dates}: dated measurements belong in docs/"
 
 
 # --- README: every command parsed or known --------------------------------------------------------------------------
