@@ -194,6 +194,10 @@ def test_every_docs_link_resolves_inside_the_repository():
     assert not bad, bad
     shared = [str(f.relative_to(REPO)) for f in doc_files() if "../shared" in f.read_text(encoding="utf-8")]
     assert not shared, f"these point at ../shared/, outside the repository: {shared}"
+    # a document named in code (the site shows relative links as text, so published pages name them this way)
+    named = {m for f in doc_files() for m in re.findall(r"`(docs/[\w./-]+\.md)(?:#[\w-]+)?`", f.read_text("utf-8"))}
+    assert named and not [m for m in named if not (REPO / m).is_file()], sorted(m for m in named
+                                                                               if not (REPO / m).is_file())
 
 
 def test_the_link_check_goes_red_on_a_link_out_of_the_repository(tmp_path):
