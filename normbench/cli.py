@@ -13,7 +13,7 @@ from normbench.discovery import report_plugin_problems
 # stored as ``func`` on the parser defaults and returns the exit code.
 COMMAND_MODULES = (
     "normbench.measure.command",   # bench, validate
-    "normbench.verify",            # bench --end-to-end (after bench: it adds to bench's options)
+    "normbench.policy_bench",            # bench --end-to-end (after bench: it adds to bench's options)
     "normbench.train.command",     # tasks, train, sweep
     "normbench.site.command",      # site build
     "normbench.claims.command",    # claims
@@ -72,7 +72,7 @@ def _cmd_list(args) -> int:
 def _cmd_check(args) -> int:
     from normbench.check import run_checks
     from normbench.executor import time_limit
-    from normbench.executors import from_args
+    from normbench.executor_choice import from_args
     from normbench.measure.baselines import GATE
 
     report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
@@ -83,7 +83,7 @@ def _cmd_check(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from normbench import __version__
-    from normbench.executors import add_arguments as add_executor_arguments
+    from normbench.executor_choice import add_arguments as add_executor_arguments
 
     parser = argparse.ArgumentParser(
         prog="normbench", description="Benchmarks and a leaderboard for normalization layers."

@@ -204,7 +204,7 @@ def _train_lane(lane: list[tuple], stop=None, running: list | None = None) -> li
     """:func:`_train_one` over ``lane`` in one worker process of its own (``normbench.executor``), until ``stop``
     is set; the executor is in ``running`` meanwhile (to be interrupted from the main thread)."""
     from normbench.executor import Task
-    from normbench.executors import make_executor
+    from normbench.executor_choice import make_executor
     from normbench.processes import phase
 
     out = []

@@ -19,7 +19,7 @@ PRELOAD = ("normbench.cli", "normbench.site.build", "normbench.site.pages", "nor
            "normbench.results.counted", "normbench.results.staleness", "normbench.claims.evaluation",
            "normbench.best.command", "normbench.gendocs", "normbench.measure.sweep", "normbench.measure.command",
            "normbench.train.api", "normbench.train.command", "normbench.suites", "normbench.executor",
-           "normbench.executors", "pandas", "jinja2")
+           "normbench.executor_choice", "pandas", "jinja2")
 
 
 def _child(req: dict) -> int:

@@ -140,7 +140,7 @@ def check_verdicts(needs) -> dict:
     missing ones checked now in a worker process (time-limited)."""
     from normbench.check import CheckStatus, ensure_checked
     from normbench.executor import time_limit
-    from normbench.executors import make_executor
+    from normbench.executor_choice import make_executor
     from normbench.measure.baselines import GATE
 
     needs = [(n, "eager", "cpu") if isinstance(n, str) else tuple(n) for n in needs]
