@@ -21,7 +21,7 @@ COMMAND_MODULES = (
     "normbench.gendocs",           # docs
     "normbench.results.command",   # migrate, compare
     "normbench.campaign",          # campaign (GPU machines)
-    "normbench.suites",            # ingest-asv (the ASV suite's kernel and accuracy results)
+    "normbench.accuracy_suite",    # ingest-asv (the ASV suite's kernel and accuracy results)
 )
 
 

@@ -1,5 +1,5 @@
-"""CLI subcommands of the measurement area: ``bench`` (``ingest-asv`` is in ``normbench.suites``, above measure and
-train, since it ingests accuracy results too)."""
+"""CLI subcommands of the measurement area: ``bench`` and ``models`` (``ingest-asv`` is in ``normbench.accuracy_suite``,
+above measure and train, since it ingests accuracy results too)."""
 
 from __future__ import annotations
 
