@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from normbench.measure.stats import summarize
+from normbench.measure.summary import summarize
 from normbench.measure.timers import TimerSettings, cpu_time, cuda_time
 from normbench.records.residency import RESIDENCIES, residency  # noqa: F401  (the rule lives beside the records)
 
