@@ -12,14 +12,14 @@ from normbench.discovery import report_plugin_problems
 # Each area owns a module with ``register(subparsers)`` adding its subcommands; the handler is
 # stored as ``func`` on the parser defaults and returns the exit code.
 COMMAND_MODULES = (
-    "normbench.measure.command",   # bench, validate
-    "normbench.policy_bench",            # bench --end-to-end (after bench: it adds to bench's options)
+    "normbench.measure.command",   # bench, models
+    "normbench.policy_bench",      # bench --end-to-end (after bench: it adds to bench's options)
     "normbench.train.command",     # tasks, train, sweep
     "normbench.site.command",      # site build
     "normbench.claims.command",    # claims
     "normbench.best.command",      # best (which implementation, per model site or shape)
     "normbench.gendocs",           # docs
-    "normbench.results.command",   # migrate, compare
+    "normbench.results.command",   # validate, migrate, compare, prune
     "normbench.campaign",          # campaign (GPU machines)
     "normbench.accuracy_suite",    # ingest-asv (the ASV suite's kernel and accuracy results)
 )
