@@ -33,7 +33,8 @@ class DevicePages(SiteCore):
         else:
             table = self.kernel_table(slug("kd", hw), self.best_per_case(rows), p.up, with_hw=False) if rows else None
         p.ctx = dict(facts=self.hw_facts(hw), n=len(rows), every=table is not None and table.id.startswith("km-"),
-                     norms=[(n, self.norm_hw_href(n, hw, "../"), best.get(n), best_copy.get(n)) for n in norms],
+                     norms=[(n, self.norm_hw_href(n, hw, "../"), best.get(n), best_copy.get(n),
+                            None if n in best or n in best_copy else self.unranked_why(n, hw)) for n in norms],
                      table=table,
                      fmt_pct=fmt_pct)
         return p

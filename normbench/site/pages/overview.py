@@ -9,7 +9,7 @@ import functools
 from normbench.site import pages
 from normbench.site import tables as _tables
 from normbench.site.fmt import fmt_gbps, fmt_pct, fmt_shape, fmt_time
-from normbench.site.pages.base import LEGACY, Page, device_file, norm_file
+from normbench.site.pages.base import FLAG_LABELS, LEGACY, Page, device_file, norm_file
 from normbench.site.pages.core import SiteCore
 from normbench.site.tables import Col, Table, cell
 
@@ -74,13 +74,42 @@ class OverviewPage(SiteCore):
                               f"{rc['pass']} · {rc['layout']} {fmt_shape(rc['shape'])}")
         if r is None:
             measured = n in self.machine_norms(hw)
-            return cell("unranked" if measured else "–", None, cls="muted" if measured else None,
-                        href=self.norm_hw_href(n, hw) if measured else None,
-                        title="measured, but every record is flagged" if measured else None)
+            why, detail = self.unranked_why(n, hw) if measured else ("–", None)
+            return cell(why, None, cls="muted" if measured else None,
+                        href=self.norm_hw_href(n, hw) if measured else None, title=detail)
         return cell(fmt_pct(r["pct"]), r["pct"], href=self.norm_hw_href(n, hw),
                     note=r["backend"], title=f"best: {r['backend']} · {r['dtype']} · {r['pass']} · "
                                              f"{r['layout']} {fmt_shape(r['shape'])}; click for "
                                              f"{n}'s figures on {hw}")
+
+    def unranked_why(self, n: str, hw: str) -> tuple[str, str]:
+        """Why a norm measured on a machine has no ranked record there: (``unranked:`` and the reason in a few words,
+        for its cell; how many records, and what keeps each kind from a rank, for the cell's title). A record is
+        ranked when it carries no flag and has its share of a ceiling: of the DRAM copy ceiling, or, cache-resident,
+        of a copy of its own size timed the same way (``aggregate.best_backend_per_norm``)."""
+        rows = self.by_norm_hw.get((n, hw), [])
+        plain = [r for r in rows if not r["flagged"]]
+        no_copy = [r for r in plain if not r["dram"] and r["pct_copy"] is None]
+        no_bandwidth = [r for r in plain if r["dram"] and r["pct"] is None and r["gbps"] is None]
+        flagged = [r for r in rows if r["flagged"]]
+        labels = ", ".join(FLAG_LABELS.get(f, f) for f in sorted({f for r in flagged for f in r["flags"]}))
+        short, detail = [], []
+        if no_copy:
+            short.append("no same-size copy")
+            caches = ", ".join(sorted({str(r["cache"]) for r in no_copy}))
+            detail.append(f"{len(no_copy)} cache-resident ({caches}), so not ranked against the DRAM ceiling, and "
+                          "without a same-size copy to rank them against")
+        if no_bandwidth:
+            short.append("no bandwidth")
+            detail.append(f"{len(no_bandwidth)} without a bandwidth (no time or no bytes moved)")
+        if flagged:
+            if not short:
+                short.append(f"flagged ({labels})")
+            detail.append(f"{len(flagged)} flagged ({labels}): flagged records are never ranked")
+        if not short:   # a norm's every row is one of the above where it has no best; said plainly if not
+            short.append("no ranked record")
+        return "unranked: " + "; ".join(short), (f"{len(rows)} record(s) of {n} on {hw}, none ranked: "
+                                                 + "; ".join(detail or ["none"]))
 
     def overview(self) -> Page:
         hws = self.kernel_hws
