@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     from normbench.processes import exit_stopped, interruptible
 
     # SIGTERM (``kill``, a CI runner's timeout) takes the Ctrl-C path: what is written is kept, and worker processes
-    # are stopped instead of left timing as orphans; a repeated signal does not cut that short (processes/interruption.py).
+    # are stopped instead of left timing as orphans; a repeated signal does not cut that short
+    # (processes/interruption.py).
     # argv None: run as the program (the console script, ``python -m normbench.cli``), which ends with this call.
     with interruptible(program=argv is None):
         rc = _parse_and_run(argv)
