@@ -1,10 +1,10 @@
 """The GPU campaign: a tiered, resumable kernel sweep for a fresh GPU machine, packed to travel back in a few files.
 
-Made for a machine whose image has torch, Triton, pandas and pytest-benchmark but not normbench's extras, reached
-for ten minutes at a time (``scripts/gpu-campaign.sh`` runs this with the image's python and ``PYTHONPATH=.``):
+Made for a GPU machine lent for short sessions whose image has torch, Triton, pandas and pytest-benchmark but not
+normbench's extras (``scripts/gpu-campaign.sh`` runs this with the image's python and ``PYTHONPATH=.``):
 
 * tier 1: LayerNorm, RMSNorm, DyT, add+RMSNorm x LLM widths 1024..16384 (4096 tokens, plus 8192x4096) x bfloat16 x
-  fwd/bwd/fwd+bwd x eager/compile/triton (+ liger where importable): planned to fit one ten-minute call;
+  fwd/bwd/fwd+bwd x eager/compile/triton (+ liger where importable): planned to fit one session (``--budget-s``);
 * tier 2: the rest of the zoo on the same LLM shapes and the vision shapes, and float32 for everything;
 * tier 3: ASV's small grid through the measurement core, and the GPU kernel tests (``tests/test_triton_kernels.py``
   compiled, not interpreted);
@@ -13,9 +13,10 @@ for ten minutes at a time (``scripts/gpu-campaign.sh`` runs this with the image'
   head to head (interleaved and paired, ``normbench.measure.headtohead``).
 
 Resumable: records already measured (passed back in with ``--resume``) are skipped, and a run stops starting new
-groups before ``--budget-s`` runs out, so a tier too big for one call continues in the next. Everything measured is
-packed into at most ``MAX_FILES`` gzipped JSON files of at most ``MAX_FILE_BYTES`` each under ``--out`` (the
-device tool's ``$OUT``), plus a log with per-group wall times that calibrates :func:`estimate`.
+groups before ``--budget-s`` runs out, so a tier too big for one session continues in the next. Everything measured
+is packed into at most ``MAX_FILES`` gzipped JSON files of at most ``MAX_FILE_BYTES`` each under ``--out`` (default:
+``$OUT`` where set, the folder a remote runner sends back), plus a log with per-group wall times that calibrates
+:func:`estimate`.
 ``--dry-run`` plans the GPU cases on any machine and prints counts and estimated minutes per tier.
 """
 
@@ -38,13 +39,13 @@ TIER1_SHAPES = ("llm-4096x1024", "llm-4096x2048", "llm-4096x4096", "llm-4096x819
                 "llm-8192x4096")
 TIER1_BACKENDS = ("eager", "compile", "triton", "liger")
 PASSES = ("fwd", "bwd", "fwd+bwd")
-#: what comes back from the device machine: at most 8 files of at most 16 MiB (the log is one of them)
+#: what comes back from the GPU machine: at most 8 files of at most 16 MiB (the log is one of them)
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 * 2**20
 RECORD_FILES = MAX_FILES - 2  # leaves room for the log and the GPU tests' output
-DEFAULT_BUDGET_S = 540.0      # of a ten-minute call: start-up, packing and the transfer need the rest
+DEFAULT_BUDGET_S = 540.0      # of a 600 s session: start-up, packing and the transfer need the rest
 
-#: The campaign's repetitions: enough for a median and IQR on a GPU, few enough for tier 1 to fit one call.
+#: The campaign's repetitions: enough for a median and IQR on a GPU, few enough for tier 1 to fit one session.
 #: (Recorded in every record: metrics.reps.)
 CAMPAIGN_SETTINGS = dict(warmup=10, min_reps=20, max_reps=200, min_time=0.1, max_time=5.0)
 
@@ -252,7 +253,7 @@ def pack(records: list[dict], out_dir, prefix: str = "records", max_files: int =
         chunks[i:i + 1] = [chunks[i][:half], chunks[i][half:]]
     if len(blobs) > max_files:
         raise ValueError(f"{len(records)} records need {len(blobs)} files of {max_bytes} bytes; at most {max_files} "
-                         "may come back: run fewer tiers per call")
+                         "may come back: run fewer tiers per session")
     paths = []
     for i, blob in enumerate(blobs):
         p = out_dir / f"{prefix}-{i}.json.gz"

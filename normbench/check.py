@@ -1,5 +1,7 @@
-"""The contract every norm must meet and the check gate: the norm's contract on the CPU, then each backend checked
-against eager on every device kind it runs on (``normbench check``); verdicts cached per (norm, backend, device)."""
+"""The check gate (``normbench check``): for each norm, what ``normbench.contract`` defines (the contract every norm
+must meet, on the CPU, and each backend's equality with eager) run on every device kind the backend runs on
+(``DEVICES``, the seam tests replace), in a worker; verdicts per (norm, backend, device kind), cached by
+implementation hash; ``ensure_checked`` / ``stamp`` / ``refusal``: the gate the measuring and training commands pass."""
 
 from __future__ import annotations
 

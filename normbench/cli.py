@@ -12,16 +12,16 @@ from normbench.discovery import report_plugin_problems
 # Each area owns a module with ``register(subparsers)`` adding its subcommands; the handler is
 # stored as ``func`` on the parser defaults and returns the exit code.
 COMMAND_MODULES = (
-    "normbench.measure.command",   # bench, validate
-    "normbench.verify",            # bench --end-to-end (after bench: it adds to bench's options)
+    "normbench.measure.command",   # bench, models
+    "normbench.policy_bench",      # bench --end-to-end (after bench: it adds to bench's options)
     "normbench.train.command",     # tasks, train, sweep
     "normbench.site.command",      # site build
     "normbench.claims.command",    # claims
     "normbench.best.command",      # best (which implementation, per model site or shape)
     "normbench.gendocs",           # docs
-    "normbench.results.command",   # migrate, compare
+    "normbench.results.command",   # validate, migrate, compare, prune
     "normbench.campaign",          # campaign (GPU machines)
-    "normbench.suites",            # ingest-asv (the ASV suite's kernel and accuracy results)
+    "normbench.accuracy_suite",    # ingest-asv (the ASV suite's kernel and accuracy results)
 )
 
 
@@ -72,7 +72,7 @@ def _cmd_list(args) -> int:
 def _cmd_check(args) -> int:
     from normbench.check import run_checks
     from normbench.executor import time_limit
-    from normbench.executors import from_args
+    from normbench.executor_choice import from_args
     from normbench.measure.baselines import GATE
 
     report_plugin_problems(errors=False)  # check reports load errors itself, first, as failures
@@ -83,7 +83,7 @@ def _cmd_check(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from normbench import __version__
-    from normbench.executors import add_arguments as add_executor_arguments
+    from normbench.executor_choice import add_arguments as add_executor_arguments
 
     parser = argparse.ArgumentParser(
         prog="normbench", description="Benchmarks and a leaderboard for normalization layers."
@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     from normbench.processes import exit_stopped, interruptible
 
     # SIGTERM (``kill``, a CI runner's timeout) takes the Ctrl-C path: what is written is kept, and worker processes
-    # are stopped instead of left timing as orphans; a repeated signal does not cut that short (processes.py).
+    # are stopped instead of left timing as orphans; a repeated signal does not cut that short
+    # (processes/interruption.py).
     # argv None: run as the program (the console script, ``python -m normbench.cli``), which ends with this call.
     with interruptible(program=argv is None):
         rc = _parse_and_run(argv)

@@ -42,8 +42,8 @@ def start() -> None:
 
 
 _atexit = False
-#: The lanes of ``suites.train_cells`` start and stop workers from several threads: one forkserver start or stop at
-#: a time (two threads stopping it at once, each in multiprocessing's unlocked ``_stop``, printed a traceback).
+#: The lanes of ``accuracy_suite.train_cells`` start and stop workers from several threads: one forkserver start or
+#: stop at a time (two threads stopping it at once, each in multiprocessing's unlocked ``_stop``, printed a traceback).
 LOCK = threading.RLock()
 
 

@@ -91,7 +91,7 @@ def ceiling_rankings_markdown(records: list[dict], n: int = 5) -> str:
     cache-resident ones by percent of their same-size copy), and how each record's residency is known."""
     from collections import Counter
 
-    from normbench.records.cache import known_caches, ranked_against_dram, record_residency
+    from normbench.records.residency import known_caches, ranked_against_dram, record_residency
 
     kern = [r for r in one_per_id(records) if r.get("kind") == "kernel"]
     if not kern:

@@ -269,6 +269,11 @@ class NormSpec:
     #: Filled in by discovery: the distribution that provided the spec and its version.
     package: str = "normbench"
     package_version: str = ""
+    #: Whether the norm subtracts a mean (LayerNorm, GroupNorm, BatchNorm: it keeps two float32 statistics per row
+    #: for its backward, mean and rstd) or not (RMSNorm: one). The bytes model reads it (``measure.bytes_model``).
+    #: ``None``: not declared; the built-ins that predate the field are named in ``bytes_model.CENTRING`` (their
+    #: specs are not edited: a new norm declares it here instead), and any other norm counts one statistic.
+    centring: bool | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming every problem with this spec's declared metadata."""
@@ -289,6 +294,8 @@ class NormSpec:
             problems.append("formula must be given in plain text")
         if not (callable(self.factory) or isinstance(self.factory, str)):
             problems.append("factory must be callable or a 'module:attr' string")
+        if self.centring is not None and not isinstance(self.centring, bool):
+            problems.append(f"centring {self.centring!r} must be True, False or None")
         names = [b.name for b in self.extra_backends]
         if len(set(names)) != len(names) or {"eager", "compile"} & set(names):
             problems.append(f"extra backends {names} must be unique and not 'eager' or 'compile'")

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from normbench.measure import suite
+    from normbench.measure import kernel_suite as suite
 
     spec = importlib.util.spec_from_file_location("nb_asv_kernels", REPO / "suites" / "asv" / "kernels.py")
     kernels = importlib.util.module_from_spec(spec)

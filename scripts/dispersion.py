@@ -31,7 +31,7 @@ import torch.utils.benchmark as tb
 from normbench.discovery import get_norm
 from normbench.measure.group import Prepared
 from normbench.measure.shapes import by_label
-from normbench.measure.stats import summarize
+from normbench.measure.summary import summarize
 from normbench.measure.timers import TimerSettings, cpu_time, cuda_time
 
 OPS = ("layernorm/fwd", "rmsnorm/fwd+bwd", "dyt/fwd")

@@ -18,8 +18,8 @@ import sys
 PRELOAD = ("normbench.cli", "normbench.site.build", "normbench.site.pages", "normbench.site.aggregate",
            "normbench.results.counted", "normbench.results.staleness", "normbench.claims.evaluation",
            "normbench.best.command", "normbench.gendocs", "normbench.measure.sweep", "normbench.measure.command",
-           "normbench.train.api", "normbench.train.command", "normbench.suites", "normbench.executor",
-           "normbench.executors", "pandas", "jinja2")
+           "normbench.train.api", "normbench.train.command", "normbench.accuracy_suite", "normbench.executor",
+           "normbench.executor_choice", "pandas", "jinja2")
 
 
 def _child(req: dict) -> int:
@@ -51,7 +51,7 @@ def _child(req: dict) -> int:
 def _lanes(out: str, norms: str, cells: str) -> int:
     """The suites' training lanes (``suites.train_cells``, two lanes) as ASV's set-up calls them: a library call in
     a process with the interpreter's own signal handlers. Exit 130 when interrupted, as a command's."""
-    from normbench import suites
+    from normbench import accuracy_suite as suites
 
     try:
         res = suites.train_cells([norms.split(","), cells.split(",")], out, env_prefix="NORMBENCH_TEST_LANES", jobs=2)

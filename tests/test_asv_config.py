@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO as _REPO
 
-from normbench.measure import suite
+from normbench.measure import kernel_suite as suite
 
 pytest.importorskip("asv_runner")
 REPO = Path(_REPO)

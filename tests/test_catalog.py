@@ -191,7 +191,7 @@ def test_cli_models_and_model_plan(tmp_path, capsys):
 
 
 def test_suite_grid_from_a_model_and_from_free_form_shapes(monkeypatch):
-    from normbench.measure import suite
+    from normbench.measure import kernel_suite as suite
 
     monkeypatch.setenv("NORMBENCH_PYTEST_SHAPES", "140x4096,images:32x256x56x56")
     g = suite.grid("small", env_prefix="NORMBENCH_PYTEST")

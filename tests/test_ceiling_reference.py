@@ -17,7 +17,7 @@ from normbench.measure import bytes_model as bm
 from normbench.measure import group, planning, reference
 from normbench.measure.shapes import Shape
 from normbench.measure.timers import TimerSettings
-from normbench.records.cache import known_caches, record_residency, residency
+from normbench.records.residency import known_caches, record_residency, residency
 from normbench.records.schema import validate_record
 from normbench.site import aggregate as agg
 from normbench.site.records import Entry

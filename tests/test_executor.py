@@ -8,7 +8,7 @@ import time
 import pytest
 
 from normbench.executor import InProcessExecutor, Task, WorkerExecutor, heartbeat
-from normbench.executors import make_executor
+from normbench.executor_choice import make_executor
 
 
 def beating(seconds: float, interval: float) -> str:

@@ -20,7 +20,7 @@ from normbench.measure import bytes_model as bm
 from normbench.measure import group, planning, suite, sweep
 from normbench.measure.ceiling import datasheet_peak_gbps
 from normbench.measure.shapes import Shape, by_label, input_shape, llm_shapes, quick_shapes, vision_shapes
-from normbench.measure.stats import quantile, summarize
+from normbench.measure.summary import quantile, summarize
 from normbench.measure.timers import TimerSettings
 
 TINY_TOKENS = Shape("tiny-tokens", "tokens", (16, 64), "quick")

@@ -310,7 +310,7 @@ def test_executor_outcomes_on_the_head(head):
     import ray.cloudpickle
 
     from normbench.executor import CRASHED, ERROR, OK, STALLED, TIMEOUT, Task
-    from normbench.executors import make_executor
+    from normbench.executor_choice import make_executor
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
     address, env, _ = head

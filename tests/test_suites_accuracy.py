@@ -1,4 +1,4 @@
-"""The accuracy benchmarks of the ASV and pytest-benchmark suites (``normbench.suites``): grid, parametrisation,
+"""The accuracy benchmarks of the ASV and pytest-benchmark suites (``normbench.accuracy_suite``): grid, parametrisation,
 the training step, and ``normbench ingest-asv`` turning ASV's accuracy results into records. On the CPU; no timing
 is asserted."""
 
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 import normbench
-from normbench import results, suites
-from normbench.measure import suite
+from normbench import accuracy_suite as suites
+from normbench import results
+from normbench.measure import kernel_suite as suite
 from normbench.records.store import iter_records
 
 REPO = Path(__file__).resolve().parents[1]

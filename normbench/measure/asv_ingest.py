@@ -23,7 +23,7 @@ import json
 import math
 from pathlib import Path
 
-from normbench.measure import suite
+from normbench.measure import kernel_suite
 
 TIME_BENCH = "kernels.Kernel.time_kernel"
 PEAKMEM_BENCH = "kernels.Kernel.peakmem_kernel"
@@ -41,9 +41,9 @@ def measure_grid(params: list[list[str]]) -> dict:
     combos = list(itertools.product(*params))
     cases, skipped = {}, {}
     for combo in combos:
-        key = suite.combo_key(*combo)
+        key = kernel_suite.combo_key(*combo)
         try:
-            cases[key] = suite.case_for(*combo, harness="asv", timer="events")
+            cases[key] = kernel_suite.case_for(*combo, harness="asv", timer="events")
         except Unsupported as exc:
             skipped[key] = str(exc)
     results = {}
@@ -52,12 +52,12 @@ def measure_grid(params: list[list[str]]) -> dict:
     device = next(iter(cases.values())).device
     quick = all(s.startswith("quick-") for s in params[2])
     ctx = make_context(device, TimerSettings.quick() if quick else TimerSettings(), command=["asv", "run"])
-    suite.write_machine_sidecar(ctx)
-    suite.write_impl_sidecar(params)
+    kernel_suite.write_machine_sidecar(ctx)
+    kernel_suite.write_impl_sidecar(params)
     groups: dict[tuple, list] = {}
     for key, case in cases.items():
         groups.setdefault(case.group, []).append((key, case))
-    root = suite.sidecar_root() / "records"
+    root = kernel_suite.sidecar_root() / "records"
     for members in groups.values():
         try:
             records = measure_group([c for _, c in members], ctx)
@@ -70,7 +70,7 @@ def measure_grid(params: list[list[str]]) -> dict:
                 skipped[key] = f"failed: {type(exc).__name__}: {exc}"
             continue
         for rec in records:
-            suite.stamp(rec)
+            kernel_suite.stamp(rec)
         write_records(records, root)
         for (key, _), rec in zip(members, records):
             m = rec["metrics"]
@@ -169,7 +169,7 @@ def _record_from_asv(entry: dict, asv: dict, machine: dict, impl_hash: str = "")
     from normbench.records.schema import make_record
 
     norm, backend, shape, dtype, pass_ = entry["params"]
-    case = suite.case_for(norm, backend, shape, dtype, pass_, harness="asv")
+    case = kernel_suite.case_for(norm, backend, shape, dtype, pass_, harness="asv")
     prov = dict(machine["provenance"])
     spec = REGISTRY.get(norm)
     # The bytes model needs the module's parameter and buffer sizes: build the eager module on the CPU.
@@ -228,7 +228,7 @@ def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int
     if (sidecar / "records").is_dir():
         for _, rec in iter_records(sidecar / "records", kind="kernel"):
             c = rec["config"]
-            key = (suite.combo_key(rec["norm"]["name"], c["backend"], c.get("shape_label", ""), c["dtype"],
+            key = (kernel_suite.combo_key(rec["norm"]["name"], c["backend"], c.get("shape_label", ""), c["dtype"],
                                    c["pass"]), rec.get("impl_hash", ""))
             if key not in core or rec["provenance"]["timestamp"] > core[key]["provenance"]["timestamp"]:
                 core[key] = rec
@@ -254,7 +254,7 @@ def ingest(asv_results=".asv/results", sidecar=None, out="results") -> tuple[int
         for entry in times:
             if entry["value"] is None or len(entry["params"]) != 5:
                 continue
-            key = suite.combo_key(*entry["params"])
+            key = kernel_suite.combo_key(*entry["params"])
             h = (hashes or {}).get("|".join(entry["params"][:2]), "")
             asv = {"time_median_s": entry["value"],
                    "time_iqr_s": (entry["q75"] - entry["q25"]) if entry["q25"] is not None

@@ -49,6 +49,7 @@ FORMULAS = {
 }
 
 #: Norms that centre (subtract a mean) save two float32 statistics per row (mean and rstd); the others one (rstd).
+#: The built-ins that predate ``NormSpec.centring``; a norm added since declares it in its spec (``centres``).
 CENTRING = frozenset({"layernorm", "layernorm_scaling", "add_layernorm", "groupnorm", "instancenorm", "batchnorm",
                       "ghost_batchnorm", "online_norm", "batch_channel_norm"})
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
@@ -74,10 +75,23 @@ def formula_for(family: str, kind: str, name: str = "") -> str:
     return "rowwise"  # features, attention and any unknown family: statistics over the features
 
 
-def stats_per_row(formula: str, name: str) -> int:
+def centres(name: str, centring: bool | None = None) -> bool:
+    """Whether a norm subtracts a mean: ``centring`` where given, else its registered spec's ``centring`` where
+    declared, else whether it is one of the built-ins named in ``CENTRING``."""
+    if centring is None:
+        from normbench.discovery import REGISTRY
+
+        spec = REGISTRY.specs.get(name)
+        centring = getattr(spec, "centring", None)
+    return centring if centring is not None else name in CENTRING
+
+
+def stats_per_row(formula: str, name: str, centring: bool | None = None) -> int:
+    """float32 statistics a norm keeps per row for its backward: none for the formulas without any, else two for a
+    norm that centres (``centres``) and one for the others."""
     if formula in ("pointwise", "identity", "weight_reparam", "softmax"):
         return 0
-    return 2 if name in CENTRING else 1
+    return 2 if centres(name, centring) else 1
 
 
 def _check(formula: str, pass_: str, p: dict) -> None:

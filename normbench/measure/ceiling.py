@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from normbench.measure.noise import CEILING_SPREAD_LIMIT
-from normbench.measure.stats import summarize
+from normbench.measure.summary import summarize
 
 #: Copies timed for the CPU ceiling (a 512 MiB copy takes about 40 ms on a 2-core VM: under a second in all).
 CPU_REPS = 21

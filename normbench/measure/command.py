@@ -1,5 +1,5 @@
-"""CLI subcommands of the measurement area: ``bench`` (``ingest-asv`` is in ``normbench.suites``, above measure and
-train, since it ingests accuracy results too)."""
+"""CLI subcommands of the measurement area: ``bench`` and ``models`` (``ingest-asv`` is in ``normbench.accuracy_suite``,
+above measure and train, since it ingests accuracy results too)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true",
                    help="measure norms that have not passed `normbench check` too (their records are flagged "
                         "'forced' and never ranked); without it such norms are refused")
-    from normbench.executors import add_arguments
+    from normbench.executor_choice import add_arguments
 
     add_arguments(p)
     p.add_argument("--list", action="store_true", help="print the planned cases and exit")
@@ -145,7 +145,7 @@ def _cmd_bench(args) -> int:
     from normbench.check import device_kind, ensure_checked, refusal, stamp
     from normbench.discovery import report_plugin_problems
     from normbench.executor import time_limit
-    from normbench.executors import from_args
+    from normbench.executor_choice import from_args
     from normbench.measure.baselines import GATE
 
     report_plugin_problems()

@@ -246,7 +246,7 @@ def measure(built: Built, policy, regimes: list[Step], passes=("fwd", "fwd+bwd")
     returns its report (what was replaced and left); ``restore`` (default ``normbench.restore``) is called on the
     copy at the end. Returns the measurements (``normbench.measure.endtoend.record`` makes records of them)."""
     from normbench.measure import noise
-    from normbench.measure.stats import summarize
+    from normbench.measure.summary import summarize
     from normbench.measure.timers import TimerSettings, interleaved_time
     from normbench.stats import paired_ratio
 

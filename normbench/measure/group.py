@@ -21,7 +21,7 @@ from normbench.measure import baselines
 from normbench.measure import bytes_model as bm
 from normbench.measure.planning import DTYPES, Case, backends_for
 from normbench.measure.shapes import Shape, input_shape
-from normbench.measure.stats import summarize
+from normbench.measure.summary import summarize
 from normbench.measure.timers import TimerSettings, cpu_time, cuda_timing
 from normbench.records.schema import FAR_ABOVE_CEILING, above_reference, make_record
 

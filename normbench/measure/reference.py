@@ -12,7 +12,7 @@ it so (issue #28):
   per (bytes, dtype, timing mode) within a run and shared by every case of that size (:func:`same_size_copy`).
 * **Where the data lives.** ``cache_resident`` (``L2``, ``LLC`` or ``none``) compares the case's working set with
   the machine's cache sizes (:func:`cache_sizes`: read from ``/sys/devices/system/cpu/cpu0/cache`` on a CPU, from
-  the device properties on a GPU) by ``normbench.records.cache.residency`` (pure, so the site applies the same rule
+  the device properties on a GPU) by ``normbench.records.residency.residency`` (pure, so the site applies the same rule
   to records that predate the field).
 """
 
@@ -25,9 +25,9 @@ from typing import Callable
 
 import torch
 
-from normbench.measure.stats import summarize
+from normbench.measure.summary import summarize
 from normbench.measure.timers import TimerSettings, cpu_time, cuda_time
-from normbench.records.cache import RESIDENCIES, residency  # noqa: F401  (the rule lives beside the records)
+from normbench.records.residency import RESIDENCIES, residency  # noqa: F401  (the rule lives beside the records)
 
 _SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
 

@@ -1,7 +1,7 @@
 """Timers: CUDA events kept ahead of the host, with warm-up, L2 flush (cold) and optional CUDA graphs; ``perf_counter``
 on CPU.
 
-Both return the per-repetition samples; :func:`normbench.measure.stats.summarize` turns them into median and IQR. On a
+Both return the per-repetition samples; :func:`normbench.measure.summary.summarize` turns them into median and IQR. On a
 GPU the events time the GPU only while its queue is ahead of the host: :class:`KeepAhead` queues a calibrated spin
 before each batch and checks that the host enqueued the whole batch while it ran; the host's own time per call is kept
 beside the GPU time (``CudaTiming.host_s``), and a timing that could not be kept ahead says so

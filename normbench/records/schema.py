@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any
 
-from normbench.records.cache import RESIDENCIES
+from normbench.records.residency import RESIDENCIES
 
 SCHEMA = "normbench.record"
 SCHEMA_VERSION = 2

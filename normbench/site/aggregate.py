@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from normbench import stats as S
-from normbench.records.cache import known_caches, ranked_against_dram, record_residency
+from normbench.records.residency import known_caches, ranked_against_dram, record_residency
 from normbench.records.schema import INVALID_FLAGS, bound_by, implied_flags
 from normbench.site.fmt import num
 from normbench.site.records import Entry
@@ -159,7 +159,7 @@ def add_speedups(rows: list[dict]) -> None:
 def add_cache_residency(rows: list[dict]) -> None:
     """Set each row's ``cache`` (``L2``, ``LLC``, ``none`` or None: unknown), how it is known (``cache_how``:
     recorded, derived from the cache sizes its hardware's newer records recorded, assumed for an unknown quick shape,
-    unknown) and ``dram``: whether it may be ranked against the DRAM copy ceiling (``normbench.records.cache``)."""
+    unknown) and ``dram``: whether it may be ranked against the DRAM copy ceiling (``normbench.records.residency``)."""
     known = known_caches(r["entry"].rec for r in rows)
     for r in rows:
         r["cache"], r["cache_how"] = record_residency(r["entry"].rec, known)

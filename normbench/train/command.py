@@ -70,7 +70,7 @@ def _common(p) -> None:
     p.add_argument("--sync-bn", action="store_true",
                    help="under torchrun: BatchNorm statistics over the global batch of every rank (recorded; "
                         "another cell). Without it each rank normalises its own share (docs/scale-out.md)")
-    from normbench.executors import add_arguments
+    from normbench.executor_choice import add_arguments
 
     add_arguments(p, stall=True)
 

@@ -135,7 +135,7 @@ def execute(runs: list, how: ExecSettings, skip: set | dict | None = None,
     """
     from normbench.check import ensure_checked, refusal
     from normbench.executor import Task, stall_limit, time_limit
-    from normbench.executors import make_executor
+    from normbench.executor_choice import make_executor
     from normbench.train.loop import command_line, distributed_env, record_id_for
 
     records, failures = [], []

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from normbench.measure import suite
+from normbench.measure import kernel_suite as suite
 
 
 def pytest_addoption(parser):

@@ -3,8 +3,8 @@ budget, seed 0) and its training step benchmarked; grouped by task.
 
 ``extra_info`` carries the final metric, the tracked value (perplexity, or top-1 error in percent: larger is worse),
 divergence, the recipe hash, the data description and the record id. Grid: ``NORMBENCH_PYTEST_TASKS``,
-``NORMBENCH_PYTEST_NORMS``, ``NORMBENCH_PYTEST_DATA_DIR`` (see ``normbench.suites``). ``--normbench-out DIR`` keeps
-the accuracy records there. ``--benchmark-disable`` runs each cell as a smoke test (the step once).
+``NORMBENCH_PYTEST_NORMS``, ``NORMBENCH_PYTEST_DATA_DIR`` (see ``normbench.accuracy_suite``). ``--normbench-out DIR``
+keeps the accuracy records there. ``--benchmark-disable`` runs each cell as a smoke test (the step once).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from normbench import suites
+from normbench import accuracy_suite as suites
 
 PREFIX = "NORMBENCH_PYTEST"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from normbench.measure import suite
+from normbench.measure import kernel_suite as suite
 
 
 def test_kernel(benchmark, nb_params, nb_context, request):
