@@ -453,7 +453,8 @@ class PolicyNorm(nn.Module):
 
     # --- running ----------------------------------------------------------------------------------------------------
     def _eager(self, why: str, args, kwargs):
-        self._plan.warn(self.label, why)
+        if not torch.compiler.is_compiling():   # (a compiled graph warns nothing: said at trace time it would lie)
+            self._plan.warn(self.label, why)
         return self.original(*args, **kwargs)
 
     def _other(self, x: torch.Tensor, rec: bool, args, kwargs):
