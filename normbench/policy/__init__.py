@@ -322,7 +322,7 @@ class PolicyNorm(nn.Module):
                 return _StepAside(build(f.module, spec), f.module, {}, None).train(self.training)
             key = (f.norm, f.layout, f.width, f.eps)
             if key not in self._plan.shared:
-                eager = spec.create(f.width, layout=f.layout, eps=f.eps)
+                eager = spec.create(f.width, layout=f.layout, eps=f.eps, **f.create)
                 self._plan.shared[key] = (build(eager, spec), eager)
             compiled, eager = self._plan.shared[key]
             slots = {k: _slots(compiled, p) for k, p in eager._parameters.items() if p is not None}
@@ -331,7 +331,7 @@ class PolicyNorm(nn.Module):
             return _StepAside(compiled, eager, slots, self._holder if self._offset else self).train(self.training)
         # A native module is its own eager implementation; a transformers one gets a normbench module whose
         # parameter slots hold the calling module's own Parameters (same objects: training updates are seen).
-        eager = f.module if f.native else spec.create(f.width, layout=f.layout, eps=f.eps)
+        eager = f.module if f.native else spec.create(f.width, layout=f.layout, eps=f.eps, **f.create)
         module = build(eager, spec).train(self.training)
         slots = {k: _slots(module, p) for k, p in eager._parameters.items() if p is not None}
         if self._offset:
@@ -349,6 +349,7 @@ class PolicyNorm(nn.Module):
         key = (backend, recording and self._offset)
         if key not in self._impls:
             self._impls[key] = self._build(backend, recording)
+            self._resync()
         return self._impls[key]
 
     def _resolve(self) -> None:
@@ -360,7 +361,12 @@ class PolicyNorm(nn.Module):
         d["_hw"] = hw = plan.hardware(device)
         if self.site is None or f.layout != "tokens":
             d["_tables"] = None   # a policy by exact shape: looked up per call (not the serving path)
+            refused = plan.refusals(f.norm, device)
+            for k, c in plan.policy.by_shape.items():   # its backends built here, not in a call
+                if (k[0], k[1], k[5]) == (f.norm, f.layout, hw) and c.backend not in (None, "eager"):
+                    self._entry(c, None, k[3], k[4], hw, refused, k[4] == "fwd+bwd")
             self._resync()
+            self.train(self.training)
             return
         pol = plan.policy
         refused = plan.refusals(f.norm, device)
