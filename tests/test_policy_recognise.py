@@ -55,7 +55,7 @@ def _norm_calls(model, run, ids):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_found_by_what_they_compute_driven_and_restored(name, backends):
+def test_found_by_what_they_compute_driven_and_restored(name, backends):  # noqa: F811  (the fixture)
     model, run, want, eps = MODELS[name]()
     backends("layernorm", ("twin", _twin))
     torch.manual_seed(0)

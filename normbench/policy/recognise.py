@@ -8,6 +8,7 @@ which runs in eval mode under ``no_grad`` and restores the module's buffers, tra
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -110,7 +111,8 @@ def _cast_rule(module: nn.Module) -> bool:
     if w.dtype != torch.float32:
         return True  # both rules give the input's dtype whenever the weight is not wider than the input
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # (torch's "cannot dispatch to fused implementation")
             y = module(torch.ones(1, w.shape[0], dtype=torch.bfloat16, device=w.device))
     except Exception:  # (torch's LayerNorm refuses mixed dtypes: its output is never promoted)
         return True
