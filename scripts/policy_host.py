@@ -195,6 +195,8 @@ def main(argv=None) -> int:
     for (group, case), ts in times.items():
         rows.append({"case": group, "what": case, "us_per_call": statistics.median(ts) * 1e6,
                      "rounds_us": [t * 1e6 for t in ts]})
+    groups = list(dict.fromkeys(r["case"] for r in rows))
+    rows.sort(key=lambda r: groups.index(r["case"]))
     last = None
     for row in rows:
         if row["case"] != last:
