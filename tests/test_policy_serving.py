@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from normbench import best, catalog
 from normbench.discovery import REGISTRY
-from normbench.policy import PolicyNorm, _OffsetCall, apply_policy, restore
+from normbench.policy import PolicyNorm, _CachedOffset, _OffsetCall, apply_policy, restore
 from normbench.registry import Backend, adopt_state
 
 SEEN: Counter = Counter()   # backend tag -> eager (not traced) calls of its forward
@@ -168,7 +168,7 @@ def test_at_most_two_call_events_to_the_implementation(family, dtype, split):
     """Every site, decode and prefill, no_grad and autograd recording: the site's forward reaches its implementation's
     forward through at most 2 Python calls (``nn.Module.__call__``'s own two). (Gemma's ``1 + weight`` while
     autograd records is computed per call by the implementation the policy runs, ``_OffsetCall``: it is differentiated
-    through; without autograd it is cached and the backend itself is reached.)"""
+    through; without autograd it is cached by ``_CachedOffset``, which checks the weight's version counter.)"""
     model, config = tiny(family)
     model.to(dtype)
     apply_policy(model, split_policy(config, decode="a", prefill="eager"))
@@ -178,7 +178,9 @@ def test_at_most_two_call_events_to_the_implementation(family, dtype, split):
             shape[site.seq_axis] = seq
             for grad in (False, True):
                 x = torch.randn(shape, dtype=dtype, requires_grad=grad)
-                code = _OffsetCall.forward.__code__ if grad and seq == 1 and site.found.offset else impl_code
+                code = impl_code
+                if seq == 1 and site.found.offset:   # Gemma's 1 + weight: per call, or cached and checked
+                    code = (_OffsetCall if grad else _CachedOffset).forward.__code__
                 with torch.set_grad_enabled(grad):
                     n = _events_between(site, x, code)
                 assert n is not None and n <= 2, f"{name} seq {seq} grad {grad}: {n} call events"
@@ -271,3 +273,49 @@ def test_no_host_sync_in_a_policy_forward(family, split):
                 with torch.set_grad_enabled(grad), _NoSync():
                     site(x)
     restore(model)
+
+
+# --- re-resolved when the weights change -----------------------------------------------------------------------------
+def test_gemma_scale_follows_the_weight_eager_and_compiled(split):
+    """Gemma's 1 + weight is cached without autograd: an in-place update of the weight (an optimizer step, a load)
+    is seen by the next eager call (version counter) and by a compiled graph (computed in the graph)."""
+    model, config = tiny("gemma3")
+    model.eval()
+    ref = copy.deepcopy(model)
+    apply_policy(model, split_policy(config, dtypes=("float32",), passes=("fwd",)))
+    graphs = []
+
+    def counting(gm, _example):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend=counting)
+    ids = torch.randint(0, 64, (1, 1))
+    with torch.no_grad():
+        for step in range(2):
+            for m in (model, ref):
+                m.model.norm.weight.add_(0.5)
+                m.model.layers[0].self_attn.q_norm.weight.mul_(-1)
+            want = ref(ids, use_cache=False).logits
+            assert _close(model(ids, use_cache=False).logits, want), f"eager, step {step}"
+            assert _close(compiled(ids, use_cache=False).logits, want), f"compiled, step {step}"
+    torch._dynamo.reset()
+    assert len(graphs) == 1
+
+
+def test_assigned_parameters_are_followed(split):
+    """load_state_dict(assign=True) puts new Parameter objects in: the backends and the original read them."""
+    model, config = tiny("qwen3")
+    model.eval()
+    ref = copy.deepcopy(model)
+    apply_policy(model, split_policy(config, dtypes=("float32",), passes=("fwd",)))
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.1)
+    model.load_state_dict(copy.deepcopy(ref.state_dict()), assign=True)
+    ids = torch.randint(0, 64, (1, 1))
+    with torch.no_grad():
+        assert _close(model(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)
+        ids = torch.randint(0, 64, (1, 6))
+        assert _close(model(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)

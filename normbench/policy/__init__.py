@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -189,11 +188,12 @@ class _OffsetCall(nn.Module):
     """Gemma's ``1 + weight`` while autograd records: the scale computed in float32 (as transformers does) from the
     caller's weight for this call, in the backend's weight slots, and the backend's own placeholder put back after."""
 
-    def __init__(self, module: nn.Module, slots: list, owner: nn.Module):
+    def __init__(self, module: nn.Module, slots: list, owner: nn.Module, point: bool = False):
         super().__init__()
         object.__setattr__(self, "module", module)
         object.__setattr__(self, "slots", slots)
         object.__setattr__(self, "owner", owner)
+        object.__setattr__(self, "point", point)
 
     def forward(self, *args, **kwargs):
         scale = 1.0 + self.owner._parameters["weight"].float()
@@ -205,6 +205,24 @@ class _OffsetCall(nn.Module):
         finally:
             for m, k, p in saved:
                 m._parameters[k] = p
+
+
+class _CachedOffset(_OffsetCall):
+    """Gemma's ``1 + weight`` without autograd: the scale computed once (float32) and held in the backend's weight
+    slots, recomputed when the weight changes (its version counter); inside a compiled graph (where a version
+    counter cannot be read) computed per call from the weight, as while autograd records."""
+
+    def forward(self, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return super().forward(*args, **kwargs)
+        owner = self.owner
+        if owner._parameters["weight"]._version != owner._scale_ver:
+            owner._refresh_scales()
+        if self.point:   # a compiled module shared by several sites: this site's scale in its slots
+            scale = owner._scale
+            for m, k in self.slots:
+                m._parameters[k] = scale
+        return self.module(*args, **kwargs)
 
 
 class PolicyNorm(nn.Module):
@@ -236,7 +254,6 @@ class PolicyNorm(nn.Module):
         d["_sax"] = seq_axis if seq_axis is not None else 0
         d["_cast"] = found.cast_to_input
         d["_offset"] = bool(found.offset)
-        d["_holder"] = SimpleNamespace(_parameters={})   # Gemma: the cached scale a shared compiled module reads
         d["_resolving"] = True
         self.site = site
         self.label = site or found.path
@@ -305,7 +322,7 @@ class PolicyNorm(nn.Module):
         with torch.no_grad():
             scale = 1.0 + w.detach().float()
         self.__dict__["_scale_ver"] = w._version
-        self._holder._parameters["weight"] = scale
+        self.__dict__["_scale"] = scale
         for where in self._scales:
             for m, name in where:
                 m._parameters[name] = scale
@@ -328,7 +345,10 @@ class PolicyNorm(nn.Module):
             slots = {k: _slots(compiled, p) for k, p in eager._parameters.items() if p is not None}
             if self._offset and recording:
                 return _OffsetCall(_StepAside(compiled, eager, {}, None), slots["weight"], self).train(self.training)
-            return _StepAside(compiled, eager, slots, self._holder if self._offset else self).train(self.training)
+            if self._offset:
+                return _CachedOffset(_StepAside(compiled, eager, {}, None), slots["weight"], self,
+                                     point=True).train(self.training)
+            return _StepAside(compiled, eager, slots, self).train(self.training)
         # A native module is its own eager implementation; a transformers one gets a normbench module whose
         # parameter slots hold the calling module's own Parameters (same objects: training updates are seen).
         eager = f.module if f.native else spec.create(f.width, layout=f.layout, eps=f.eps, **f.create)
@@ -343,7 +363,7 @@ class PolicyNorm(nn.Module):
         if recording:
             return _OffsetCall(module, slots["weight"], self).train(self.training)
         self._scales.append(slots["weight"])
-        return module
+        return _CachedOffset(module, slots["weight"], self).train(self.training)
 
     def _impl(self, backend: str, recording: bool):
         key = (backend, recording and self._offset)
@@ -521,8 +541,6 @@ class PolicyNorm(nn.Module):
                 break
         if why is not None:
             return self._eager(why, args, kwargs)
-        if self._offset and not rec and self._parameters["weight"]._version != self._scale_ver:
-            self._refresh_scales()
         y = impl(*args, **kwargs)
         if self._cast and y.dtype != x.dtype:
             return y.to(x.dtype)
