@@ -17,8 +17,8 @@ MUTMUT=${MUTMUT:-$(dirname "$PY")/mutmut}
 
 # module -> the test files that cover it (by coverage: the files that import or reach it)
 declare -A TESTS=(
-  [normbench/results/staleness.py]="tests/test_prune.py tests/test_results.py tests/test_mutation_kills.py"
-  [normbench/results/counted.py]="tests/test_results.py tests/test_prune.py tests/test_compare.py tests/test_mutation_kills.py"
+  [normbench/results/staleness.py]="tests/test_prune.py tests/test_mutation_kills.py"
+  [normbench/results/counted.py]="tests/test_prune.py tests/test_compare.py tests/test_mutation_kills.py"
   [normbench/best/__init__.py]="tests/test_headtohead.py tests/test_mutation_kills.py"
   [normbench/best/command.py]="tests/test_headtohead.py tests/test_mutation_kills.py"
 )
@@ -31,7 +31,8 @@ for mod in "${MODULES[@]}"; do
   tests=${TESTS[$mod]:?"no test files listed for $mod in scripts/mutation.sh"}
   work=$(mktemp -d /tmp/normbench-mutation.XXXXXX)
   trap 'rm -rf "$work"' EXIT
-  git ls-files -co --exclude-standard -z | grep -zv '^results/' | xargs -0 cp --parents -t "$work"
+  trap 'exit 130' INT TERM
+  git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work"
   ln -s "$(readlink -f .venv)" "$work/.venv"
   sel=$(printf '    %s\n' $tests)
   cat > "$work/setup.cfg" <<CFG
@@ -44,6 +45,7 @@ also_copy =
     docs
     scripts
     asv.conf.json
+    results
     constraints.txt
 pytest_add_cli_args =
     -p
@@ -58,7 +60,7 @@ process_isolation = forkserver
 use_git_change_detection = False
 CFG
   echo "== $mod against $tests"
-  (cd "$work" && PYTHONPATH="$work/mutants:$work" nice -n 10 "$MUTMUT" run --max-children 2 >"$work/run.log" 2>&1) || {
+  (cd "$work" && env -u PYTHONPATH nice -n 10 "$MUTMUT" run --max-children 2 >"$work/run.log" 2>&1) || {
     tail -40 "$work/run.log"; echo "mutmut failed for $mod"; exit 1; }
   (cd "$work" && "$PY" "$REPO/scripts/mutation_report.py" collect "$mod" > "$REPO/scripts/mutation/$(echo "$mod" | tr / _).json")
   rm -rf "$work"; trap - EXIT
