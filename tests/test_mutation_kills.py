@@ -20,13 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def committed() -> dict:
     """A current committed kernel record and a current committed accuracy record of results/."""
     out = {}
-    for kind in ("kernel", "accuracy"):
-        for path in sorted((ROOT / "results" / kind).rglob("*.json*")):  # file by file: stop at the first
-            for _, rec in iter_records(path, kind=kind, errors="raise"):
-                if staleness.stale_reason(rec) == (None, None) and rec.get("impl_hash"):
-                    out[kind] = rec
-                    break
-            if kind in out:
+    files = {"kernel": "kernel/cpu-amd-epyc-2c/rmsnorm.json.gz", "accuracy": "accuracy/synth-lm/cpu-amd-epyc-2c"}
+    for kind, where in files.items():
+        for _, rec in iter_records(ROOT / "results" / where, kind=kind, errors="raise"):
+            if staleness.stale_reason(rec) == (None, None) and rec.get("impl_hash"):
+                out[kind] = rec
                 break
     assert set(out) == {"kernel", "accuracy"}
     return out
