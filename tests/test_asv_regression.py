@@ -8,7 +8,9 @@ was not significant; ``scripts/asv_false_alarms.py`` measures how often ASV miss
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import shutil
 
 import pytest
@@ -43,6 +45,10 @@ def test_asv_run_saves_results_and_continuous_reports_a_slowed_norm(tmp_path):
     impl = json.loads((repo / ".asv" / "normbench" / "impl" / f"{base}-{data['env_name']}.json").read_text())
     assert impl["hashes"]["rmsnorm|eager"] == normbench.get_norm("rmsnorm").impl_hash("eager")  # same code as here
 
+    # `normbench ingest-asv` reads the result file ASV just wrote (and the suite's side records): one kernel record
+    # per parameter set with a time, ASV's own number in metrics.asv, read back through the store's reader
+    _ingest_and_check(repo, tmp_path / "ingested", data)
+
     # `asv continuous BASE HEAD` as the README runs it (commits alternated over two rounds, the drift-normalised
     # timing; its forward case alone, for time): the slowed norm is listed and the exit status is 1.
     r = run("continuous", "--interleave-rounds", base, head, "-b", r"time_in_refs\(.*'fwd'\)")
@@ -56,3 +62,30 @@ def test_asv_run_saves_results_and_continuous_reports_a_slowed_norm(tmp_path):
     data = json.loads(saved.read_text())
     row = dict(zip(data["result_columns"], data["results"]["kernels.Relative.time_in_refs"]))
     assert row["stats_repeat"][0] >= 2 * 10, row  # repeat = (10, ...) per process, two processes
+
+
+def _ingest_and_check(repo, out, data) -> None:
+    from normbench import cli
+    from normbench.measure import suite
+    from normbench.records import iter_records
+
+    row = dict(zip(data["result_columns"], data["results"]["kernels.Kernel.time_kernel"]))
+    times = {tuple(p.strip("'\"") for p in combo): v
+             for combo, v in zip(itertools.product(*row["params"]), row["result"])
+             if v is not None and math.isfinite(v)}  # NaN: a parameter set `-b` left out
+    assert times
+    assert cli.main(["ingest-asv", str(repo / ".asv" / "results"), "--out", str(out)]) == 0
+    recs = [r for _, r in iter_records(out, kind="kernel", errors="raise")]
+    assert len(recs) == len(times)
+    h = normbench.get_norm("rmsnorm").impl_hash("eager")
+    for rec in recs:
+        c = rec["config"]
+        key = (rec["norm"]["name"], c["backend"], c["shape_label"], c["dtype"], c["pass"])
+        assert c["harness"] == "asv" and c["device"] == "cpu" and key[0] == "rmsnorm" and key[4] == "fwd"
+        assert rec["metrics"]["asv"]["time_median_s"] == times[key], key  # ASV's number, as ASV saved it
+        assert rec["metrics"]["asv"]["commit"] == data["commit_hash"]
+        if c["backend"] == "eager":
+            assert rec["impl_hash"] == h  # the code ASV ran is this tree's
+    assert {suite.combo_key(*k) for k in times} == {suite.combo_key(r["norm"]["name"], r["config"]["backend"],
+                                                                    r["config"]["shape_label"], r["config"]["dtype"],
+                                                                    r["config"]["pass"]) for r in recs}

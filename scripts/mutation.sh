@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Mutation testing of the measurement and verdict core with mutmut (issue #52 item 2; docs/testing.md).
+#
+#   bash scripts/mutation.sh [MODULE ...]     # default: every module of MODULES below that is "run"
+#
+# Each module is mutated alone, against the test files that cover it (TESTS below; mutmut's own stats phase then
+# runs, per mutant, only the tests that reach the mutated function), in a throw-away copy of this tree (git's tracked
+# and new files): an interrupted run leaves this tree as it was. Niced (the machine is shared). The per-module
+# results go to scripts/mutation/<module>.json (mutant name -> status) and the committed report,
+# docs/mutation-report.json, is rebuilt from them with the modules' sha256 (tests/test_mutation_report.py fails when a
+# covered module's hash differs from the report's). Not in CI: it takes minutes per module.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+PY=${PYTHON:-$REPO/.venv/bin/python}
+MUTMUT=${MUTMUT:-$(dirname "$PY")/mutmut}
+
+# module -> the test files that cover it (by coverage: the files that import or reach it)
+declare -A TESTS=(
+  [normbench/results/staleness.py]="tests/test_prune.py tests/test_mutation_kills.py"
+  [normbench/results/counted.py]="tests/test_prune.py tests/test_compare.py tests/test_mutation_kills.py"
+  [normbench/best/__init__.py]="tests/test_headtohead.py tests/test_mutation_kills.py"
+  [normbench/best/command.py]="tests/test_headtohead.py tests/test_mutation_kills.py"
+)
+MODULES=("$@")
+[ ${#MODULES[@]} -gt 0 ] || MODULES=(normbench/results/staleness.py normbench/results/counted.py
+                                     normbench/best/__init__.py normbench/best/command.py)
+
+mkdir -p scripts/mutation
+for mod in "${MODULES[@]}"; do
+  tests=${TESTS[$mod]:?"no test files listed for $mod in scripts/mutation.sh"}
+  work=$(mktemp -d /tmp/normbench-mutation.XXXXXX)
+  trap 'rm -rf "$work"' EXIT
+  trap 'exit 130' INT TERM
+  git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$work"
+  ln -s "$(readlink -f .venv)" "$work/.venv"
+  sel=$(printf '    %s\n' $tests)
+  cat > "$work/setup.cfg" <<CFG
+[mutmut]
+source_paths = normbench
+only_mutate = $mod
+also_copy =
+    examples
+    suites
+    docs
+    scripts
+    asv.conf.json
+    results
+    constraints.txt
+pytest_add_cli_args =
+    -p
+    no:randomly
+    -n
+    0
+    -q
+    -x
+pytest_add_cli_args_test_selection =
+$sel
+process_isolation = forkserver
+use_git_change_detection = False
+CFG
+  echo "== $mod against $tests"
+  (cd "$work" && env -u PYTHONPATH nice -n 10 "$MUTMUT" run --max-children 2 >"$work/run.log" 2>&1) || {
+    tail -40 "$work/run.log"; echo "mutmut failed for $mod"; exit 1; }
+  (cd "$work" && "$PY" "$REPO/scripts/mutation_report.py" collect "$mod" > "$REPO/scripts/mutation/$(echo "$mod" | tr / _).json")
+  rm -rf "$work"; trap - EXIT
+done
+"$PY" scripts/mutation_report.py report
