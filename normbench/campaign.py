@@ -359,12 +359,13 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     import torch
 
+    from normbench import device as seam
     from normbench.check import stamp
     from normbench.measure.sweep import run_sweep
     from normbench.measure.timers import TimerSettings
     from normbench.records.store import write_records
 
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and not seam.available():
         raise SystemExit("normbench campaign needs a CUDA device (use --dry-run to plan on this machine)")
     # The working results tree stays outside ``out``: only the packed files and the log may come back.
     work = Path(work or os.environ.get("NORMBENCH_CAMPAIGN_WORK") or "/tmp/normbench-campaign-work")

@@ -82,7 +82,9 @@ def _copy_member(prep: Prepared, case: Case, pass_: str):
     nbytes = bm.bytes_moved(model["formula"], pass_, model["params"])
     if not model["memory_bound"] or nbytes < 2:
         return None
-    src, dst = reference.copy_tensors(nbytes, DTYPES.get(case.dtype, torch.float32), case.device)
+    from normbench import device as seam
+
+    src, dst = reference.copy_tensors(nbytes, DTYPES.get(case.dtype, torch.float32), seam.tensor_device(case.device))
     return (lambda: dst.copy_(src)), src
 
 

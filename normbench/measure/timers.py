@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
+from normbench import device as seam
+from normbench.device import FLUSHES, CudaOps, L2Flusher, flush_bytes  # noqa: F401  (their home was here)
 
 
 @dataclass(frozen=True)
@@ -91,38 +92,6 @@ def cpu_time(fn: Callable[[], object], settings: TimerSettings, pre: Callable[[]
     return samples
 
 
-FLUSHES = ("zero", "rw")
-
-
-def flush_bytes(l2_bytes: int) -> int:
-    """Size of the flush buffer: twice the L2 size, at least 256 MiB."""
-    return max(2 * int(l2_bytes or 0), 256 * 2**20)
-
-
-class L2Flusher:
-    """Evicts the GPU's L2 cache before a cold repetition.
-
-    ``"zero"`` writes a buffer of :func:`flush_bytes` (what Triton's ``do_bench`` does). It leaves L2 full of dirty
-    lines, which the measured kernel's own traffic must write back to HBM first, so it may *add* time to the
-    measurement. ``"rw"`` writes the buffer and then reads it back (a sum), leaving L2 holding clean lines that are
-    evicted for free. Which one changes the figures is a GPU measurement (docs/measurement.md).
-    """
-
-    def __init__(self, device: torch.device, kind: str = "zero"):
-        if kind not in FLUSHES:
-            raise ValueError(f"unknown L2 flush {kind!r}; use {', '.join(FLUSHES)}")
-        props = torch.cuda.get_device_properties(device)
-        self.kind = kind
-        self.buf = torch.empty(flush_bytes(getattr(props, "L2_cache_size", 0)) // 4, dtype=torch.float32,
-                               device=device)
-        self._sink = torch.empty((), dtype=torch.float32, device=device)
-
-    def __call__(self) -> None:
-        self.buf.zero_()
-        if self.kind == "rw":
-            torch.sum(self.buf, out=self._sink)
-
-
 # --- GPU timing: CUDA events, the GPU's queue kept ahead of the host ------------------------------------------------
 
 #: Repetitions per keep-ahead batch, at most. The host must enqueue a whole batch before the spin ends, and a CUDA
@@ -156,37 +125,6 @@ def spin_cycles(seconds: float, clock_hz: float) -> int:
     if not clock_hz or clock_hz <= 0:
         raise ValueError(f"the spin's clock rate must be calibrated first (got {clock_hz!r})")
     return max(1, math.ceil(seconds * clock_hz))
-
-
-class CudaOps:
-    """The CUDA operations the GPU timers use: the device context, timing events, the spin kernel, a device
-    synchronisation, the L2 flush, graph capture and the host clock. These are the real ones; the tests drive the same
-    timers through a fake GPU timeline with this interface (``tests/fake_gpu.py``)."""
-
-    def __init__(self, device):
-        self.device = torch.device(device)
-
-    def context(self):
-        return torch.cuda.device(self.device)
-
-    def event(self):
-        return torch.cuda.Event(enable_timing=True)
-
-    def spin(self, cycles: int) -> None:
-        torch.cuda._sleep(int(cycles))
-
-    def sync(self) -> None:
-        torch.cuda.synchronize(self.device)
-
-    def flusher(self, kind: str) -> Callable[[], object]:
-        return L2Flusher(self.device, kind)
-
-    def capture(self, fn: Callable[[], object]) -> Callable[[], object]:
-        return _capture_graph(fn, self.device)
-
-    @staticmethod
-    def clock() -> float:
-        return time.perf_counter()
 
 
 class KeepAhead:
@@ -320,22 +258,6 @@ class CudaTiming:
         return host_info(self.samples, self.host_s, self.keep_ahead)
 
 
-def _capture_graph(fn: Callable[[], object], device) -> Callable[[], object]:
-    """Capture ``fn`` into a CUDA graph (after a warm-up on a side stream); returns the replay callable."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    holder = {}
-    with torch.cuda.graph(graph):
-        holder["out"] = fn()  # keeps the graph's output buffers alive
-    graph._normbench_out = holder
-    return graph.replay
-
-
 def cuda_time(fn: Callable[[], object], settings: TimerSettings, device, *, cold: bool = True,
               pre: Callable[[], object] | None = None, graphs: bool = False) -> tuple[list[float], bool]:
     """(seconds per call of ``fn`` from CUDA events, whether a CUDA graph was used): :func:`cuda_timing`'s samples."""
@@ -354,7 +276,7 @@ def cuda_timing(fn: Callable[[], object], settings: TimerSettings, device, *, co
     checked (:class:`KeepAhead`). Events, streams and the flush buffer live on ``device`` (made current for the
     whole timing), not on whatever device happens to be current. ``ops``: the CUDA operations (tests pass a fake).
     """
-    ops = ops or CudaOps(device)
+    ops = ops or seam.get().ops(device)
     with ops.context():
         return _cuda_timing(fn, settings, ops, cold, pre, graphs)
 
@@ -370,6 +292,8 @@ def _cuda_timing(fn, settings, ops, cold, pre, graphs) -> CudaTiming:
         except Exception:  # some ops cannot be captured; timing them without a graph is still correct
             ops.sync()
             call = fn
+    call = ops.wrap(call)  # as the device runs it (a rehearsal: the CPU work, and its GPU time simulated)
+    pre = ops.wrap(pre) if pre is not None else None
     last = None
     for _ in range(max(settings.warmup, 1 if settings.keep_ahead else 0)):  # keep-ahead needs one host time
         t0 = ops.clock()
@@ -476,7 +400,7 @@ def interleaved_timing(fns: dict, settings: TimerSettings, pres: dict | None = N
     cuda = ops is not None or str(device).startswith("cuda")
     if not cuda:
         return _interleaved(fns, settings, pres or {}, None, seed, order_log, slow_rounds)
-    ops = ops or CudaOps(device)
+    ops = ops or seam.get().ops(device)
     with ops.context():
         return _interleaved(fns, settings, pres or {}, ops, seed, order_log, slow_rounds)
 
@@ -488,6 +412,9 @@ def _interleaved(fns, settings, pres, ops, seed, order_log, slow_rounds) -> Inte
     rng = random.Random(seed)
     cuda = ops is not None
     clock = ops.clock if cuda else time.perf_counter
+    if cuda:  # as the device runs them (a rehearsal: the CPU work, and its GPU time simulated)
+        fns = {k: ops.wrap(f) for k, f in fns.items()}
+        pres = {k: ops.wrap(p) for k, p in pres.items() if p is not None}
     last = None
     for _ in range(max(settings.warmup, 1 if cuda and settings.keep_ahead else 0)):
         t0 = clock()
