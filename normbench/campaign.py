@@ -400,7 +400,7 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
 
         s = run_sweep(cases, work, settings=settings, progress=False, on_record=on_record, deadline=deadline,
                       group_log=entry["groups"], command=["normbench", "campaign", "--tier", str(number)],
-                      interleave=number == MODELS_TIER)
+                      interleave=True)  # every tier head to head, L2 flushed: what best ranks (issue #48)
         for case, err in s.failed:
             log(f"{label}: FAILED {case}: {err}")
         for reason, n in _skip_reasons(s).items():

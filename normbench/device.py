@@ -117,6 +117,14 @@ class CudaOps:
     def wrap(fn: Callable[[], object]) -> Callable[[], object]:
         return fn
 
+    def max_clock_hz(self) -> float | None:
+        """The device's maximum SM clock (NVML), or None where it cannot be read."""
+        try:
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        except Exception:  # no CUDA runtime to ask: no maximum known (the clock check uses the highest seen)
+            return None
+        return _max_sm_clock_hz(index)
+
 
 class CudaDevice:
     """The real CUDA device (torch.cuda, NVML, nvidia-smi)."""

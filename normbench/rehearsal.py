@@ -81,10 +81,11 @@ class FakeGPU:
 
     def __init__(self, *, idle_hz: float = 345e6, boost_hz: float = 1980e6, boost_after_s: float = 0.0,
                  queue: int = 1024, launch_s: float = 2e-6, record_s: float = 1e-6, sync_s: float = 5e-6,
-                 flush_s: float = 64e-6, clock_scales_work: bool = False):
+                 flush_s: float = 64e-6, clock_scales_work: bool = False, nvml_hz: float | None = -1.0):
         self.idle_hz, self.boost_hz, self.boost_after_s = idle_hz, boost_hz, boost_after_s
         self.queue, self.launch_s, self.record_s, self.sync_s, self.flush_s = queue, launch_s, record_s, sync_s, flush_s
         self.clock_scales_work = clock_scales_work
+        self.nvml_hz = boost_hz if nvml_hz == -1.0 else nvml_hz  # what NVML's maximum SM clock reads (None: no NVML)
         self.host = 0.0
         self.gpu_free = 0.0   # when the last queued operation ends
         self.busy_s = 0.0     # GPU time run (or queued) so far: the clock boosts after boost_after_s of it
@@ -163,6 +164,9 @@ class FakeGPU:
     def wrap(self, fn):
         """The callable the timers time (a fake's calls model their own GPU work: unchanged)."""
         return fn
+
+    def max_clock_hz(self) -> float | None:
+        return self.nvml_hz
 
     # --- what a timed call does ---------------------------------------------------------------------------------
     def call(self, host_s: float, gpu_s: float, kernels: int = 1, *, waits: bool = False, stall=None):

@@ -312,6 +312,23 @@ class FarAboveCeiling(Exception):
     """A measured bandwidth so far above the ceiling that it can only be a broken measurement."""
 
 
+class MislabelledTiming(ValueError):
+    """A record whose ``config.timing`` would say something other than what the timer did (a hot timing as cold)."""
+
+
+def check_timing_label(case: Case, host: dict | None) -> None:
+    """Refuse to record ``case`` when its planned timing is not what was measured: ``cold`` needs the timer's report
+    (``host``) of an L2 flush before every timed call, and a flushed timing is not ``hot``."""
+    flushed = (host or {}).get("l2_flush")
+    if case.timing == "cold" and not flushed:
+        raise MislabelledTiming(f"{case.describe()}: planned cold (L2 flushed before each call) but the timer flushed "
+                                "nothing: a hot timing is never recorded as cold")
+    if case.timing == "cold" and flushed != case.flush:
+        raise MislabelledTiming(f"{case.describe()}: planned the {case.flush!r} flush, the timer ran {flushed!r}")
+    if case.timing != "cold" and flushed:
+        raise MislabelledTiming(f"{case.describe()}: planned {case.timing} but the timer flushed L2 ({flushed})")
+
+
 def nonfinite_parts(err: dict) -> list[str]:
     """The parts (y, dx, dw) of an error report whose tested values were NaN or infinite."""
     return [part for part, stats in (err or {}).items() if isinstance(stats, dict) and stats.get("nonfinite")]
@@ -351,6 +368,7 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     case's timing mode, shared per size, dtype and mode) with ``pct_of_same_size_copy``, and ``cache_resident``."""
     from normbench.measure import noise
 
+    check_timing_label(case, host)
     spec = prep.spec
     model = prep.bytes_model()
     config = case.config(spec)
@@ -391,6 +409,8 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         flags["noisy"] = "; ".join(why)
     if host and host.get("host_bound"):
         flags["host_bound"] = host["host_bound"]
+    if host and host.get("low_clock"):
+        flags["low_clock"] = host["low_clock"]
     from normbench import device as seam
 
     rehearsal = seam.rehearsal_reason() if seam.is_cuda(case.device) else None
@@ -424,6 +444,8 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     if host is not None:  # GPU timings: the host's time in one call beside the GPU's, and the keep-ahead check
         metrics["host_s"] = host.get("host_s")
         metrics["keep_ahead"] = host.get("keep_ahead")
+        if host.get("clock") is not None:
+            metrics["clock"] = host["clock"]
     if spec.kind == "softmax":  # reads of each row beside the GB/s (None: an implementation normbench does not own)
         from normbench.softmax import row_passes
 
