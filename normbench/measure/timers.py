@@ -158,8 +158,10 @@ class ClockWatch:
     def max_hz(self) -> float | None:
         return self.nvml_hz or max(self.warm_clocks + self.batch_clocks, default=None)
 
-    def warm(self, ops, unit: Callable[[], object], limit_s: float = CLOCK_LIMIT_S) -> bool:
-        """Warm-up batches until the clock is ready (see :data:`CLOCK_READY`); returns whether it got there."""
+    def warm(self, ops, unit: Callable[[], object], limit_s: float | None = None) -> bool:
+        """Warm-up batches until the clock is ready (see :data:`CLOCK_READY`) or ``limit_s`` (default
+        :data:`CLOCK_LIMIT_S`) seconds of host time; returns whether it got there."""
+        limit_s = CLOCK_LIMIT_S if limit_s is None else limit_s
         t0 = ops.clock()
         streak = 0
         while True:
