@@ -193,3 +193,13 @@ def test_low_clock_records_from_the_rehearsal_are_flagged(rehearse):
     recs = measure_set(_set(), _context())
     assert recs and not any("low_clock" in r["flags"] for r in recs)
     assert all(r["metrics"]["clock"]["warmup"]["ramped"] for r in recs)
+
+
+def test_a_call_that_always_waits_does_not_grow_the_spins():
+    """A batch that waited for the device measured the wait, not the host: the next round's spin is planned on the
+    host's pace before it, so a syncing backend costs a few short spins per round, not spins growing to seconds."""
+    gpu = FakeGPU()
+    fns = {"a": gpu.call(host_s=20 * US, gpu_s=10 * US, waits=True), "b": gpu.call(host_s=10 * US, gpu_s=40 * US)}
+    t = interleaved_timing(fns, TimerSettings(warmup=1, min_reps=40, max_reps=40, min_time=0.0), ops=gpu, cold=True)
+    assert t.failed_by_key["a"] == 40 and t.failed_by_key["b"] == 0
+    assert max(gpu.spins[-40:]) < 5e-3

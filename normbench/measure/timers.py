@@ -267,12 +267,12 @@ class KeepAhead:
         round: the calls after it get a spin of their own) and make its end the event checked. The attempt is then
         not kept ahead (it is retried once, as any)."""
         self.drained = True
-        self.ops.spin(spin_cycles(max(factor * self.per_unit_s * units, MIN_SPIN_S), self.rate_hz))
+        self.ops.spin(spin_cycles(min(max(factor * self.per_unit_s * units, MIN_SPIN_S), MAX_SPIN_S), self.rate_hz))
         self.spun = self.ops.event()
         self.spun.record()
 
     def _attempt(self, units: int, enqueue: Callable[[int], object], factor: float) -> tuple[bool, object]:
-        seconds = max(factor * self.per_unit_s * units, MIN_SPIN_S)
+        seconds = min(max(factor * self.per_unit_s * units, MIN_SPIN_S), MAX_SPIN_S)
         cycles = spin_cycles(seconds, self.rate_hz)
         t0 = self.ops.clock()
         begin, spun = self.ops.event(), self.ops.event()
@@ -296,6 +296,7 @@ class KeepAhead:
         returned); its events are complete."""
         if halve:  # a slow host path: fewer units per batch rather than a spin of many seconds
             units = max(1, min(units, int(MAX_SPIN_S / (SPIN_FACTOR * self.per_unit_s))))
+        base = self.per_unit_s
         ok, out = self._attempt(units, enqueue, SPIN_FACTOR)
         if not ok:
             self.retries += 1
@@ -305,6 +306,9 @@ class KeepAhead:
                 self.cap = min(self.cap, units)
             else:
                 self.failed += 1
+                # a batch that waited for the device measured that wait, not the host's pace: planning on it would
+                # grow every later spin (a call that synchronises on every repetition)
+                self.per_unit_s = base
         self.batches += 1
         return ok, out
 
