@@ -183,3 +183,16 @@ def test_an_unknown_scenario_is_a_clear_error(monkeypatch):
             seam.get()
     finally:
         seam.reset()
+
+
+def test_a_rehearsal_keeps_its_own_gate_verdicts(monkeypatch):
+    """Its "cuda" is the CPU: its CUDA verdicts must never stand for a real GPU's in the gate's cache."""
+    from normbench.check import cache_path
+
+    real = cache_path()
+    monkeypatch.setenv(seam.REHEARSE_ENV, "normal")
+    seam.reset()
+    try:
+        assert cache_path() != real and cache_path().parent == real.parent
+    finally:
+        seam.reset()
