@@ -360,12 +360,13 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     import torch
 
+    from normbench import device as seam
     from normbench.check import stamp
     from normbench.measure.sweep import run_sweep
     from normbench.measure.timers import TimerSettings
     from normbench.records.store import write_records
 
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and not seam.available():
         raise SystemExit("normbench campaign needs a CUDA device (use --dry-run to plan on this machine)")
     # The working results tree stays outside ``out``: only the packed files and the log may come back.
     work = Path(work or os.environ.get("NORMBENCH_CAMPAIGN_WORK") or "/tmp/normbench-campaign-work")
@@ -400,7 +401,7 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
 
         s = run_sweep(cases, work, settings=settings, progress=False, on_record=on_record, deadline=deadline,
                       group_log=entry["groups"], command=["normbench", "campaign", "--tier", str(number)],
-                      interleave=number == MODELS_TIER)
+                      interleave=True)  # every tier head to head, L2 flushed: what best ranks (issue #48)
         for case, err in s.failed:
             log(f"{label}: FAILED {case}: {err}")
         for reason, n in _skip_reasons(s).items():

@@ -82,7 +82,9 @@ def _copy_member(prep: Prepared, case: Case, pass_: str):
     nbytes = bm.bytes_moved(model["formula"], pass_, model["params"])
     if not model["memory_bound"] or nbytes < 2:
         return None
-    src, dst = reference.copy_tensors(nbytes, DTYPES.get(case.dtype, torch.float32), case.device)
+    from normbench import device as seam
+
+    src, dst = reference.copy_tensors(nbytes, DTYPES.get(case.dtype, torch.float32), seam.tensor_device(case.device))
     return (lambda: dst.copy_(src)), src
 
 
@@ -90,7 +92,8 @@ def _copy_reference(samples: list[float], src: torch.Tensor, case: Case) -> dict
     """The set's same-size copy reference, as a record stores it, from its interleaved rounds."""
     from normbench.measure import reference
 
-    clock = "CUDA events, no flush" if str(case.device).startswith("cuda") else \
+    clock = (f"CUDA events, L2 flushed ({case.flush}) before each call" if case.timing == "cold" else
+             "CUDA events, no flush") if str(case.device).startswith("cuda") else \
         f"perf_counter, nothing flushed, {case.threads} threads"
     return reference.copy_reference(samples, reference.copy_bytes(src), src.dtype,
                                     f"one more member of the head-to-head set: timed in the same shuffled rounds "
@@ -143,12 +146,17 @@ def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, se
         for b in fns:
             if preps[b].watch is not None:
                 preps[b].watch.mark()
+        found = {}
+        if str(first.device).startswith("cuda"):  # one probe call each: does the timed call wait for the device?
+            from normbench.measure import syncs
+
+            found = {b: syncs.probe(fns[b], pres.get(b)) for b in fns}
         copy = _copy_member(preps[next(iter(fns))], first, pass_)
         if copy is not None:
             fns[COPY] = copy[0]
         order: list = []
         timed = interleaved_timing(fns, here[next(iter(fns))].settings(settings), pres, first.device, seed, order,
-                                   slow_rounds=SLOW_ROUNDS)
+                                   slow_rounds=SLOW_ROUNDS, cold=first.timing == "cold")
         samples = timed.samples
         copy_ref = _copy_reference(samples.pop(COPY), copy[1], first) if copy is not None else None
         fns.pop(COPY, None)
@@ -156,10 +164,15 @@ def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, se
         load = noise.machine_load(noise.own_load(first.device, first.threads))
         built = {}
         for b in fns:
+            host = timed.host_info(b)
+            if host is not None:
+                from normbench.measure.syncs import host_sync_reason
+
+                host = {**host, "host_syncs": found.get(b, {}), "host_sync": host_sync_reason(found.get(b, {}))}
             try:
                 built[b] = build_record(preps[b], here[b], ctx, samples[b], False, errs[b],
                                         peak_memory(preps[b], pass_), saved[b], load, reports[b], copy_ref=copy_ref,
-                                        host=timed.host_info(b))
+                                        host=host)
             except FarAboveCeiling as exc:
                 refused.append((here[b], str(exc)))
         for b, rec in built.items():
