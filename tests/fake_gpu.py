@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 
 from normbench import rehearsal
+from normbench.device import CudaDevice
 from normbench.rehearsal import FakeEvent
 
 __all__ = ["FakeEvent", "FakeGPU", "FakeGraph", "install", "cuda_on_cpu"]
@@ -163,7 +164,7 @@ def cuda_on_cpu(monkeypatch, gpu: FakeGPU, *, host_s: float, gpu_s: float, kerne
     reference.clear()
 
 
-class FakeCudaDevice(__import__("normbench.device", fromlist=["CudaDevice"]).CudaDevice):
+class FakeCudaDevice(CudaDevice):
     """The device seam's real CUDA device with the fake GPU behind it: its stream is the fake's, its tensors live on
     the CPU, its facts (L2, clock, memory) are the fake's. Not simulated: records carry no ``rehearsal`` flag."""
 

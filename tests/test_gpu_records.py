@@ -73,10 +73,10 @@ def test_a_call_that_waits_for_the_gpu_is_flagged_host_bound_through_keep_ahead(
     assert met["host_s"] >= 40 * US + gpu.launch_s
 
 
-@pytest.mark.xfail(strict=True, reason="timers.KeepAhead takes a failed batch's enqueue time, which for a call that "
-                   "waits for the GPU includes the wait for the spin, as the next spin's base: every batch's spin is "
-                   "2-4x the last (8x per retried batch), 43 GPU-seconds of spin for 16 repetitions, 3e21 for 40")
 def test_keep_ahead_spins_stay_bounded_for_a_call_that_waits(monkeypatch):
+    """A call that waits for the GPU: KeepAhead once took a failed batch's enqueue time (which includes the wait for
+    the spin) as the next spin's base, so every batch's spin grew 2-4x (43 GPU-seconds of spin for 16 repetitions,
+    3e21 for 40). A batch that waited no longer plans the next spin, and spins are capped."""
     gpu = FakeGPU()
     install(monkeypatch, gpu)
     t = cuda_timing(gpu.call(host_s=40 * US, gpu_s=20 * US, waits=True), SETTINGS, "cuda", cold=False)
