@@ -136,6 +136,9 @@ def plan_tiers(device: str = "cuda") -> list[Tier]:
 
 #: The models tier's number (it runs right after tier 1 in ``--tier all``).
 MODELS_TIER = 4
+#: Tiers timed head to head (interleaved and paired, ``measure.headtohead``): tier 1 too since issue #48, so that
+#: what the GPU window validates is what ``best`` ranks.
+INTERLEAVED_TIERS = (1, MODELS_TIER)
 
 
 def model_shapes() -> dict[str, list[str]]:
@@ -342,14 +345,19 @@ def _summary(s, cases, refused, t0, est, left_out=()) -> dict:
 
 def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = DEFAULT_BUDGET_S,
         commit: str | None = None, log=None, smoke: bool = True, device: str = "cuda", plan=None,
-        settings=None) -> dict:
+        settings=None, on_group=None) -> dict:
     """Measure the chosen tiers until done or out of budget; pack what exists under ``out``; return the log.
 
     Loud: every refusal is printed with its reason and kept in the log, and the log's ``problems`` (what makes
     :func:`command` exit non-zero) name each refused norm or backend, each tier with failed cases and each tier that
     wrote nothing. ``smoke`` first measures :func:`smoke_cases` of tier 1 and stops at once if that writes nothing.
     ``device``, ``plan`` (``{tier number: Tier}``) and ``settings`` (a ``TimerSettings``) are for tests: the
-    campaign can be driven on a CPU with a tiny tier."""
+    campaign can be driven on a CPU with a tiny tier.
+
+    Packed as it goes (issue #48): after each group (a set, in a head-to-head tier) the records measured so far are
+    packed under ``out`` and the log written, both atomically, so a call killed at any second (SIGKILL included)
+    leaves every finished group's records there, and ``resume=[out]`` goes on from them. ``on_group(entry)`` is
+    called after each such checkpoint (the GPU window's report)."""
     from normbench.records.provenance import GIT_COMMIT_ENV
 
     if commit:
@@ -392,14 +400,20 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
                 log(f"tier {number}: {len(extra)} {backend} cases left out ({backend} does not import here)")
         return cases
 
+    def checkpoint() -> None:
+        _finish(entry, out, carried, new, t_start, partial=True)
+        if on_group is not None:
+            on_group(entry)
+
     def sweep(cases, number, verdicts, label):
         def on_record(rec):
             stamp(rec, verdicts[rec["norm"]["name"]], rec["config"]["backend"], forced=False)
             new.append(rec)
 
         s = run_sweep(cases, work, settings=settings, progress=False, on_record=on_record, deadline=deadline,
-                      group_log=entry["groups"], command=["normbench", "campaign", "--tier", str(number)],
-                      interleave=number == MODELS_TIER)
+                      group_log=_Checkpointing(entry["groups"], checkpoint),
+                      command=["normbench", "campaign", "--tier", str(number)],
+                      interleave=number in INTERLEAVED_TIERS)
         for case, err in s.failed:
             log(f"{label}: FAILED {case}: {err}")
         for reason, n in _skip_reasons(s).items():
@@ -460,14 +474,33 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
     return _finish(entry, out, carried, new, t_start)
 
 
-def _finish(entry: dict, out, carried: list, new: list, t_start: float) -> dict:
-    """Pack the records and write the log (both atomically: a stop leaves the old file or the new, whole)."""
+class _Checkpointing(list):
+    """The sweep's ``group_log``, which it appends to once it has written a group's records (``sweep.InTurn``): each
+    append is a finished group, and ``checkpoint`` packs it."""
+
+    def __init__(self, log: list, checkpoint):
+        super().__init__()
+        self.log, self.checkpoint = log, checkpoint
+
+    def append(self, item) -> None:
+        self.log.append(item)
+        super().append(item)
+        self.checkpoint()
+
+
+def _finish(entry: dict, out, carried: list, new: list, t_start: float, partial: bool = False) -> dict:
+    """Pack the records and write the log (both atomically: a stop leaves the old file or the new, whole).
+    ``partial``: a checkpoint after a group, the log saying so (``"partial": true``) until the run ends."""
     from normbench.records.store import atomic_write_text
 
     paths = pack(carried + new, out)
     entry["files"] = [p.name for p in paths]
     entry["records"] = len(carried) + len(new)
     entry["wall_s"] = round(time.monotonic() - t_start, 1)
+    if partial:
+        entry["partial"] = True
+    else:
+        entry.pop("partial", None)
     atomic_write_text(Path(out) / "campaign-log.json", json.dumps(entry, indent=1, default=str) + "\n")
     return entry
 
