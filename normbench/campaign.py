@@ -493,9 +493,12 @@ def _finish(entry: dict, out, carried: list, new: list, t_start: float, partial:
     ``partial``: a checkpoint after a group, the log saying so (``"partial": true``) until the run ends."""
     from normbench.records.store import atomic_write_text
 
-    paths = pack(carried + new, out)
+    # one record per id, the newest: a head-to-head set with a case not yet measured is measured whole, so a case
+    # carried in (the smoke step's, a killed call's) can come back measured again
+    records = list({r["id"]: r for r in carried + new}.values())
+    paths = pack(records, out)
     entry["files"] = [p.name for p in paths]
-    entry["records"] = len(carried) + len(new)
+    entry["records"] = len(records)
     entry["wall_s"] = round(time.monotonic() - t_start, 1)
     if partial:
         entry["partial"] = True

@@ -19,7 +19,7 @@ The validation's harness IS a slice of tier 1 (RMSNorm and LayerNorm at three sh
 head to head, L2 flushed before each call): what is validated is what is ranked. The profiler then runs the same
 callables under ``torch.profiler`` and compares with those records (``scripts/gpu_validate.py``). In a rehearsal the
 profiler's trace is simulated from the harness's own times (``gpu_validate.simulated_trace``): it proves the
-plumbing (trace, rows, verdicts, table), not the GPU's timer; ``--plant-host-gap-us`` plants a host gap in it.
+plumbing (trace, rows, verdicts, table), not the GPU's timer; ``--plant-host-gap`` plants a host gap in it.
 """
 
 from __future__ import annotations
@@ -420,7 +420,7 @@ def _campaign(w: Window, step: str, cases, number, settings, device, smoke=False
     return entry
 
 
-def _profile(w: Window, cases, plant_gap_s: float) -> None:
+def _profile(w: Window, cases, plant_gap: float) -> None:
     """The validation's second half: each validated (norm, backend, shape) under the profiler (simulated in a
     rehearsal), compared with the harness's records under ``--out``."""
     from normbench import campaign
@@ -447,7 +447,7 @@ def _profile(w: Window, cases, plant_gap_s: float) -> None:
                 if h is None:
                     got[p] = "no harness record"
                     continue
-                reps = gv.repetitions(gv.simulated_trace([h] * gv.PROFILE_REPS, gap_s=plant_gap_s))
+                reps = gv.repetitions(gv.simulated_trace([h] * gv.PROFILE_REPS, gap_s=plant_gap * h))
                 got[p] = (*gv.kernel_time(reps), gv.counted(reps))
         else:
             try:
@@ -489,7 +489,7 @@ def rehearsal_cases(device: str = "cuda"):
 
 
 def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: str | None = None,
-               plant_gap_s: float = 0.0, models: bool = True, device: str = "cuda") -> int:
+               plant_gap: float = 0.0, models: bool = True, device: str = "cuda") -> int:
     from normbench import campaign
 
     stop = stop_s(call_limit_s)
@@ -543,7 +543,7 @@ def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: s
             break
         w.log(f"{step}: starting ({len(cases)} case(s))")
         if step == "profiler":
-            _profile(w, cases, plant_gap_s)
+            _profile(w, cases, plant_gap)
         else:
             _campaign(w, step, cases, number, settings, device)
         if not w.state["steps"].get(step, {}).get("done"):
@@ -579,8 +579,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     ap.add_argument("--rehearse", nargs="?", const="normal", choices=REHEARSAL_SCENARIOS,
                     help="run on the CPU with the simulated device (scenario; default normal), reduced plan")
-    ap.add_argument("--plant-host-gap-us", type=float, default=0.0,
-                    help="rehearsal: a host gap of this many µs inside each call of the simulated profiler trace")
+    ap.add_argument("--plant-host-gap", type=float, default=0.0, metavar="FRACTION",
+                    help="rehearsal: this fraction of each call (0..1) is a host gap in the simulated profiler trace "
+                         "(the GPU idle, the events running)")
     ap.add_argument("--no-models", action="store_true", help="stop after tier 1")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="with --rehearse: cpu runs the plumbing alone (campaign, packing, report) with CPU timing, "
@@ -590,13 +591,15 @@ def main(argv=None) -> int:
         p = plan(args.out if args.out.exists() else None, args.window * 60, args.call_limit * 60)
         print(json.dumps(p, indent=1) if args.json else plan_text(p))
         return 0
-    if args.plant_host_gap_us and not args.rehearse:
-        ap.error("--plant-host-gap-us is for --rehearse")
+    if args.plant_host_gap and not args.rehearse:
+        ap.error("--plant-host-gap is for --rehearse")
+    if not 0.0 <= args.plant_host_gap < 1.0:
+        ap.error("--plant-host-gap is a fraction of each call, 0 <= FRACTION < 1")
     from normbench.processes import interruptible
 
     try:
         with interruptible(program=argv is None):
-            return run_window(args.out, args.call_limit * 60, args.rehearse, args.plant_host_gap_us * 1e-6,
+            return run_window(args.out, args.call_limit * 60, args.rehearse, args.plant_host_gap,
                               models=not args.no_models, device=args.device)
     except KeyboardInterrupt:
         print("gpu-window: interrupted; what finished is under --out (run again to go on)", file=sys.stderr)
