@@ -136,9 +136,6 @@ def plan_tiers(device: str = "cuda") -> list[Tier]:
 
 #: The models tier's number (it runs right after tier 1 in ``--tier all``).
 MODELS_TIER = 4
-#: Tiers timed head to head (interleaved and paired, ``measure.headtohead``): tier 1 too since issue #48, so that
-#: what the GPU window validates is what ``best`` ranks.
-INTERLEAVED_TIERS = (1, MODELS_TIER)
 
 
 def model_shapes() -> dict[str, list[str]]:
@@ -367,12 +364,13 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     import torch
 
+    from normbench import device as seam
     from normbench.check import stamp
     from normbench.measure.sweep import run_sweep
     from normbench.measure.timers import TimerSettings
     from normbench.records.store import write_records
 
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and not seam.available():
         raise SystemExit("normbench campaign needs a CUDA device (use --dry-run to plan on this machine)")
     # The working results tree stays outside ``out``: only the packed files and the log may come back.
     work = Path(work or os.environ.get("NORMBENCH_CAMPAIGN_WORK") or "/tmp/normbench-campaign-work")
@@ -413,7 +411,7 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
         s = run_sweep(cases, work, settings=settings, progress=False, on_record=on_record, deadline=deadline,
                       group_log=_Checkpointing(entry["groups"], checkpoint),
                       command=["normbench", "campaign", "--tier", str(number)],
-                      interleave=number in INTERLEAVED_TIERS)
+                      interleave=True)  # every tier head to head, L2 flushed: what best ranks (issue #48)
         for case, err in s.failed:
             log(f"{label}: FAILED {case}: {err}")
         for reason, n in _skip_reasons(s).items():

@@ -36,11 +36,32 @@ class DeviceKind:
 
 
 def _no_cuda() -> str | None:
-    return None if torch.cuda.is_available() else "no CUDA device here (torch.cuda.is_available() is False)"
+    from normbench import device as seam
+
+    return seam.get().missing()
+
+
+def _cuda_tensor(t: torch.Tensor) -> torch.Tensor:
+    from normbench import device as seam
+
+    return t.to(seam.tensor_device("cuda"))
 
 
 DEVICES: dict[str, DeviceKind] = {"cpu": DeviceKind("cpu", "cpu", lambda: None),
-                                  "cuda": DeviceKind("cuda", "cuda", _no_cuda)}
+                                  "cuda": DeviceKind("cuda", "cuda", _no_cuda, _cuda_tensor)}
+_CUDA = DEVICES["cuda"]
+
+
+def _kind(device: str) -> DeviceKind:
+    """``DEVICES[device]``; the default CUDA entry in a rehearsal (``normbench.device``) puts tensors and modules on
+    the CPU, where the simulated device runs them."""
+    kind = DEVICES[device]
+    if kind is _CUDA:
+        from normbench import device as seam
+
+        if seam.get().simulated:
+            return replace(kind, torch_device=seam.tensor_device("cuda"))
+    return kind
 
 
 def device_kind(device: str) -> str:
@@ -106,7 +127,7 @@ def _backend_results(spec: NormSpec, cand: Candidate, device: str) -> list[Check
             out.append(result(f"{name}[{layout}]", True, why, available=False))
             continue
         try:
-            checked = check_backend(spec, cand, DEVICES[device], layout, DEVICES["cpu"])
+            checked = check_backend(spec, cand, _kind(device), layout, DEVICES["cpu"])
             out += [result(c, ok, detail) for c, ok, detail in checked]
         except Exception as exc:
             out.append(result(f"{name}[{layout}]", False, f"{type(exc).__name__}: {exc}"))

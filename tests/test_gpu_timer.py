@@ -53,7 +53,7 @@ def test_host_slower_than_gpu_without_keep_ahead_measures_the_host_and_is_flagge
     # the events enclose the host's launch path less the flush it overlapped: the GPU sat idle waiting for the host
     # (what the H200 records show), here 7x the kernel's 20 µs
     assert statistics.median(t.samples) > 5 * 20 * US
-    assert t.keep_ahead is None and gpu.spins == []
+    assert t.keep_ahead is None and len(gpu.spins) == len(t.clock.warm_clocks)   # the clock check's spins alone
     why = t.host_bound()
     assert why and "without keep-ahead" in why
 
@@ -128,10 +128,13 @@ def test_interleaved_rounds_are_kept_ahead_per_key():
 
 
 def test_interleaved_round_that_waits_for_the_gpu_is_flagged():
+    """Each backend is judged on its own calls (issue #48): the one that waits is flagged, its partner, whose calls
+    after the drained queue get a fresh spin, is not, and is timed at its GPU time."""
     gpu = FakeGPU()
     fns = {"a": gpu.call(host_s=20 * US, gpu_s=10 * US, waits=True), "b": gpu.call(host_s=10 * US, gpu_s=40 * US)}
     t = interleaved_timing(fns, TimerSettings(warmup=1, min_reps=10, max_reps=10, min_time=0.0), ops=gpu)
-    assert t.keep_ahead["failed"] > 0 and t.host_bound("a") and t.host_bound("b")
+    assert t.keep_ahead["failed"] > 0 and t.host_bound("a") and not t.host_bound("b")
+    assert _exact(t.samples["b"], 40 * US)
 
 
 def test_the_real_ops_call_torch_cuda(monkeypatch):

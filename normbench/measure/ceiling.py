@@ -152,31 +152,39 @@ def warmup_copies(copy, sync, seconds: float, clock=time.perf_counter, min_calls
             return calls
 
 
-def measure_cuda(device="cuda", nbytes: int = 2**30, reps: int = 20) -> Ceiling:
-    device = torch.device(device)
-    with torch.cuda.device(device):
-        return _measure_cuda(device, nbytes, reps)
+def measure_cuda(device="cuda", nbytes: int | None = None, reps: int = 20) -> Ceiling:
+    """The device-to-device copy ceiling, through the device seam (``normbench.device``: in a rehearsal, a copy of
+    the simulated device's ``ceiling_bytes`` on CPU tensors, timed by its simulated stream)."""
+    from normbench import device as seam
+
+    dev = seam.get()
+    ops = dev.ops(device)
+    with ops.context():
+        return _measure_cuda(dev, ops, device, nbytes or dev.ceiling_bytes, reps)
 
 
-def _measure_cuda(device, nbytes: int, reps: int) -> Ceiling:
+def _measure_cuda(dev, ops, device, nbytes: int, reps: int) -> Ceiling:
     n = nbytes // 4
-    src = torch.ones(n, dtype=torch.float32, device=device)
+    src = torch.ones(n, dtype=torch.float32, device=dev.tensor_device(device))
     dst = torch.empty_like(src)
-    warmup_copies(functools.partial(dst.copy_, src), functools.partial(torch.cuda.synchronize, device), CUDA_WARMUP_S)
+    warmup = dev.ceiling_warmup_s
+    warmup_copies(ops.wrap(functools.partial(dst.copy_, src)), ops.sync, warmup, clock=ops.clock)
+    copy = ops.wrap(functools.partial(dst.copy_, src))
     events = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = ops.event(), ops.event()
         start.record()
-        dst.copy_(src)
+        copy()
         end.record()
         events.append((start, end))
-    torch.cuda.synchronize(device)
+    ops.sync()
     st = summarize([s.elapsed_time(e) / 1e3 for s, e in events])
     med = st["median"]
     del src, dst
-    torch.cuda.empty_cache()
+    dev.empty_cache()
+    sim = f" on a {dev.describe()}" if dev.simulated else ""
     method = (f"device-to-device copy_ of {nbytes / 2**20:.0f} MiB, CUDA events, median of {reps} after "
-              f"{CUDA_WARMUP_S:g} s of warm-up copies; GB/s = 2·size/time")
+              f"{warmup:g} s of warm-up copies{sim}; GB/s = 2·size/time")
     return Ceiling(2 * nbytes / med / 1e9, method, str(device), st["iqr"] / med, measured_at=time.time())
 
 

@@ -62,6 +62,9 @@ class Prepared:
                  mode: str = "train"):
         self.spec, self.backend, self.shape, self.dtype_name, self.device = spec, backend, shape, dtype, device
         self.mode = mode
+        from normbench import device as seam
+
+        self.tdev = seam.tensor_device(device)  # where the tensors live (a rehearsal's "cuda": the CPU)
         self.dtype = DTYPES[dtype]
         if shape.layout not in spec.layouts:
             raise Unsupported(f"{spec.name} does not support the {shape.layout} layout")
@@ -88,8 +91,8 @@ class Prepared:
         else:
             module = baselines.build(backend, spec.name, spec.create(c, layout=shape.layout))
             self.baseline = baselines.get(backend, spec.name)
-        self.module = module.to(device=device, dtype=self.dtype).train(mode == "train")
-        self.inputs = _inputs_for(spec.kind, self.dims, self.dtype, device)
+        self.module = module.to(device=self.tdev, dtype=self.dtype).train(mode == "train")
+        self.inputs = _inputs_for(spec.kind, self.dims, self.dtype, self.tdev)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
         self.targets = self.inputs + self.params
         self.state = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
@@ -101,7 +104,7 @@ class Prepared:
 
     def _grad_pairs(self, outs):
         if self._gouts is None:
-            g = torch.Generator(device=self.device).manual_seed(1)
+            g = torch.Generator(device=self.tdev).manual_seed(1)
             self._gouts = [torch.randn(o.shape, dtype=o.dtype, device=o.device, generator=g) for o in outs]
         pairs = [(o, g) for o, g in zip(outs, self._gouts) if o.requires_grad]
         if not pairs:
@@ -197,7 +200,7 @@ class Prepared:
         spec = self.spec
         ref = spec.create(self.num_features, layout=self.shape.layout)
         ref.load_state_dict(self.state)
-        ref = ref.to(device=self.device, dtype=torch.float64).train(self.mode == "train")
+        ref = ref.to(device=self.tdev, dtype=torch.float64).train(self.mode == "train")
         xs = [x.detach().to(torch.float64).requires_grad_(True) for x in self.inputs]
         ref_params = [p for p in ref.parameters() if p.requires_grad]
         ref_outs = _tensors(ref(*xs))
@@ -309,6 +312,23 @@ class FarAboveCeiling(Exception):
     """A measured bandwidth so far above the ceiling that it can only be a broken measurement."""
 
 
+class MislabelledTiming(ValueError):
+    """A record whose ``config.timing`` would say something other than what the timer did (a hot timing as cold)."""
+
+
+def check_timing_label(case: Case, host: dict | None) -> None:
+    """Refuse to record ``case`` when its planned timing is not what was measured: ``cold`` needs the timer's report
+    (``host``) of an L2 flush before every timed call, and a flushed timing is not ``hot``."""
+    flushed = (host or {}).get("l2_flush")
+    if case.timing == "cold" and not flushed:
+        raise MislabelledTiming(f"{case.describe()}: planned cold (L2 flushed before each call) but the timer flushed "
+                                "nothing: a hot timing is never recorded as cold")
+    if case.timing == "cold" and flushed != case.flush:
+        raise MislabelledTiming(f"{case.describe()}: planned the {case.flush!r} flush, the timer ran {flushed!r}")
+    if case.timing != "cold" and flushed:
+        raise MislabelledTiming(f"{case.describe()}: planned {case.timing} but the timer flushed L2 ({flushed})")
+
+
 def nonfinite_parts(err: dict) -> list[str]:
     """The parts (y, dx, dw) of an error report whose tested values were NaN or infinite."""
     return [part for part, stats in (err or {}).items() if isinstance(stats, dict) and stats.get("nonfinite")]
@@ -348,6 +368,7 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     case's timing mode, shared per size, dtype and mode) with ``pct_of_same_size_copy``, and ``cache_resident``."""
     from normbench.measure import noise
 
+    check_timing_label(case, host)
     spec = prep.spec
     model = prep.bytes_model()
     config = case.config(spec)
@@ -388,6 +409,13 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         flags["noisy"] = "; ".join(why)
     if host and host.get("host_bound"):
         flags["host_bound"] = host["host_bound"]
+    if host and host.get("low_clock"):
+        flags["low_clock"] = host["low_clock"]
+    from normbench import device as seam
+
+    rehearsal = seam.rehearsal_reason() if seam.is_cuda(case.device) else None
+    if rehearsal:
+        flags["rehearsal"] = rehearsal
     metrics = {
         "time_median_s": st["median"],
         "time_iqr_s": st["iqr"],
@@ -416,6 +444,8 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
     if host is not None:  # GPU timings: the host's time in one call beside the GPU's, and the keep-ahead check
         metrics["host_s"] = host.get("host_s")
         metrics["keep_ahead"] = host.get("keep_ahead")
+        if host.get("clock") is not None:
+            metrics["clock"] = host["clock"]
     if spec.kind == "softmax":  # reads of each row beside the GB/s (None: an implementation normbench does not own)
         from normbench.softmax import row_passes
 

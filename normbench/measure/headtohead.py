@@ -82,7 +82,9 @@ def _copy_member(prep: Prepared, case: Case, pass_: str):
     nbytes = bm.bytes_moved(model["formula"], pass_, model["params"])
     if not model["memory_bound"] or nbytes < 2:
         return None
-    src, dst = reference.copy_tensors(nbytes, DTYPES.get(case.dtype, torch.float32), case.device)
+    from normbench import device as seam
+
+    src, dst = reference.copy_tensors(nbytes, DTYPES.get(case.dtype, torch.float32), seam.tensor_device(case.device))
     return (lambda: dst.copy_(src)), src
 
 
@@ -90,7 +92,8 @@ def _copy_reference(samples: list[float], src: torch.Tensor, case: Case) -> dict
     """The set's same-size copy reference, as a record stores it, from its interleaved rounds."""
     from normbench.measure import reference
 
-    clock = "CUDA events, no flush" if str(case.device).startswith("cuda") else \
+    clock = (f"CUDA events, L2 flushed ({case.flush}) before each call" if case.timing == "cold" else
+             "CUDA events, no flush") if str(case.device).startswith("cuda") else \
         f"perf_counter, nothing flushed, {case.threads} threads"
     return reference.copy_reference(samples, reference.copy_bytes(src), src.dtype,
                                     f"one more member of the head-to-head set: timed in the same shuffled rounds "
@@ -148,7 +151,7 @@ def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, se
             fns[COPY] = copy[0]
         order: list = []
         timed = interleaved_timing(fns, here[next(iter(fns))].settings(settings), pres, first.device, seed, order,
-                                   slow_rounds=SLOW_ROUNDS)
+                                   slow_rounds=SLOW_ROUNDS, cold=first.timing == "cold")
         samples = timed.samples
         copy_ref = _copy_reference(samples.pop(COPY), copy[1], first) if copy is not None else None
         fns.pop(COPY, None)

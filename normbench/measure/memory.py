@@ -45,7 +45,7 @@ def _quiet_fds():
 
 
 def cuda_peak_above(fn: Callable[[], object], device) -> int:
-    device = torch.device(device)
+    device = torch.device(device)  # a real GPU only: a rehearsal measures its CPU tensors (``peak_above``)
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
@@ -84,7 +84,9 @@ def cpu_peak_above(fn: Callable[[], object]) -> int | None:
 
 def peak_above(fn: Callable[[], object], device) -> int | None:
     """Peak bytes allocated by ``fn`` above what was allocated before it (see the module docstring)."""
-    if torch.device(device).type == "cuda":
+    from normbench import device as seam
+
+    if seam.is_cuda(device) and not seam.get().simulated:
         return cuda_peak_above(fn, device)
     return cpu_peak_above(fn)
 
@@ -131,11 +133,10 @@ def estimate_case_bytes(numel: int, inputs: int, elem_bytes: int, backward: bool
 def free_bytes(device) -> int | None:
     """Memory free for a new allocation on ``device``: the CUDA driver's free figure, or the kernel's
     ``MemAvailable`` on Linux; ``None`` where neither can be read."""
-    if torch.device(device).type == "cuda":
-        try:
-            return int(torch.cuda.mem_get_info(torch.device(device))[0])
-        except Exception:
-            return None
+    from normbench import device as seam
+
+    if seam.is_cuda(device):
+        return seam.get().free_bytes(device)
     try:
         with open("/proc/meminfo") as f:
             for line in f:

@@ -93,7 +93,9 @@ class Case:
 
 
 def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from normbench import device as seam
+
+    return "cuda" if seam.available() else "cpu"
 
 
 def backends_for(spec) -> tuple[str, ...]:
@@ -104,7 +106,9 @@ def backends_for(spec) -> tuple[str, ...]:
 def device_dtypes(device: str) -> tuple[str, ...]:
     if device.startswith("cuda"):
         out = ["float32"]
-        if torch.cuda.is_bf16_supported():
+        from normbench import device as seam
+
+        if seam.get().bf16_supported():
             out.append("bfloat16")
         return tuple(out + ["float16"])
     return ("float32", "bfloat16")
@@ -134,7 +138,9 @@ def plan(norms: Iterable[str] | None = None, backends: Iterable[str] | None = No
     device = device or default_device()
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
-    if device.startswith("cuda") and here and not torch.cuda.is_available():
+    from normbench import device as seam
+
+    if device.startswith("cuda") and here and not seam.available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device here; use --device cpu")
     names = list(norms) if norms else REGISTRY.names()
     specs = [REGISTRY.get(n) for n in names]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from typing import Callable
 
 import torch
@@ -72,19 +71,14 @@ def cpu_caches(base: str = "/sys/devices/system/cpu/cpu0/cache") -> dict:
             "source": f"{base} (level: bytes) " + ", ".join(f"L{k}: {v}" for k, v in sorted(levels.items()))}
 
 
-@functools.lru_cache(maxsize=None)
-def _cuda_caches(index: int) -> tuple:
-    props = torch.cuda.get_device_properties(index)
-    l2 = int(getattr(props, "L2_cache_size", 0) or 0) or None
-    return l2, f"torch.cuda.get_device_properties({index}).L2_cache_size"
-
-
 def cache_sizes(device: str = "cpu") -> dict:
     """``{"l2_bytes", "llc_bytes", "source"}`` of ``device``: on a GPU its L2 is its last-level cache."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        l2, source = _cuda_caches(dev.index if dev.index is not None else torch.cuda.current_device())
-        return {"l2_bytes": l2, "llc_bytes": l2, "source": source}
+    from normbench import device as seam
+
+    if seam.is_cuda(device):
+        dev = seam.get()
+        l2 = dev.l2_bytes(device)
+        return {"l2_bytes": l2, "llc_bytes": l2, "source": f"the L2_cache_size of the {dev.describe()} device"}
     return dict(_cpu_caches_cached())
 
 
@@ -117,16 +111,20 @@ def copy_bytes(src: torch.Tensor) -> int:
 
 def host_time(fn: Callable[[], object], settings: TimerSettings, device) -> list[float]:
     """Seconds per call with a host clock around a call and ``cuda.synchronize``: the ``host`` timing of the suites."""
+    from normbench import device as seam
+
+    ops = seam.get().ops(device)
+    fn = ops.wrap(fn)
     for _ in range(settings.warmup):
         fn()
-    torch.cuda.synchronize(device)
+    ops.sync()
     samples: list[float] = []
     total = 0.0
     while len(samples) < settings.max_reps:
-        t0 = time.perf_counter()
+        t0 = ops.clock()
         fn()
-        torch.cuda.synchronize(device)
-        dt = time.perf_counter() - t0
+        ops.sync()
+        dt = ops.clock() - t0
         samples.append(dt)
         total += dt
         if settings.done(len(samples), total):
@@ -145,8 +143,10 @@ def time_copy(src: torch.Tensor, dst: torch.Tensor, settings: TimerSettings, *, 
     if not str(device).startswith("cuda"):
         return cpu_time(fn, settings), False
     if timing == "host":
-        with torch.cuda.device(torch.device(device)):
-            return host_time(fn, settings, torch.device(device)), False
+        from normbench import device as seam
+
+        with seam.get().context(device):
+            return host_time(fn, settings, device), False
     return cuda_time(fn, settings, device, cold=timing == "cold", graphs=graphs)
 
 
@@ -167,7 +167,9 @@ def measure_copy(nbytes: int, dtype: str, case, settings: TimerSettings) -> dict
 
     s = case.settings(settings)
     graphs = bool(case.graphs and case.pass_ != "bwd")
-    src, dst = copy_tensors(nbytes, DTYPES.get(dtype, torch.float32), case.device)
+    from normbench import device as seam
+
+    src, dst = copy_tensors(nbytes, DTYPES.get(dtype, torch.float32), seam.tensor_device(case.device))
     try:
         samples, used_graph = time_copy(src, dst, s, device=case.device, timing=case.timing, graphs=graphs)
     finally:

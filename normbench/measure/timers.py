@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
+from normbench import device as seam
+from normbench.device import FLUSHES, CudaOps, L2Flusher, flush_bytes  # noqa: F401  (their home was here)
 
 
 @dataclass(frozen=True)
@@ -91,38 +92,6 @@ def cpu_time(fn: Callable[[], object], settings: TimerSettings, pre: Callable[[]
     return samples
 
 
-FLUSHES = ("zero", "rw")
-
-
-def flush_bytes(l2_bytes: int) -> int:
-    """Size of the flush buffer: twice the L2 size, at least 256 MiB."""
-    return max(2 * int(l2_bytes or 0), 256 * 2**20)
-
-
-class L2Flusher:
-    """Evicts the GPU's L2 cache before a cold repetition.
-
-    ``"zero"`` writes a buffer of :func:`flush_bytes` (what Triton's ``do_bench`` does). It leaves L2 full of dirty
-    lines, which the measured kernel's own traffic must write back to HBM first, so it may *add* time to the
-    measurement. ``"rw"`` writes the buffer and then reads it back (a sum), leaving L2 holding clean lines that are
-    evicted for free. Which one changes the figures is a GPU measurement (docs/measurement.md).
-    """
-
-    def __init__(self, device: torch.device, kind: str = "zero"):
-        if kind not in FLUSHES:
-            raise ValueError(f"unknown L2 flush {kind!r}; use {', '.join(FLUSHES)}")
-        props = torch.cuda.get_device_properties(device)
-        self.kind = kind
-        self.buf = torch.empty(flush_bytes(getattr(props, "L2_cache_size", 0)) // 4, dtype=torch.float32,
-                               device=device)
-        self._sink = torch.empty((), dtype=torch.float32, device=device)
-
-    def __call__(self) -> None:
-        self.buf.zero_()
-        if self.kind == "rw":
-            torch.sum(self.buf, out=self._sink)
-
-
 # --- GPU timing: CUDA events, the GPU's queue kept ahead of the host ------------------------------------------------
 
 #: Repetitions per keep-ahead batch, at most. The host must enqueue a whole batch before the spin ends, and a CUDA
@@ -158,61 +127,125 @@ def spin_cycles(seconds: float, clock_hz: float) -> int:
     return max(1, math.ceil(seconds * clock_hz))
 
 
-class CudaOps:
-    """The CUDA operations the GPU timers use: the device context, timing events, the spin kernel, a device
-    synchronisation, the L2 flush, graph capture and the host clock. These are the real ones; the tests drive the same
-    timers through a fake GPU timeline with this interface (``tests/fake_gpu.py``)."""
+#: The clock check (docs/measurement.md, "Clock and warm-up"). Before timing, warm-up batches (a spin that loads the GPU
+#: and measures its SM clock, then one timed unit of the case's own work) run until two consecutive batches are at
+#: >= CLOCK_READY of the device's maximum SM clock (NVML's; without NVML the highest seen, once CLOCK_MIN_WORK_S of
+#: GPU work ran), or until CLOCK_LIMIT_S of host time passed: then the record is flagged ``low_clock``. Every timed
+#: batch's clock is measured from its own spin; one below CLOCK_LOW of the maximum flags the record ``low_clock``.
+CLOCK_READY = 0.95
+CLOCK_LOW = 0.90
+CLOCK_MIN_WORK_S = 0.2
+CLOCK_LIMIT_S = 3.0
+#: Each warm-up batch's spin at the maximum clock (longer at a lower one): GPU load that ramps the clock.
+WARM_SPIN_S = 5e-3
+#: The shortest spin a batch gets: its clock reading then includes at most ~2 % of a launch gap.
+MIN_SPIN_S = 100e-6
 
-    def __init__(self, device):
-        self.device = torch.device(device)
 
-    def context(self):
-        return torch.cuda.device(self.device)
+class ClockWatch:
+    """The SM clock of one timing: the device's maximum (NVML, or the highest seen), the warm-up until it ramped, and
+    each timed batch's clock measured from its own spin (``torch.cuda._sleep`` counts SM cycles)."""
 
-    def event(self):
-        return torch.cuda.Event(enable_timing=True)
+    def __init__(self, max_hz: float | None):
+        self.nvml_hz = max_hz if max_hz and max_hz > 0 else None
+        self.warm_clocks: list[float] = []
+        self.batch_clocks: list[float] = []
+        self.warm_work_s = 0.0
+        self.warm_host_s = 0.0
+        self.ramped: bool | None = None   # None: no warm-up ran (no spin: keep-ahead off)
 
-    def spin(self, cycles: int) -> None:
-        torch.cuda._sleep(int(cycles))
+    @property
+    def max_hz(self) -> float | None:
+        return self.nvml_hz or max(self.warm_clocks + self.batch_clocks, default=None)
 
-    def sync(self) -> None:
-        torch.cuda.synchronize(self.device)
+    def warm(self, ops, unit: Callable[[], object], limit_s: float = CLOCK_LIMIT_S) -> bool:
+        """Warm-up batches until the clock is ready (see :data:`CLOCK_READY`); returns whether it got there."""
+        t0 = ops.clock()
+        streak = 0
+        while True:
+            ref = self.max_hz or 1.98e9
+            cycles = spin_cycles(WARM_SPIN_S, ref)
+            a, b, c = ops.event(), ops.event(), ops.event()
+            a.record()
+            ops.spin(cycles)
+            b.record()
+            unit()
+            c.record()
+            ops.sync()
+            spin_s = a.elapsed_time(b) / 1e3
+            self.warm_work_s += a.elapsed_time(c) / 1e3
+            hz = cycles / spin_s if spin_s > 0 else 0.0
+            self.warm_clocks.append(hz)
+            ready = hz >= CLOCK_READY * (self.max_hz or hz) and (self.nvml_hz or
+                                                                  self.warm_work_s >= CLOCK_MIN_WORK_S)
+            streak = streak + 1 if ready else 0
+            self.warm_host_s = ops.clock() - t0
+            if streak >= 2:
+                self.ramped = True
+                return True
+            if self.warm_host_s >= limit_s:
+                self.ramped = False
+                return False
 
-    def flusher(self, kind: str) -> Callable[[], object]:
-        return L2Flusher(self.device, kind)
+    def low_reason(self) -> str | None:
+        """The ``low_clock`` flag's reason, or None."""
+        top = self.max_hz
+        if not top:
+            return None
+        src = "NVML's maximum SM clock" if self.nvml_hz else "the highest clock seen"
+        why = []
+        if self.ramped is False:
+            why.append(f"the clock did not reach {100 * CLOCK_READY:.0f}% of {src} ({top / 1e6:.0f} MHz) in two "
+                       f"consecutive warm-up batches within {self.warm_host_s:.1f} s (last "
+                       f"{self.warm_clocks[-1] / 1e6:.0f} MHz)")
+        low = [hz for hz in self.batch_clocks if hz < CLOCK_LOW * top]
+        if low:
+            why.append(f"{len(low)} of {len(self.batch_clocks)} timed batches ran below {100 * CLOCK_LOW:.0f}% of "
+                       f"{src} ({top / 1e6:.0f} MHz; slowest {min(low) / 1e6:.0f} MHz)")
+        return "; ".join(why) + ": the GPU was not at its clock, its times are not the device's" if why else None
 
-    def capture(self, fn: Callable[[], object]) -> Callable[[], object]:
-        return _capture_graph(fn, self.device)
-
-    @staticmethod
-    def clock() -> float:
-        return time.perf_counter()
+    def info(self) -> dict:
+        """What a record keeps (``metrics.clock``): clocks in MHz."""
+        top = self.max_hz
+        return {"max_mhz": round(top / 1e6, 1) if top else None,
+                "max_source": "nvml" if self.nvml_hz else "highest seen",
+                "warmup": {"ramped": self.ramped, "batches": len(self.warm_clocks), "work_s": self.warm_work_s,
+                           "host_s": self.warm_host_s,
+                           "mhz": [round(hz / 1e6, 1) for hz in self.warm_clocks[-4:]]},
+                "batch_mhz": [round(hz / 1e6, 1) for hz in self.batch_clocks],
+                "low_batches": sum(hz < CLOCK_LOW * top for hz in self.batch_clocks) if top else 0}
 
 
 class KeepAhead:
     """Keeps the GPU's queue ahead of the host for each batch of timed calls, and checks that it did.
 
     Before a batch the GPU is idle (the previous batch was synchronised). A spin kernel is queued first, lasting
-    :data:`SPIN_FACTOR` times the host's enqueue time of the previous batch, then an event (``spun``); while the GPU
-    spins, the host enqueues the whole batch. If ``spun`` is still pending once the last call is enqueued, every
-    repetition was queued before the GPU reached it, so no event pair contains time the GPU waited for the host. If
-    it completed, the batch is timed again with a longer spin and half the repetitions; a second failure counts in
-    ``failed`` (the record is flagged ``host_bound``). The spin's clock rate is calibrated with events after warm-up
-    (GPU clocks boost with load: 345 -> 1980 MHz on an H200) and again from every batch's own spin; the fastest rate
-    seen is used, so a slower clock only makes a spin longer.
+    :data:`SPIN_FACTOR` times the host's enqueue time of the previous batch (the first batch: of one timed unit in the
+    warm-up, its flush and event records included), then an event (``spun``); while the GPU spins, the host enqueues
+    the whole batch. If ``spun`` is still pending once the last call is enqueued, every repetition was queued before
+    the GPU reached it, so no event pair contains time the GPU waited for the host. If it completed, the batch is
+    timed again with a longer spin and half the repetitions; a second failure counts in ``failed`` (the record is
+    flagged ``host_bound``). The spin's clock rate is calibrated with events after warm-up (GPU clocks boost with
+    load: 345 -> 1980 MHz on an H200) and again from every batch's own spin; the fastest rate seen is used, so a
+    slower clock only makes a spin longer; each batch's rate is kept (``clock.batch_clocks``).
     """
 
-    def __init__(self, ops: CudaOps, per_unit_s: float = MIN_HOST_S):
+    def __init__(self, ops, per_unit_s: float = MIN_HOST_S, clock: ClockWatch | None = None):
         self.ops = ops
         self.per_unit_s = max(float(per_unit_s), MIN_HOST_S)  # host enqueue time of one unit (repetition or round)
         self.rate_hz: float | None = None
         self.batches = self.retries = self.failed = 0
         self.spin_s = 0.0  # GPU seconds spent spinning, as planned
         self.cap = KEEP_AHEAD_BATCH  # units per batch; a retry that passed with fewer lowers it (a fuller queue)
+        self.clock = clock if clock is not None else ClockWatch(None)
+        self.spun = None  # the event that ends the spin the host is now enqueueing behind
+        self.drained = False  # the queue ran dry behind some call of this attempt (``respin``)
 
-    def _observe(self, cycles: int, seconds: float) -> None:
+    def _observe(self, cycles: int, seconds: float, batch: bool = False) -> None:
         if seconds > 0:
             self.rate_hz = max(self.rate_hz or 0.0, cycles / seconds)
+            if batch:
+                self.clock.batch_clocks.append(cycles / seconds)
 
     def calibrate(self, spins: int = 2) -> float:
         """Time ``spins`` spins of :data:`CALIBRATION_CYCLES` with events; returns the clock rate (cycles/s)."""
@@ -227,26 +260,38 @@ class KeepAhead:
             raise RuntimeError("the spin kernel's clock rate could not be calibrated (its events measured no time)")
         return self.rate_hz
 
+    def respin(self, units: float, factor: float = SPIN_FACTOR) -> None:
+        """Queue a fresh spin for ``units`` more units mid-batch (the queue ran dry behind one call of an interleaved
+        round: the calls after it get a spin of their own) and make its end the event checked. The attempt is then
+        not kept ahead (it is retried once, as any)."""
+        self.drained = True
+        self.ops.spin(spin_cycles(max(factor * self.per_unit_s * units, MIN_SPIN_S), self.rate_hz))
+        self.spun = self.ops.event()
+        self.spun.record()
+
     def _attempt(self, units: int, enqueue: Callable[[int], object], factor: float) -> tuple[bool, object]:
-        seconds = factor * self.per_unit_s * units
+        seconds = max(factor * self.per_unit_s * units, MIN_SPIN_S)
         cycles = spin_cycles(seconds, self.rate_hz)
         t0 = self.ops.clock()
         begin, spun = self.ops.event(), self.ops.event()
         begin.record()
         self.ops.spin(cycles)
         spun.record()
+        self.spun, self.drained = spun, False
         out = enqueue(units)
         t1 = self.ops.clock()
-        ahead = not spun.query()  # still spinning: the host enqueued the whole batch before the GPU needed it
+        # still spinning: the host enqueued the whole batch before the GPU needed it
+        ahead = not self.spun.query() and not self.drained
         self.ops.sync()
-        self._observe(cycles, begin.elapsed_time(spun) / 1e3)
+        self._observe(cycles, begin.elapsed_time(spun) / 1e3, batch=True)
         self.per_unit_s = max((t1 - t0) / units, MIN_HOST_S)
         self.spin_s += seconds
         return ahead, out
 
-    def run(self, units: int, enqueue: Callable[[int], object], halve: bool = True) -> object:
+    def run(self, units: int, enqueue: Callable[[int], object], halve: bool = True) -> tuple[bool, object]:
         """``enqueue(n)`` queues ``n`` units behind a spin; checked, synchronised, and retried once on failure (with
-        half the units where ``halve``). Returns what the last ``enqueue`` returned; its events are complete."""
+        half the units where ``halve``). Returns (whether the last attempt was kept ahead, what its ``enqueue``
+        returned); its events are complete."""
         if halve:  # a slow host path: fewer units per batch rather than a spin of many seconds
             units = max(1, min(units, int(MAX_SPIN_S / (SPIN_FACTOR * self.per_unit_s))))
         ok, out = self._attempt(units, enqueue, SPIN_FACTOR)
@@ -259,7 +304,7 @@ class KeepAhead:
             else:
                 self.failed += 1
         self.batches += 1
-        return out
+        return ok, out
 
     def info(self) -> dict:
         """What a record keeps of it (``metrics.keep_ahead``)."""
@@ -294,46 +339,40 @@ def host_bound_reason(gpu_s: list[float], host_s: list[float], keep_ahead: dict 
     return None
 
 
-def host_info(gpu_s: list[float], host_s: list[float], keep_ahead: dict | None) -> dict:
+def host_info(gpu_s: list[float], host_s: list[float], keep_ahead: dict | None, clock: dict | None = None,
+              low_clock: str | None = None, l2_flush: str | None = None) -> dict:
     """``{"host_s": median host seconds per call (None if none was > 0), "keep_ahead": the check or None,
-    "host_bound": the flag's reason or None}``."""
+    "host_bound": the flag's reason or None, "clock": the clock check (``ClockWatch.info``) or None, "low_clock": that
+    flag's reason or None, "l2_flush": the flush run before each timed call, or None (hot)}``."""
     host = statistics.median(host_s) if host_s else None
     return {"host_s": host if host and host > 0 else None, "keep_ahead": keep_ahead,
-            "host_bound": host_bound_reason(gpu_s, host_s, keep_ahead)}
+            "host_bound": host_bound_reason(gpu_s, host_s, keep_ahead), "clock": clock, "low_clock": low_clock,
+            "l2_flush": l2_flush}
 
 
 @dataclass
 class CudaTiming:
     """What :func:`cuda_timing` measured: GPU seconds per repetition (events), whether a CUDA graph was replayed,
-    the host's seconds in each timed call (no synchronisation inside), and the keep-ahead check (None when off)."""
+    the host's seconds in each timed call (no synchronisation inside), the keep-ahead check (None when off), the
+    clock check, and the L2 flush run before each timed call (None: hot, nothing flushed)."""
 
     samples: list[float]
     used_graph: bool
     host_s: list[float]
     keep_ahead: dict | None
+    clock: ClockWatch | None = None
+    l2_flush: str | None = None
 
     def host_bound(self) -> str | None:
         return host_bound_reason(self.samples, self.host_s, self.keep_ahead)
 
+    def low_clock(self) -> str | None:
+        return self.clock.low_reason() if self.clock is not None else None
+
     def host_info(self) -> dict:
         """What a record keeps of it beside the GPU time (``normbench.measure.group.build_record``'s ``host``)."""
-        return host_info(self.samples, self.host_s, self.keep_ahead)
-
-
-def _capture_graph(fn: Callable[[], object], device) -> Callable[[], object]:
-    """Capture ``fn`` into a CUDA graph (after a warm-up on a side stream); returns the replay callable."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    holder = {}
-    with torch.cuda.graph(graph):
-        holder["out"] = fn()  # keeps the graph's output buffers alive
-    graph._normbench_out = holder
-    return graph.replay
+        return host_info(self.samples, self.host_s, self.keep_ahead,
+                         self.clock.info() if self.clock is not None else None, self.low_clock(), self.l2_flush)
 
 
 def cuda_time(fn: Callable[[], object], settings: TimerSettings, device, *, cold: bool = True,
@@ -343,6 +382,11 @@ def cuda_time(fn: Callable[[], object], settings: TimerSettings, device, *, cold
     return t.samples, t.used_graph
 
 
+def _max_clock(ops) -> float | None:
+    get = getattr(ops, "max_clock_hz", None)
+    return get() if get is not None else None
+
+
 def cuda_timing(fn: Callable[[], object], settings: TimerSettings, device, *, cold: bool = True,
                 pre: Callable[[], object] | None = None, graphs: bool = False,
                 ops: CudaOps | None = None) -> CudaTiming:
@@ -350,11 +394,13 @@ def cuda_timing(fn: Callable[[], object], settings: TimerSettings, device, *, co
 
     ``cold`` flushes L2 (``settings.flush``) before each repetition (outside the events); ``pre`` runs untimed
     before the flush. ``graphs`` replays ``fn`` as a CUDA graph (not with ``pre``); if capture fails it falls back
-    to plain calls. With ``settings.keep_ahead`` (the default) each batch of repetitions runs behind a spin and is
-    checked (:class:`KeepAhead`). Events, streams and the flush buffer live on ``device`` (made current for the
-    whole timing), not on whatever device happens to be current. ``ops``: the CUDA operations (tests pass a fake).
+    to plain calls. Warm-up runs whole timed units (``pre``, flush, events, call), so every kernel a repetition
+    launches ran once before timing, then the clock check (:class:`ClockWatch`). With ``settings.keep_ahead`` (the
+    default) each batch of repetitions runs behind a spin and is checked (:class:`KeepAhead`). Events, streams and
+    the flush buffer live on ``device`` (made current for the whole timing), not on whatever device happens to be
+    current. ``ops``: the CUDA operations (default: the device seam's, ``normbench.device``; tests pass a fake).
     """
-    ops = ops or CudaOps(device)
+    ops = ops or seam.get().ops(device)
     with ops.context():
         return _cuda_timing(fn, settings, ops, cold, pre, graphs)
 
@@ -370,33 +416,42 @@ def _cuda_timing(fn, settings, ops, cold, pre, graphs) -> CudaTiming:
         except Exception:  # some ops cannot be captured; timing them without a graph is still correct
             ops.sync()
             call = fn
-    last = None
-    for _ in range(max(settings.warmup, 1 if settings.keep_ahead else 0)):  # keep-ahead needs one host time
-        t0 = ops.clock()
+    call = ops.wrap(call)  # as the device runs it (a rehearsal: the CPU work, and its GPU time simulated)
+    pre = ops.wrap(pre) if pre is not None else None
+
+    def unit(events: list | None = None, hosts: list | None = None) -> None:
+        """One repetition as it is timed: ``pre``, the flush, the events around the call."""
         if pre is not None:
             pre()
+        if flush is not None:
+            flush()
+        start, end = ops.event(), ops.event()
+        start.record()
+        h0 = ops.clock()
         call()
+        if hosts is not None:
+            hosts.append(ops.clock() - h0)
+        end.record()
+        if events is not None:
+            events.append((start, end))
+
+    last = None
+    for _ in range(max(settings.warmup, 1)):  # every kernel of a repetition (the flush's too) runs once first
+        t0 = ops.clock()
+        unit()
         last = ops.clock() - t0
     ops.sync()
+    clock = ClockWatch(_max_clock(ops))
+    clock.warm(ops, unit)
     ahead = None
     if settings.keep_ahead:
-        ahead = KeepAhead(ops, last or MIN_HOST_S)
+        ahead = KeepAhead(ops, last or MIN_HOST_S, clock)
         ahead.calibrate()
 
     def enqueue(n: int):
         events, hosts = [], []
         for _ in range(n):
-            if pre is not None:
-                pre()
-            if flush is not None:
-                flush()
-            start, end = ops.event(), ops.event()
-            start.record()
-            h0 = ops.clock()
-            call()
-            hosts.append(ops.clock() - h0)
-            end.record()
-            events.append((start, end))
+            unit(events, hosts)
         return events, hosts
 
     samples: list[float] = []
@@ -405,7 +460,7 @@ def _cuda_timing(fn, settings, ops, cold, pre, graphs) -> CudaTiming:
     while len(samples) < settings.max_reps:
         left = settings.max_reps - len(samples)
         if ahead is not None:
-            events, hosts = ahead.run(min(left, ahead.cap), enqueue)
+            _, (events, hosts) = ahead.run(min(left, ahead.cap), enqueue)
         else:
             events, hosts = enqueue(min(left, max(settings.min_reps, 10)))
             ops.sync()
@@ -416,7 +471,8 @@ def _cuda_timing(fn, settings, ops, cold, pre, graphs) -> CudaTiming:
             total += dt
         if settings.done(len(samples), total):
             break
-    return CudaTiming(samples, used_graph, host_s, ahead.info() if ahead is not None else None)
+    return CudaTiming(samples, used_graph, host_s, ahead.info() if ahead is not None else None, clock,
+                      settings.flush if cold else None)
 
 
 def timing_label(device: str, harness_timer: str, cold: bool) -> str:
@@ -436,20 +492,35 @@ def timing_label(device: str, harness_timer: str, cold: bool) -> str:
 @dataclass
 class Interleaved:
     """What :func:`interleaved_timing` measured: ``{key: [seconds per round]}`` (equal lengths); on CUDA also
-    ``{key: [host seconds per call]}`` and the keep-ahead check shared by every key (None when off or on a CPU)."""
+    ``{key: [host seconds per call]}``, the keep-ahead check of the rounds (None when off or on a CPU) with each key's
+    own failed rounds (``failed_by_key``: rounds in which the queue ran dry behind that key's call, even after the
+    retry), the clock check, and the L2 flush run before each timed call (None: hot)."""
 
     samples: dict
     host_s: dict
     keep_ahead: dict | None
+    failed_by_key: dict | None = None
+    clock: ClockWatch | None = None
+    l2_flush: str | None = None
+
+    def _keep_ahead(self, key) -> dict | None:
+        if self.keep_ahead is None:
+            return None
+        return {**self.keep_ahead, "failed": (self.failed_by_key or {}).get(key, 0)}
 
     def host_bound(self, key) -> str | None:
-        return host_bound_reason(self.samples[key], self.host_s.get(key) or [], self.keep_ahead)
+        """Judged on ``key``'s own calls: a round that ran dry behind another key's call is not held against it."""
+        return host_bound_reason(self.samples[key], self.host_s.get(key) or [], self._keep_ahead(key))
+
+    def low_clock(self) -> str | None:
+        return self.clock.low_reason() if self.clock is not None else None
 
     def host_info(self, key) -> dict | None:
         """As :meth:`CudaTiming.host_info`, for ``key``; None on a CPU."""
         if key not in self.host_s:
             return None
-        return host_info(self.samples[key], self.host_s[key], self.keep_ahead)
+        return host_info(self.samples[key], self.host_s[key], self._keep_ahead(key),
+                         self.clock.info() if self.clock is not None else None, self.low_clock(), self.l2_flush)
 
 
 def interleaved_time(fns: dict, settings: TimerSettings, pres: dict | None = None, device: str = "cpu",
@@ -460,14 +531,18 @@ def interleaved_time(fns: dict, settings: TimerSettings, pres: dict | None = Non
 
 def interleaved_timing(fns: dict, settings: TimerSettings, pres: dict | None = None, device: str = "cpu",
                        seed: int = 0, order_log: list | None = None, slow_rounds: int = 3,
-                       ops: CudaOps | None = None) -> Interleaved:
+                       ops: CudaOps | None = None, cold: bool = False) -> Interleaved:
     """Time several callables head to head: every one warmed up, then rounds in which each runs once, in an order
     shuffled every round (as Google Benchmark's random interleaving), so all of them see the same stretch of the
     machine's state and round ``i`` of one pairs with round ``i`` of another. ``pres[key]`` (untimed) runs right
-    before its callable, as in :func:`cpu_time`. On CUDA each call is timed with its own pair of events (hot: nothing
-    is flushed), its host time is kept, and a round ends with a synchronisation; with ``settings.keep_ahead`` (the
-    default) each round is queued behind a spin and checked, as a batch of :func:`cuda_timing` is (a round that fails
-    is timed again once with a longer spin: :class:`KeepAhead`). ``ops``: the CUDA operations (tests pass a fake).
+    before its callable, as in :func:`cpu_time`. On CUDA each call is timed with its own pair of events, with L2
+    flushed (``settings.flush``) before it, outside the events, where ``cold``; its host time is kept, and a round
+    ends with a synchronisation. The warm-up runs whole rounds as they are timed (flush and events included), then
+    the clock check (:class:`ClockWatch`). With ``settings.keep_ahead`` (the default) each round is queued behind a
+    spin and checked, as a batch of :func:`cuda_timing` is (a round that fails is timed again once with a longer
+    spin: :class:`KeepAhead`), and each key is judged on its own calls: where the queue ran dry behind one call, the
+    calls after it in the round get a fresh spin, and only that key's record counts the round as failed. ``ops``: the
+    CUDA operations (default: the device seam's; tests pass a fake).
 
     Rounds stop by ``settings.done`` applied to the rounds taken and the mean time per callable accumulated, except
     that slow calls stop at ``settings.max_time`` only after ``slow_rounds`` rounds (a paired interval needs them).
@@ -475,51 +550,77 @@ def interleaved_timing(fns: dict, settings: TimerSettings, pres: dict | None = N
     """
     cuda = ops is not None or str(device).startswith("cuda")
     if not cuda:
-        return _interleaved(fns, settings, pres or {}, None, seed, order_log, slow_rounds)
-    ops = ops or CudaOps(device)
+        if cold:
+            raise ValueError("cold timing (L2 flushed before each call) needs CUDA; CPU timing is hot")
+        return _interleaved(fns, settings, pres or {}, None, seed, order_log, slow_rounds, False)
+    ops = ops or seam.get().ops(device)
     with ops.context():
-        return _interleaved(fns, settings, pres or {}, ops, seed, order_log, slow_rounds)
+        return _interleaved(fns, settings, pres or {}, ops, seed, order_log, slow_rounds, cold)
 
 
-def _interleaved(fns, settings, pres, ops, seed, order_log, slow_rounds) -> Interleaved:
+def _interleaved(fns, settings, pres, ops, seed, order_log, slow_rounds, cold) -> Interleaved:
     import random
 
     keys = list(fns)
     rng = random.Random(seed)
     cuda = ops is not None
     clock = ops.clock if cuda else time.perf_counter
+    flush = ops.flusher(settings.flush) if cuda and cold else None
+    if cuda:  # as the device runs them (a rehearsal: the CPU work, and its GPU time simulated)
+        fns = {k: ops.wrap(f) for k, f in fns.items()}
+        pres = {k: ops.wrap(p) for k, p in pres.items() if p is not None}
+    ahead = None
+
+    def call(k, took: dict | None = None, hosts: dict | None = None) -> None:
+        """One timed call of ``k`` as a round runs it: ``pre``, the flush, the events around the call."""
+        if pres.get(k) is not None:
+            pres[k]()
+        if flush is not None:
+            flush()
+        start, end = ops.event(), ops.event()
+        start.record()
+        h0 = clock()
+        fns[k]()
+        if hosts is not None:
+            hosts[k] = clock() - h0
+        end.record()
+        if took is not None:
+            took[k] = (start, end)
+
+    def enqueue(order):
+        took, hosts, dry = {}, {}, []
+        for i, k in enumerate(order):
+            call(k, took, hosts)
+            if ahead is not None and ahead.spun.query():  # the queue ran dry behind k's call
+                dry.append(k)
+                if i + 1 < len(order):
+                    ahead.respin((len(order) - i - 1) / len(order))
+        return took, hosts, dry
+
     last = None
-    for _ in range(max(settings.warmup, 1 if cuda and settings.keep_ahead else 0)):
+    for _ in range(max(settings.warmup, 1 if cuda else 0)):
         t0 = clock()
         for k in keys:
-            if pres.get(k) is not None:
-                pres[k]()
-            fns[k]()
+            if cuda:
+                call(k)
+            else:
+                if pres.get(k) is not None:
+                    pres[k]()
+                fns[k]()
         last = clock() - t0
-    ahead = None
+    watch = None
+    failed_by_key = {k: 0 for k in keys} if cuda else None
     if cuda:
         ops.sync()
+        watch = ClockWatch(_max_clock(ops))
+        watch.warm(ops, lambda: [call(k) for k in keys])
         if settings.keep_ahead:
-            ahead = KeepAhead(ops, last or MIN_HOST_S * len(keys))
+            ahead = KeepAhead(ops, last or MIN_HOST_S * len(keys), watch)
             ahead.calibrate()
     samples: dict = {k: [] for k in keys}
     host_s: dict = {k: [] for k in keys} if cuda else {}
     total = 0.0
     rounds = 0
-
-    def enqueue(order):
-        took, hosts = {}, {}
-        for k in order:
-            if pres.get(k) is not None:
-                pres[k]()
-            start, end = ops.event(), ops.event()
-            start.record()
-            h0 = clock()
-            fns[k]()
-            hosts[k] = clock() - h0
-            end.record()
-            took[k] = (start, end)
-        return took, hosts
 
     while rounds < settings.max_reps:
         order = keys[:]
@@ -528,9 +629,12 @@ def _interleaved(fns, settings, pres, ops, seed, order_log, slow_rounds) -> Inte
             order_log.append(order)
         if cuda:
             if ahead is not None:
-                took, hosts = ahead.run(1, lambda _n: enqueue(order), halve=False)
+                ok, (took, hosts, dry) = ahead.run(1, lambda _n: enqueue(order), halve=False)
+                if not ok:
+                    for k in dry or order[-1:]:
+                        failed_by_key[k] += 1
             else:
-                took, hosts = enqueue(order)
+                took, hosts, _ = enqueue(order)
                 ops.sync()
             took = {k: s.elapsed_time(e) / 1e3 for k, (s, e) in took.items()}
             for k in keys:
@@ -550,4 +654,5 @@ def _interleaved(fns, settings, pres, ops, seed, order_log, slow_rounds) -> Inte
         if rounds >= settings.max_reps or (rounds >= settings.min_reps and total >= settings.min_time) \
                 or (rounds >= max(3, slow_rounds) and total >= settings.max_time):
             break
-    return Interleaved(samples, host_s, ahead.info() if ahead is not None else None)
+    return Interleaved(samples, host_s, ahead.info() if ahead is not None else None, failed_by_key, watch,
+                       settings.flush if flush is not None else None)

@@ -64,14 +64,9 @@ def _gpu_slug(name: str) -> str:
 
 
 def _nvidia_smi(query: str) -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0 or not out.stdout.strip():
-        return None
-    return out.stdout.strip().splitlines()[0].strip()
+    from normbench import device as seam
+
+    return seam.get().nvidia_smi(query)
 
 
 def hardware(device: str | None = None) -> dict:
@@ -87,15 +82,10 @@ def hardware(device: str | None = None) -> dict:
         "driver": None,
         "cuda": None,
     }
-    use_gpu = device != "cpu" and torch.cuda.is_available()
-    if use_gpu:
-        idx = torch.cuda.current_device() if device in (None, "cuda") else torch.device(device).index or 0
-        props = torch.cuda.get_device_properties(idx)
-        info["gpu"] = props.name
-        info["gpu_memory_gb"] = round(props.total_memory / 2**30, 1)
-        hip = getattr(torch.version, "hip", None)
-        info["cuda"] = torch.version.cuda or (f"hip {hip}" if hip else None)
-        info["driver"] = _nvidia_smi("driver_version")
+    from normbench import device as seam
+
+    if device != "cpu" and seam.available():  # the real GPU, or a rehearsal's simulated one (named so)
+        info.update(seam.get().hardware(device or "cuda"))
     return info
 
 
@@ -159,7 +149,7 @@ def provenance(command: str | list[str] | None = None, device: str | None = None
     hw = hardware(device)
     commit, dirty = git_commit()
     baselines = {d: v for d in BASELINE_PACKAGES if (v := _version(d))}
-    return {
+    out = {
         "timestamp": utc_now(),
         "normbench_version": __version__,
         "git_commit": commit,
@@ -176,3 +166,8 @@ def provenance(command: str | list[str] | None = None, device: str | None = None
         "baselines": baselines,
         "command": command,
     }
+    from normbench import device as seam
+
+    if device != "cpu" and seam.get().simulated:  # a rehearsal: the GPU is simulated and the record says so
+        out["simulated"] = seam.rehearsal_reason()
+    return out

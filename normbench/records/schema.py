@@ -29,11 +29,16 @@ SCHEMA_VERSION = 2
 #: Every flag a record may carry; who sets each: non_finite, suspect, noisy, host_bound (the kernel core: host_bound
 #: when a GPU timing could not keep the GPU's queue ahead of the host, so its events may hold the host's launch time:
 #: ``normbench.measure.timers.host_bound_reason``), fell_back (the compile backend), unchecked, forced (the check
-#: gate), diverged, tuning (accuracy runs); stale and legacy (never written: the one reader that ranks,
+#: gate), diverged, tuning (accuracy runs); rehearsal (the kernel core, ``normbench.measure.group.build_record``, on
+#: every record measured on the simulated GPU that ``NORMBENCH_REHEARSE=<scenario>`` swaps in: ``normbench.device``;
+#: its reason names the scenario); low_clock (the kernel core: a GPU timing whose clock did not ramp to 95 % of the
+#: device's maximum SM clock in its warm-up, or with a timed batch below 90 % of it: ``timers.ClockWatch``); host_sync
+#: (the kernel core: the timed call synchronises with the device, caught by ``measure.syncs``); stale and legacy
+#: (never written: the one reader that ranks,
 #: ``normbench.results.records_that_count``, marks a record whose code has since changed and a record without a check
 #: verdict, a migrated schema-v1 one, when it reads them; the file is not changed).
 FLAGS = ("non_finite", "fell_back", "noisy", "host_bound", "suspect", "unchecked", "forced", "diverged", "tuning",
-         "stale", "legacy")
+         "rehearsal", "low_clock", "host_sync", "stale", "legacy")
 #: Flags that make a record invalid: it is kept and shown as failed, never ranked.
 INVALID_FLAGS = ("non_finite",)
 CHECK_STATUSES = ("passed", "failed", "not_run")
