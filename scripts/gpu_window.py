@@ -60,8 +60,9 @@ REHEARSAL_NORMS = ("rmsnorm", "layernorm")
 REHEARSAL_BACKENDS = ("eager", "triton")
 REHEARSAL_SHAPES = ("4x64", "8x64")
 REHEARSAL_PASSES = ("fwd", "bwd")
+#: ``normbench.rehearsal.SCENARIOS`` (a test keeps them the same)
 REHEARSAL_SCENARIOS = ("normal", "host_bound", "clock_ramp", "low_clock")
-REHEARSE_ENV = "NORMBENCH_REHEARSE"
+REHEARSE_ENV = "NORMBENCH_REHEARSE"  # normbench.device.REHEARSE_ENV
 
 
 # --- costs ----------------------------------------------------------------------------------------------------------
@@ -366,15 +367,15 @@ def _env_check(w: Window, device: str) -> bool:
     if device == "cpu":
         info["device"] = "cpu (the plumbing alone: CPU timing, no device seam)"
         ok = True
-    elif w.rehearse:
-        import importlib.util
-
-        ok = importlib.util.find_spec("normbench.measure.device") is not None
-        info["device"] = (f"simulated ({REHEARSE_ENV}={w.rehearse}): CPU tensors" if ok else
-                          "no simulated device: normbench.measure.device (issue #48's device seam) is not in this tree")
     else:
-        ok = torch.cuda.is_available()
-        info["device"] = torch.cuda.get_device_name() if ok else "no CUDA device"
+        from normbench import device as seam
+
+        dev = seam.get()
+        ok = seam.available()
+        info["device"] = dev.describe() if ok else f"none: {dev.missing()}"
+        if ok:
+            clocks = dev.nvidia_smi("clocks.current.sm,clocks.max.sm,temperature.gpu")
+            info["nvidia-smi"] = clocks.strip() if clocks else "none"
     w.log("env: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     return ok and info["jsonschema"] == "ok"
 

@@ -85,7 +85,7 @@ def test_the_costs_fixture_is_the_first_h200_run():
 def _seam() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("normbench.measure.device") is not None
+    return importlib.util.find_spec("normbench.device") is not None
 
 
 #: the simulated device where the seam is in the tree; before it is, the plumbing alone on the CPU
