@@ -490,7 +490,8 @@ def rehearsal_cases(device: str = "cuda"):
 
 
 def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: str | None = None,
-               plant_gap: float = 0.0, models: bool = True, device: str = "cuda") -> int:
+               plant_gap: float = 0.0, models: bool = True, device: str = "cuda",
+               validation_only: bool = False) -> int:
     from normbench import campaign
 
     stop = stop_s(call_limit_s)
@@ -522,6 +523,8 @@ def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: s
         costs = Costs(out)
         w.reserve_s = max(costs.set_cost(n, s, sorted({c.backend for c in v}))[0]
                           for n, s in list(slice_sets) + list(rest_sets))
+    if validation_only:
+        rest, model_cases = [], []
     # the gate: tier 1's (norm, backend) pairs on this device, checked (the campaign's gate, cached for its steps)
     t0 = time.monotonic()
     with _quiet_stdout():
@@ -550,8 +553,8 @@ def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: s
         if not w.state["steps"].get(step, {}).get("done"):
             break
     w.save()
-    remaining = [s for s in ("smoke", "harness", "profiler", "tier1") + (("models",) if model_cases else ())
-                 if not w.state["steps"].get(s, {}).get("done")]
+    remaining = [s for s in ("smoke", "harness", "profiler") + (("tier1",) if rest else ())
+                 + (("models",) if model_cases else ()) if not w.state["steps"].get(s, {}).get("done")]
     w.log(f"call done in {w.elapsed():.0f} s; {'steps left: ' + ', '.join(remaining) if remaining else 'all done'}; "
           f"{len(w.problems)} problem(s)")
     w.save()
@@ -584,6 +587,8 @@ def main(argv=None) -> int:
                     help="rehearsal: this fraction of each call (0..1) is a host gap in the simulated profiler trace "
                          "(the GPU idle, the events running)")
     ap.add_argument("--no-models", action="store_true", help="stop after tier 1")
+    ap.add_argument("--validation-only", action="store_true",
+                    help="stop after the validation (env, gate, smoke, harness, profiler): a quick check of a GPU")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="with --rehearse: cpu runs the plumbing alone (campaign, packing, report) with CPU timing, "
                          "without the simulated device")
@@ -601,7 +606,8 @@ def main(argv=None) -> int:
     try:
         with interruptible(program=argv is None):
             return run_window(args.out, args.call_limit * 60, args.rehearse, args.plant_host_gap,
-                              models=not args.no_models, device=args.device)
+                              models=not args.no_models, device=args.device,
+                              validation_only=args.validation_only)
     except KeyboardInterrupt:
         print("gpu-window: interrupted; what finished is under --out (run again to go on)", file=sys.stderr)
         return 130

@@ -82,14 +82,7 @@ def test_the_costs_fixture_is_the_first_h200_run():
 
 # --- the rehearsal ------------------------------------------------------------------------------------------------
 
-def _seam() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("normbench.device") is not None
-
-
-#: the simulated device where the seam is in the tree; before it is, the plumbing alone on the CPU
-REHEARSE = ("--rehearse",) if _seam() else ("--rehearse", "--device", "cpu")
+REHEARSE = ("--rehearse",)
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +174,31 @@ def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_pa
     for r in first:  # not redone: the same record, measured once
         assert after[r["id"]]["provenance"]["timestamp"] == r["provenance"]["timestamp"]
     assert keys(after.values()) == {(c.norm, c.backend, c.shape.label, c.pass_) for c in gw.rehearsal_cases()}
+
+
+def _rehearse_scenario(tmp_path, scenario):
+    out = tmp_path / scenario
+    run = _script("--rehearse", scenario, "--validation-only", "--out", str(out), timeout=300)
+    return out, run, _records(out), json.loads((out / "table.json").read_text())["rows"]
+
+
+def test_a_low_clock_rehearsal_flags_every_record_low_clock(tmp_path):
+    """Batches at 60 % of the maximum SM clock: every record says so (``low_clock``: never ranked)."""
+    out, run, recs, rows = _rehearse_scenario(tmp_path, "low_clock")
+    assert recs and all({"low_clock", "rehearsal"} <= set(r["flags"]) for r in recs), [r["flags"] for r in recs]
+
+
+def test_a_host_bound_rehearsal_is_not_validated(tmp_path):
+    """Every timed call waits for the GPU: the records are flagged ``host_bound``, the rows say ``HOST_BOUND``, the
+    call fails and the report names them."""
+    out, run, recs, rows = _rehearse_scenario(tmp_path, "host_bound")
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert recs and all("host_bound" in r["flags"] for r in recs)
+    assert rows and all(r["verdict"] == "HOST_BOUND" for r in rows), rows
+    assert "HOST_BOUND" in (out / "report.md").read_text()
+
+
+def test_the_rehearsal_scenarios_are_the_simulated_devices():
+    from normbench.rehearsal import SCENARIOS
+
+    assert set(gw.REHEARSAL_SCENARIOS) == set(SCENARIOS)
