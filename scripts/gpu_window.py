@@ -321,7 +321,10 @@ class Window:
 
     def report(self) -> str:
         st = self.state
-        out = [f"# GPU window{' rehearsal (' + self.rehearse + ', simulated device: nothing here is a GPU number)' if self.rehearse else ''}",
+        title = "# GPU window"
+        if self.rehearse:
+            title += f" rehearsal ({self.rehearse}, simulated device: nothing here is a GPU number)"
+        out = [title,
                "", f"calls: {len(st['calls'])}; this call {self.elapsed():.0f} s of {self.stop:.0f} s", "",
                "## Steps", "", "| step | state | wall s | detail |", "| --- | --- | ---: | --- |"]
         for name in STEPS:
@@ -521,8 +524,8 @@ def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: s
         tiers = campaign.plan_tiers(device)
         model_cases = list(tiers[3].cases) if models else []
         costs = Costs(out)
-        w.reserve_s = max(costs.set_cost(n, s, sorted({c.backend for c in v}))[0]
-                          for n, s in list(slice_sets) + list(rest_sets))
+        every = {**slice_sets, **rest_sets}
+        w.reserve_s = max(costs.set_cost(n, s, sorted({c.backend for c in v}))[0] for (n, s), v in every.items())
     if validation_only:
         rest, model_cases = [], []
     # the gate: tier 1's (norm, backend) pairs on this device, checked (the campaign's gate, cached for its steps)
