@@ -65,6 +65,21 @@ REHEARSAL_SCENARIOS = ("normal", "host_bound", "clock_ramp", "low_clock")
 REHEARSE_ENV = "NORMBENCH_REHEARSE"  # normbench.device.REHEARSE_ENV
 
 
+#: What this script reaches on a GPU that its rehearsal does not run: the seam's list (``normbench.device``), and the
+#: profiler step (the rehearsal simulates its trace). At most 10; docs/measurement.md names each; a test fails when
+#: one is added.
+SCRIPT_NOT_REHEARSED = {
+    "gpu_validate.profile_group": "torch.profiler's CUDA activity (CUPTI) and torch.cuda._sleep spins: a rehearsal "
+                                  "simulates the trace from the harness's times (gpu_validate.simulated_trace)",
+}
+
+
+def not_rehearsed() -> dict[str, str]:
+    from normbench.device import NOT_REHEARSED
+
+    return {**NOT_REHEARSED, **SCRIPT_NOT_REHEARSED}
+
+
 # --- costs ----------------------------------------------------------------------------------------------------------
 
 _WRITTEN = re.compile(r"^(\d+) records written, .* in (\d+(?:\.\d+)?)s$")
@@ -492,6 +507,35 @@ def rehearsal_cases(device: str = "cuda"):
     return [c for c in slice_ + rest if c.pass_ in REHEARSAL_PASSES]
 
 
+def window_cases(out: Path | None, rehearse: str | None, device: str = "cuda", models: bool = True,
+                 validation_only: bool = False):
+    """What a call measures: ``(validation slice, the rest of tier 1, the models tier, timer settings, reserve_s)``;
+    ``reserve_s``, the longest planned set: no set starts later than that before the call's stop."""
+    from normbench import campaign
+
+    if rehearse:
+        from normbench.measure.timers import TimerSettings
+
+        settings = TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0)
+        t1 = rehearsal_cases(device)
+        slice_cases = [c for c in t1 if c.shape.label == t1[0].shape.label]
+        rest = [c for c in t1 if c not in slice_cases]
+        model_cases: list = []
+        reserve = 5.0
+    else:
+        settings = None  # the campaign's own (CAMPAIGN_SETTINGS)
+        slice_sets, rest_sets = tier1_sets(device)
+        slice_cases = [c for v in slice_sets.values() for c in v]
+        rest = [c for v in rest_sets.values() for c in v]
+        model_cases = list(campaign.plan_tiers(device)[3].cases) if models else []
+        costs = Costs(out)
+        every = {**slice_sets, **rest_sets}
+        reserve = max(costs.set_cost(n, s, sorted({c.backend for c in v}))[0] for (n, s), v in every.items())
+    if validation_only:
+        rest, model_cases = [], []
+    return slice_cases, rest, model_cases, settings, reserve
+
+
 def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: str | None = None,
                plant_gap: float = 0.0, models: bool = True, device: str = "cuda",
                validation_only: bool = False) -> int:
@@ -507,27 +551,8 @@ def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: s
         w.save()
         return 2
     w.done("env", w.elapsed())
-    if rehearse:
-        from normbench.measure.timers import TimerSettings
-
-        settings = TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time=0.0)
-        t1 = rehearsal_cases(device)
-        slice_cases = [c for c in t1 if c.shape.label == t1[0].shape.label]
-        rest = [c for c in t1 if c not in slice_cases]
-        model_cases: list = []
-        w.reserve_s = 5.0
-    else:
-        settings = None
-        slice_sets, rest_sets = tier1_sets(device)
-        slice_cases = [c for v in slice_sets.values() for c in v]
-        rest = [c for v in rest_sets.values() for c in v]
-        tiers = campaign.plan_tiers(device)
-        model_cases = list(tiers[3].cases) if models else []
-        costs = Costs(out)
-        every = {**slice_sets, **rest_sets}
-        w.reserve_s = max(costs.set_cost(n, s, sorted({c.backend for c in v}))[0] for (n, s), v in every.items())
-    if validation_only:
-        rest, model_cases = [], []
+    slice_cases, rest, model_cases, settings, w.reserve_s = window_cases(out, rehearse, device, models,
+                                                                         validation_only)
     # the gate: tier 1's (norm, backend) pairs on this device, checked (the campaign's gate, cached for its steps)
     t0 = time.monotonic()
     with _quiet_stdout():

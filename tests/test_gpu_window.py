@@ -202,3 +202,37 @@ def test_the_rehearsal_scenarios_are_the_simulated_devices():
     from normbench.rehearsal import SCENARIOS
 
     assert set(gw.REHEARSAL_SCENARIOS) == set(SCENARIOS)
+
+
+def test_what_the_rehearsal_does_not_run_is_listed_and_named_in_the_docs():
+    """The functions the script reaches on a GPU that the rehearsal does not run: at most 10, each named in
+    docs/measurement.md; adding one (to the seam's NOT_REHEARSED or the script's) fails here until it is listed."""
+    listed = {
+        "normbench.kernels._env.Launcher.launch", "normbench.kernels.compile_watch",
+        "normbench.device.CudaOps.capture", "normbench.device.CudaDevice.nvidia_smi",
+        "normbench.device.CudaDevice.max_sm_clock_hz", "normbench.measure.memory.cuda_peak_above",
+        "gpu_validate.profile_group",
+    }
+    got = gw.not_rehearsed()
+    assert set(got) == listed and len(got) <= 10
+    docs = (ROOT / "docs" / "measurement.md").read_text()
+    section = docs[docs.index("## On a short GPU window"):]
+    assert all(f"`{name}`" in section for name in got)
+    assert all(why.strip() for why in got.values())
+
+
+def test_a_gpu_call_measures_the_validation_slice_of_tier_1_first_then_the_rest(tmp_path):
+    """The real (non-rehearsal) plan, built here without a GPU: the slice is tier 1's RMSNorm and LayerNorm sets at
+    the validator's shapes (every tier-1 backend and pass), the rest is the rest of tier 1, nothing twice."""
+    from normbench import campaign
+
+    slice_, rest, models, settings, reserve = gw.window_cases(tmp_path, None)
+    tier1 = campaign.plan_tiers("cuda")[0]
+    every = {c.describe() for c in tier1.cases} | {c.describe() for v in tier1.optional.values() for c in v}
+    assert {c.describe() for c in slice_} | {c.describe() for c in rest} == every
+    assert not {c.describe() for c in slice_} & {c.describe() for c in rest}
+    assert {(c.norm, c.shape.label) for c in slice_} == {(n, s) for n in gw.VALIDATION_NORMS
+                                                          for s in gw.VALIDATION_SHAPES}
+    assert {c.backend for c in slice_} == set(campaign.TIER1_BACKENDS) and models and settings is None
+    assert 0 < reserve < gw.STOP_S / 10
+    assert gw.window_cases(tmp_path, None, validation_only=True)[1:3] == ([], [])
