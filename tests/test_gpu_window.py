@@ -111,6 +111,10 @@ def test_rehearsal_writes_valid_records_and_the_verdict_table(rehearsal):
                            text=True, timeout=120, cwd=ROOT, env=_env())
     assert check.returncode == 0, check.stdout + check.stderr
     recs = _records(out)
+    for r in recs:  # measured as tier 1 is: head to head, L2 flushed, on the simulated device, at full clock
+        assert (r["config"]["timing"], r["config"]["l2_flush"]) == ("cold", "zero") and "rehearsal" in r["flags"]
+        assert r["metrics"]["interleaved"]["rounds"] >= 1 and r["metrics"]["clock"]["low_batches"] == 0
+        assert "low_clock" not in r["flags"] and "host_bound" not in r["flags"]
     want = {(c.norm, c.backend, c.shape.label, c.pass_) for c in gw.rehearsal_cases()}
     assert {(r["norm"]["name"], r["config"]["backend"], r["config"]["shape_label"], r["config"]["pass"])
             for r in recs} == want
@@ -143,31 +147,40 @@ def test_a_planted_host_gap_is_reported(rehearsal, tmp_path):
 
 
 def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_path):
-    """SIGKILL once tier 1 has started (the validation's sets finished and packed): those records are there, valid,
-    and the next call keeps them (not measured again) and measures the rest."""
+    """SIGKILL once the first of the validation's tier-1 sets is packed (``window.json`` says so, after that group)
+    while the next one is measured: that set's records are there, valid, nothing of the killed one; the next call
+    keeps them (not measured again) and measures the rest."""
     out = tmp_path / "out"
     proc = subprocess.Popen(["bash", str(SCRIPT), *REHEARSE, "--out", str(out)], cwd=ROOT, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    seen = []
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    packed = None
     try:
-        for line in proc.stderr:
-            seen.append(line)
-            if "tier1: starting" in line:
+        deadline = time.monotonic() + 400
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                state = json.loads((out / "window.json").read_text())
+            except (OSError, ValueError):
+                state = {}
+            if state.get("steps", {}).get("harness", {}).get("groups", 0) >= 1:
                 os.killpg(proc.pid, signal.SIGKILL)
+                packed = list(state["set_costs"])
                 break
+            time.sleep(0.05)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+    assert packed == [f"{gw.REHEARSAL_NORMS[0]}/tokens-1x{gw.REHEARSAL_SHAPES[0]}"], (packed, proc.returncode)
+    assert proc.returncode == -signal.SIGKILL
     first = _records(out)  # valid and whole: iter_records raises on anything else
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
-    slice_ = {(c.norm, c.backend, c.shape.label, c.pass_) for c in gw.rehearsal_cases()
-              if c.shape.label == gw.rehearsal_cases()[0].shape.label}
     keys = lambda recs: {(r["norm"]["name"], r["config"]["backend"], r["config"]["shape_label"],  # noqa: E731
                           r["config"]["pass"]) for r in recs}
-    assert keys(first) == slice_  # every finished set's records, nothing of the killed one
-    run = _script(*REHEARSE, "--out", str(out), timeout=300)
+    one_set = {(c.norm, c.backend, c.shape.label, c.pass_) for c in gw.rehearsal_cases()
+               if (c.norm, c.shape.label) == (gw.REHEARSAL_NORMS[0], f"tokens-1x{gw.REHEARSAL_SHAPES[0]}")}
+    assert keys(first) == one_set  # the finished set, whole; nothing of the set the kill cut short
+    assert json.loads((out / "campaign-log.json").read_text())["partial"]
+    run = _script(*REHEARSE, "--out", str(out), timeout=400)
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"resumed: {len(first)} records already measured" in run.stderr
     after = {r["id"]: r for r in _records(out)}
