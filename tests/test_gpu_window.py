@@ -138,7 +138,7 @@ def test_a_planted_host_gap_is_reported(rehearsal, tmp_path):
     state = json.loads((out / "window.json").read_text())
     del state["steps"]["profiler"]
     (out / "window.json").write_text(json.dumps(state))
-    run = _script(*REHEARSE, "--out", str(out), "--plant-host-gap", "0.3", timeout=240)
+    run = _script(*REHEARSE, "--out", str(out), "--plant-host-gap", "0.9", timeout=240)
     assert run.returncode == 1, run.stderr[-3000:]
     rows = json.loads((out / "table.json").read_text())["rows"]
     assert rows and all(r["verdict"] in ("DIFF", "HOST_BOUND") for r in rows), rows
