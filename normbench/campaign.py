@@ -14,8 +14,9 @@ for ten minutes at a time (``scripts/gpu-campaign.sh`` runs this with the image'
 
 Resumable: records already measured (passed back in with ``--resume``) are skipped, and a run stops starting new
 groups before ``--budget-s`` runs out, so a tier too big for one call continues in the next. Everything measured is
-packed into at most ``MAX_FILES`` gzipped JSON files of at most ``MAX_FILE_BYTES`` each under ``--out`` (the
-device tool's ``$OUT``), plus a log with per-group wall times that calibrates :func:`estimate`.
+packed, after every group (a hard kill loses only the group it cut short), into at most ``MAX_FILES`` gzipped JSON
+files of at most ``MAX_FILE_BYTES`` each under ``--out`` (the device tool's ``$OUT``), plus a log with per-group
+wall times that calibrates :func:`estimate`.
 ``--dry-run`` plans the GPU cases on any machine and prints counts and estimated minutes per tier.
 """
 
