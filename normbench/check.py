@@ -188,8 +188,11 @@ def cache_dir() -> Path:
 def cache_path() -> Path:
     """The check cache: per norm, one entry per ``backend@device`` with the implementation hash it was checked at
     (``eager@cpu`` is the norm's contract). A new file name: the per-norm ``checks.json`` of earlier versions is
-    left to them."""
-    return cache_dir() / "gate.json"
+    left to them. A rehearsal (``normbench.device``: its "cuda" is the CPU) keeps its own, so its CUDA verdicts never
+    stand for a real GPU's."""
+    from normbench import device as seam
+
+    return cache_dir() / ("gate-rehearsal.json" if seam.get().simulated else "gate.json")
 
 
 @dataclass

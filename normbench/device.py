@@ -22,15 +22,19 @@ REHEARSE_ENV = "NORMBENCH_REHEARSE"
 #: What a GPU run reaches that a rehearsal does not run, and why (qualified name: one line). At most 10; a test
 #: (tests/test_rehearsal_device.py) fails when one is added without being listed here.
 NOT_REHEARSED = {
-    "normbench.kernels._env.Launcher.launch": "hashed kernel code: launches Triton on the tensor's device (a "
-                                              "rehearsal's Triton runs in the interpreter on CPU tensors)",
-    "normbench.kernels.compile_watch": "hashed: torch.compile's inductor emits CPU code, not CUDA kernels, in a "
-                                       "rehearsal",
-    "normbench.device.CudaOps.capture": "CUDA graph capture: the simulated stream captures nothing (timed plainly)",
-    "normbench.device.CudaDevice.nvidia_smi": "the driver's nvidia-smi: a rehearsal records no driver",
-    "normbench.device.CudaDevice.max_sm_clock_hz": "NVML's maximum SM clock: a rehearsal states its own (1980 MHz)",
+    "normbench.kernels._env.Launcher.launch": "hashed: launches Triton on the tensor's GPU (a rehearsal's Triton runs "
+                                              "in the interpreter on CPU tensors)",
+    "normbench.kernels._env.Launcher.device_properties": "hashed: the GPU's properties for the kernels' launch plans",
+    "normbench.kernels._env.unavailable": "hashed: the Triton backends' availability probe (torch.cuda.is_available)",
+    "normbench.kernels._env._on": "hashed: makes the tensor's GPU current for a launch",
+    "normbench.kernels._common.device_properties": "hashed: the current CUDA device's index for the launch plans",
+    "normbench.kernels.compile_watch": "torch.compile's CUDA code generation (inductor emits C++ for the CPU in a "
+                                       "rehearsal); the watch itself runs",
     "normbench.measure.memory.cuda_peak_above": "the CUDA caching allocator's peak: a rehearsal measures the CPU "
                                                 "allocator's (torch.profiler)",
+    "normbench.device.CudaOps.capture": "CUDA graph capture: the simulated stream captures nothing (timed plainly)",
+    "normbench.device._max_sm_clock_hz": "NVML's (or nvidia-smi's) maximum SM clock: a rehearsal states 1980 MHz",
+    "normbench.device.CudaDevice.nvidia_smi": "the driver's nvidia-smi: a rehearsal records no driver",
 }
 
 
@@ -142,6 +146,10 @@ class CudaDevice:
 
     def tensor_device(self, device) -> str:
         return str(device)
+
+    def initialized(self) -> bool:
+        """Whether this process has started CUDA (a synchronisation would otherwise start it)."""
+        return torch.cuda.is_available() and torch.cuda.is_initialized()
 
     def bf16_supported(self) -> bool:
         return torch.cuda.is_bf16_supported()

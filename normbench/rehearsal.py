@@ -240,6 +240,9 @@ class SimulatedCuda:
     def tensor_device(self, device) -> str:
         return "cpu"
 
+    def initialized(self) -> bool:
+        return True
+
     def bf16_supported(self) -> bool:
         return True
 

@@ -45,7 +45,7 @@ def test_v2_records_carry_the_new_fields_and_validate():
     assert results.validate_record(rec) == []
     assert results.is_ranked(rec) and not results.is_invalid(rec)
     assert results.FLAGS == ("non_finite", "fell_back", "noisy", "host_bound", "suspect", "unchecked", "forced",
-                             "diverged", "tuning", "stale", "legacy")
+                             "diverged", "tuning", "rehearsal", "low_clock", "host_sync", "stale", "legacy")
     assert results.INVALID_FLAGS == ("non_finite",)
 
 

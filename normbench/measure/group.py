@@ -289,9 +289,13 @@ def time_pass(prep: Prepared, case: Case, settings: TimerSettings,
     fn, pre = prep.pass_fns(case.pass_)
     settings = case.settings(settings)
     if case.device.startswith("cuda"):
+        from normbench.measure import syncs
+
+        found = syncs.probe(fn, pre)  # one call under a dispatch mode: does the timed call wait for the device?
         t = cuda_timing(fn, settings, case.device, cold=case.timing == "cold", pre=pre,
                         graphs=case.graphs and case.pass_ != "bwd")
-        return t.samples, t.used_graph, t.host_info()
+        return t.samples, t.used_graph, {**t.host_info(), "host_syncs": found,
+                                         "host_sync": syncs.host_sync_reason(found)}
     return cpu_time(fn, settings, pre, faults), False, None
 
 
@@ -411,6 +415,8 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         flags["host_bound"] = host["host_bound"]
     if host and host.get("low_clock"):
         flags["low_clock"] = host["low_clock"]
+    if host and host.get("host_sync"):
+        flags["host_sync"] = host["host_sync"]
     from normbench import device as seam
 
     rehearsal = seam.rehearsal_reason() if seam.is_cuda(case.device) else None
@@ -446,6 +452,8 @@ def build_record(prep: Prepared, case: Case, ctx: Context, samples: list[float],
         metrics["keep_ahead"] = host.get("keep_ahead")
         if host.get("clock") is not None:
             metrics["clock"] = host["clock"]
+        if host.get("host_syncs") is not None:  # the probe's synchronising operators ({}: none)
+            metrics["host_syncs"] = host["host_syncs"]
     if spec.kind == "softmax":  # reads of each row beside the GB/s (None: an implementation normbench does not own)
         from normbench.softmax import row_passes
 

@@ -146,6 +146,11 @@ def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, se
         for b in fns:
             if preps[b].watch is not None:
                 preps[b].watch.mark()
+        found = {}
+        if str(first.device).startswith("cuda"):  # one probe call each: does the timed call wait for the device?
+            from normbench.measure import syncs
+
+            found = {b: syncs.probe(fns[b], pres.get(b)) for b in fns}
         copy = _copy_member(preps[next(iter(fns))], first, pass_)
         if copy is not None:
             fns[COPY] = copy[0]
@@ -159,10 +164,15 @@ def measure_set(cases: list[Case], ctx: Context, refused: list | None = None, se
         load = noise.machine_load(noise.own_load(first.device, first.threads))
         built = {}
         for b in fns:
+            host = timed.host_info(b)
+            if host is not None:
+                from normbench.measure.syncs import host_sync_reason
+
+                host = {**host, "host_syncs": found.get(b, {}), "host_sync": host_sync_reason(found.get(b, {}))}
             try:
                 built[b] = build_record(preps[b], here[b], ctx, samples[b], False, errs[b],
                                         peak_memory(preps[b], pass_), saved[b], load, reports[b], copy_ref=copy_ref,
-                                        host=timed.host_info(b))
+                                        host=host)
             except FarAboveCeiling as exc:
                 refused.append((here[b], str(exc)))
         for b, rec in built.items():

@@ -232,7 +232,6 @@ def prepare(case: Case, retain_graph: bool = False):
     compile backend this turns off AOTAutograd's buffer donation before the module is compiled (see
     :func:`allow_retained_compiled_backward`).
     """
-    import torch
 
     from normbench.discovery import REGISTRY
 
@@ -244,8 +243,10 @@ def prepare(case: Case, retain_graph: bool = False):
     else:
         fn, pre = prep.pass_fns(case.pass_)
     if case.device.startswith("cuda"):
+        from normbench import device as seam
+
         def sync():
-            torch.cuda.synchronize(case.device)
+            seam.get().synchronize(case.device)
     else:
         def sync():
             return None
@@ -345,10 +346,11 @@ def sync_timer() -> float:
     """``time.perf_counter`` after waiting for the GPU, so a timed region covers the kernels it launched."""
     import time
 
-    import torch
+    from normbench import device as seam
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+    dev = seam.get()
+    if dev.initialized():
+        dev.synchronize()
     return time.perf_counter()
 
 
