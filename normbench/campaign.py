@@ -14,9 +14,9 @@ normbench's extras (``scripts/gpu-campaign.sh`` runs this with the image's pytho
 
 Resumable: records already measured (passed back in with ``--resume``) are skipped, and a run stops starting new
 groups before ``--budget-s`` runs out, so a tier too big for one session continues in the next. Everything measured
-is packed into at most ``MAX_FILES`` gzipped JSON files of at most ``MAX_FILE_BYTES`` each under ``--out`` (default:
-``$OUT`` where set, the folder a remote runner sends back), plus a log with per-group wall times that calibrates
-:func:`estimate`.
+is packed, after every group (a hard kill loses only the group it cut short), into at most ``MAX_FILES`` gzipped JSON
+files of at most ``MAX_FILE_BYTES`` each under ``--out`` (default: ``$OUT`` where set, the folder a remote runner
+sends back), plus a log with per-group wall times that calibrates :func:`estimate`.
 ``--dry-run`` plans the GPU cases on any machine and prints counts and estimated minutes per tier.
 """
 
@@ -343,14 +343,19 @@ def _summary(s, cases, refused, t0, est, left_out=()) -> dict:
 
 def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = DEFAULT_BUDGET_S,
         commit: str | None = None, log=None, smoke: bool = True, device: str = "cuda", plan=None,
-        settings=None) -> dict:
+        settings=None, on_group=None) -> dict:
     """Measure the chosen tiers until done or out of budget; pack what exists under ``out``; return the log.
 
     Loud: every refusal is printed with its reason and kept in the log, and the log's ``problems`` (what makes
     :func:`command` exit non-zero) name each refused norm or backend, each tier with failed cases and each tier that
     wrote nothing. ``smoke`` first measures :func:`smoke_cases` of tier 1 and stops at once if that writes nothing.
     ``device``, ``plan`` (``{tier number: Tier}``) and ``settings`` (a ``TimerSettings``) are for tests: the
-    campaign can be driven on a CPU with a tiny tier."""
+    campaign can be driven on a CPU with a tiny tier.
+
+    Packed as it goes (issue #48): after each group (a set, in a head-to-head tier) the records measured so far are
+    packed under ``out`` and the log written, both atomically, so a call killed at any second (SIGKILL included)
+    leaves every finished group's records there, and ``resume=[out]`` goes on from them. ``on_group(entry)`` is
+    called after each such checkpoint (the GPU window's report)."""
     from normbench.records.provenance import GIT_COMMIT_ENV
 
     if commit:
@@ -394,13 +399,19 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
                 log(f"tier {number}: {len(extra)} {backend} cases left out ({backend} does not import here)")
         return cases
 
+    def checkpoint() -> None:
+        _finish(entry, out, carried, new, t_start, partial=True)
+        if on_group is not None:
+            on_group(entry)
+
     def sweep(cases, number, verdicts, label):
         def on_record(rec):
             stamp(rec, verdicts[rec["norm"]["name"]], rec["config"]["backend"], forced=False)
             new.append(rec)
 
         s = run_sweep(cases, work, settings=settings, progress=False, on_record=on_record, deadline=deadline,
-                      group_log=entry["groups"], command=["normbench", "campaign", "--tier", str(number)],
+                      group_log=_Checkpointing(entry["groups"], checkpoint),
+                      command=["normbench", "campaign", "--tier", str(number)],
                       interleave=True)  # every tier head to head, L2 flushed: what best ranks (issue #48)
         for case, err in s.failed:
             log(f"{label}: FAILED {case}: {err}")
@@ -462,14 +473,36 @@ def run(tiers=(1,), out="campaign-out", work=None, resume=(), budget_s: float = 
     return _finish(entry, out, carried, new, t_start)
 
 
-def _finish(entry: dict, out, carried: list, new: list, t_start: float) -> dict:
-    """Pack the records and write the log (both atomically: a stop leaves the old file or the new, whole)."""
+class _Checkpointing(list):
+    """The sweep's ``group_log``, which it appends to once it has written a group's records (``sweep.InTurn``): each
+    append is a finished group, and ``checkpoint`` packs it."""
+
+    def __init__(self, log: list, checkpoint):
+        super().__init__()
+        self.log, self.checkpoint = log, checkpoint
+
+    def append(self, item) -> None:
+        self.log.append(item)
+        super().append(item)
+        self.checkpoint()
+
+
+def _finish(entry: dict, out, carried: list, new: list, t_start: float, partial: bool = False) -> dict:
+    """Pack the records and write the log (both atomically: a stop leaves the old file or the new, whole).
+    ``partial``: a checkpoint after a group, the log saying so (``"partial": true``) until the run ends."""
     from normbench.records.store import atomic_write_text
 
-    paths = pack(carried + new, out)
+    # one record per id, the newest: a head-to-head set with a case not yet measured is measured whole, so a case
+    # carried in (the smoke step's, a killed call's) can come back measured again
+    records = list({r["id"]: r for r in carried + new}.values())
+    paths = pack(records, out)
     entry["files"] = [p.name for p in paths]
-    entry["records"] = len(carried) + len(new)
+    entry["records"] = len(records)
     entry["wall_s"] = round(time.monotonic() - t_start, 1)
+    if partial:
+        entry["partial"] = True
+    else:
+        entry.pop("partial", None)
     atomic_write_text(Path(out) / "campaign-log.json", json.dumps(entry, indent=1, default=str) + "\n")
     return entry
 

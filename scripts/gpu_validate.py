@@ -15,9 +15,10 @@ Steps, each written as it finishes (atomically; a run cut short keeps what it fi
    as pre, flush, spin, call, spin: a repetition's kernels are those between a pair of spin kernels, so the flush
    and the pass's own fill kernels (``torch.zeros``) are told apart by position, not name, and backward kernels
    (launched from autograd's thread) are taken from the GPU's timeline, whatever thread launched them;
-4. ``table.md`` / ``table.json``: per case the harness's GPU and host times, the kernels' time (median over
-   repetitions of the sum of their durations), the kernel count, and a verdict: ``ok``; ``DIFF`` where harness and
-   profiler differ by more than max(5 %, 2 µs × kernels); ``HOST_BOUND`` where the record is flagged; ``MISSING``.
+4. ``table.md`` / ``table.json``: per case the harness's GPU and host times, the GPU work's time (median over
+   repetitions of the summed durations of every kernel, ``gpu_memcpy`` and ``gpu_memset`` between the spins: the
+   row says what it counted), and a verdict: ``ok``; ``DIFF`` where harness and profiler differ by more than
+   max(5 %, 2 µs × kernels); ``HOST_BOUND`` where the record is flagged; ``MISSING``.
 
 Exit status: 0 only if the gate passed and every row is ``ok``. At most 6 files under the output folder.
 """
@@ -89,11 +90,16 @@ def plan_text(py: str = "python3", out: str = "$OUT") -> str:
 
 # --- the parts unit-tested on the CPU ------------------------------------------------------------------------------
 
+#: the GPU work a repetition's time is summed over: kernels, and the copies and fills CUPTI reports apart from kernels
+#: (a ``cudaMemcpyAsync`` / ``cudaMemsetAsync`` inside a call is GPU time the harness's events hold too)
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
 def gpu_kernels(trace: dict) -> list[dict]:
-    """The GPU kernels of a ``torch.profiler`` Chrome trace, in the order the GPU ran them (start time; every thread
-    and stream: autograd launches the backward from its own thread)."""
+    """The GPU work of a ``torch.profiler`` Chrome trace (every event of ``GPU_CATEGORIES``), in the order the GPU
+    ran it (start time; every thread and stream: autograd launches the backward from its own thread)."""
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
-    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
     return sorted(kernels, key=lambda e: float(e["ts"]))
 
 
@@ -101,7 +107,7 @@ def repetitions(trace: dict, spin: str = SPIN_NAME) -> list[list[dict]]:
     """The kernels of each repetition: those between an opening and a closing spin kernel (pairs, in GPU order)."""
     reps, inside, current = [], False, []
     for k in gpu_kernels(trace):
-        if spin in k["name"]:
+        if k.get("cat") == "kernel" and spin in k["name"]:
             if inside:
                 reps.append(current)
             inside, current = not inside, []
@@ -116,6 +122,42 @@ def kernel_time(reps: list[list[dict]]) -> tuple[float, int] | None:
         return None
     sums = [sum(float(k["dur"]) for k in r) * 1e-6 for r in reps]
     return statistics.median(sums), int(statistics.median(len(r) for r in reps))
+
+
+def counted(reps: list[list[dict]]) -> str:
+    """What a row's profiler time summed, per repetition (the median count of each category), e.g.
+    ``"2 kernel + 1 gpu_memcpy"``; ``"nothing"`` when no repetition held GPU work."""
+    if not reps:
+        return "nothing"
+    parts = []
+    for cat in GPU_CATEGORIES:
+        n = int(statistics.median(sum(1 for k in r if k.get("cat") == cat) for r in reps))
+        if n:
+            parts.append(f"{n} {cat}")
+    return " + ".join(parts) or "nothing"
+
+
+def simulated_trace(call_s: list[float], gap_s: float = 0.0, spin: str = SPIN_NAME) -> dict:
+    """A Chrome trace as ``profile_pass`` records it (per repetition: flush, spin, the call's GPU work, spin), for a
+    rehearsal without a GPU: each repetition's GPU work lasts ``call_s[i]`` as the harness's events saw it, split into
+    a kernel and a device-to-device copy; ``gap_s`` of it is the GPU idle between them, waiting for the host (a
+    planted host gap: the events hold it, the GPU work does not, so the row must not read ``ok``)."""
+    ev, t = [], 0.0
+
+    def add(name, cat, dur_us):
+        nonlocal t
+        ev.append({"ph": "X", "cat": cat, "name": name, "ts": t, "dur": dur_us, "pid": 0, "tid": 7})
+        t += dur_us
+
+    for total in call_s:
+        busy_us = max(total - gap_s, 0.0) * 1e6
+        add("fill_flush", "kernel", 60.0)
+        add(f"at::cuda::{spin}(long)", "kernel", 200.0)
+        add("rehearsal_call_kernel", "kernel", busy_us * 0.75)
+        t += gap_s * 1e6
+        add("Memcpy DtoD (Device -> Device)", "gpu_memcpy", busy_us * 0.25)
+        add(f"at::cuda::{spin}(long)", "kernel", 1.0)
+    return {"traceEvents": ev}
 
 
 def tolerance_s(profiler_s: float, kernels: int) -> float:
@@ -137,24 +179,36 @@ def render(rows: list[dict]) -> str:
     def us(v):
         return "—" if v is None else f"{v * 1e6:.1f}"
 
-    out = ["| norm | backend | shape | pass | harness GPU µs | host µs | profiler µs | kernels | diff | verdict |",
-           "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    out = ["| norm | backend | shape | pass | harness GPU µs | host µs | profiler µs | GPU work counted | diff | "
+           "verdict |",
+           "| --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: | --- |"]
     for r in rows:
         diff = "—"
         if r.get("harness_s") is not None and r.get("profiler_s"):
             diff = f"{100 * (r['harness_s'] - r['profiler_s']) / r['profiler_s']:+.1f} %"
         out.append(f"| {r['norm']} | {r['backend']} | {r['shape']} | {r['pass']} | {us(r.get('harness_s'))} | "
-                   f"{us(r.get('host_s'))} | {us(r.get('profiler_s'))} | {r.get('kernels') or '—'} | {diff} | "
+                   f"{us(r.get('host_s'))} | {us(r.get('profiler_s'))} | "
+                   f"{r.get('counted') or r.get('kernels') or '—'} | {diff} | "
                    f"{r['verdict']}{' (' + r['why'] + ')' if r.get('why') else ''} |")
     return "\n".join(out) + "\n"
 
 
+def record_norm(rec: dict) -> str | None:
+    """A record's norm name: ``norm`` is the norm's spec (a dict with ``name``) in every stored record; a loader's
+    row may carry the bare name (``_norm``)."""
+    norm = rec.get("norm")
+    if isinstance(norm, dict):
+        return norm.get("name")
+    return norm or rec.get("_norm")
+
+
 def harness_rows(records: list[dict]) -> dict:
-    """(norm, backend, shape, pass) -> harness GPU time, host time and host_bound, from kernel records."""
+    """(norm, backend, shape, pass) -> harness GPU time, host time and host_bound, from kernel records (as
+    ``normbench.records.store.iter_records`` reads them)."""
     got = {}
     for rec in records:
         cfg, met = rec.get("config", {}), rec.get("metrics", {})
-        key = (rec.get("norm") or rec.get("_norm"), cfg.get("backend"), cfg.get("shape_label"), cfg.get("pass"))
+        key = (record_norm(rec), cfg.get("backend"), cfg.get("shape_label"), cfg.get("pass"))
         got[key] = {"harness_s": met.get("time_median_s"), "host_s": met.get("host_s"),
                     "host_bound": "host_bound" in (rec.get("flags") or []), "flags": rec.get("flags") or []}
     return got
@@ -272,7 +326,7 @@ def profile_group(norm: str, backend: str, shape: str) -> dict:
     return got
 
 
-def profile_pass(prep, pass_: str) -> tuple[float, int] | None:
+def profile_pass(prep, pass_: str) -> tuple[float, int, str] | None:
     import torch
 
     from normbench.measure.timers import L2Flusher
@@ -304,7 +358,7 @@ def profile_pass(prep, pass_: str) -> tuple[float, int] | None:
     if not reps:  # say what the trace held, so a renamed spin kernel is found at once
         names = sorted({k["name"][:60] for k in gpu_kernels(trace)})
         raise RuntimeError(f"no {SPIN_NAME} pairs in the trace; kernels seen: {names[:5]}")
-    return kernel_time(reps)
+    return (*kernel_time(reps), counted(reps))
 
 
 def finish(rows: dict, out: Output, gate_ok: bool) -> list[dict]:
@@ -362,7 +416,9 @@ def main(argv=None) -> int:
             elif res is None:
                 row["why"] = "no spin-delimited repetition in the trace"
             else:
-                row["profiler_s"], row["kernels"] = res
+                row["profiler_s"], row["kernels"] = res[:2]
+                if len(res) > 2:
+                    row["counted"] = res[2]
         finish(rows, out, gate_ok)
     rows = finish(rows, out, gate_ok)
     bad = [r for r in rows if r["verdict"] != "ok"]

@@ -89,10 +89,18 @@ def test_the_h200_failure_is_caught():
 
 
 def test_harness_rows_read_records():
-    rec = {"_norm": "rmsnorm", "config": {"backend": "triton", "shape_label": "llm-4096x1024", "pass": "bwd"},
-           "metrics": {"time_median_s": 1e-4, "host_s": 3e-5}, "flags": ["host_bound"]}
-    got = gv.harness_rows([rec])[("rmsnorm", "triton", "llm-4096x1024", "bwd")]
-    assert got["harness_s"] == 1e-4 and got["host_s"] == 3e-5 and got["host_bound"]
+    """Real records (the first H200 run's, read through the store's reader: ``norm`` is the spec, a dict)."""
+    from normbench.records.store import iter_records
+
+    recs = [rec for _, rec in iter_records(ROOT / "tests/fixtures/gpu-runs/2026-11-27-h200", kind="kernel")]
+    assert len(recs) == 258 and all(isinstance(r["norm"], dict) for r in recs)
+    rows = gv.harness_rows(recs)
+    assert len(rows) == 258
+    got = rows[("rmsnorm", "triton", "llm-4096x1024", "fwd")]
+    rec = next(r for r in recs if (r["norm"]["name"], r["config"]["backend"], r["config"]["shape_label"],
+                                   r["config"]["pass"]) == ("rmsnorm", "triton", "llm-4096x1024", "fwd"))
+    assert got["harness_s"] == rec["metrics"]["time_median_s"] and got["flags"] == rec["flags"]
+    assert not got["host_bound"]
 
 
 def test_dry_run_lists_the_plan():

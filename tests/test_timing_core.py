@@ -174,7 +174,9 @@ def test_a_clock_that_never_ramps_is_flagged_low_clock():
 def test_a_batch_at_60_percent_is_flagged_even_when_warm_up_gave_up_early(monkeypatch):
     """Warm-up cut short (a limit of 0 s): the first timed batches run at 60 % of the clock; the record is flagged
     by its batches' own clocks."""
-    monkeypatch.setattr(timers, "CLOCK_LIMIT_S", 0.0)
+    from normbench.measure import clock
+
+    monkeypatch.setattr(clock, "CLOCK_LIMIT_S", 0.0)
     gpu = FakeGPU(idle_hz=0.6 * MAX, boost_hz=MAX, boost_after_s=0.02)
     t = cuda_timing(gpu.call(host_s=30 * US, gpu_s=20 * US), SETTINGS, "cuda", cold=False, ops=gpu)
     low = [hz for hz in t.clock.batch_clocks if hz < timers.CLOCK_LOW * MAX]

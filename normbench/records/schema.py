@@ -32,9 +32,9 @@ SCHEMA_VERSION = 2
 #: gate), diverged, tuning (accuracy runs); rehearsal (the kernel core, ``normbench.measure.group.build_record``, on
 #: every record measured on the simulated GPU that ``NORMBENCH_REHEARSE=<scenario>`` swaps in: ``normbench.device``;
 #: its reason names the scenario); low_clock (the kernel core: a GPU timing whose clock did not ramp to 95 % of the
-#: device's maximum SM clock in its warm-up, or with a timed batch below 90 % of it: ``timers.ClockWatch``); host_sync
-#: (the kernel core: the timed call synchronises with the device, caught by ``measure.syncs``); stale and legacy
-#: (never written: the one reader that ranks,
+#: device's maximum SM clock in its warm-up, or with a timed batch below 90 % of it: ``measure.clock.ClockWatch``);
+#: host_sync (the kernel core: the timed call synchronises with the device, caught by ``measure.syncs``); stale and
+#: legacy (never written: the one reader that ranks,
 #: ``normbench.results.records_that_count``, marks a record whose code has since changed and a record without a check
 #: verdict, a migrated schema-v1 one, when it reads them; the file is not changed).
 FLAGS = ("non_finite", "fell_back", "noisy", "host_bound", "suspect", "unchecked", "forced", "diverged", "tuning",
