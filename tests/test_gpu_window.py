@@ -193,7 +193,7 @@ def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_pa
 
 def _rehearse_scenario(tmp_path, scenario):
     out = tmp_path / scenario
-    run = _script("--rehearse", scenario, "--validation-only", "--out", str(out), timeout=300)
+    run = _script("--rehearse", scenario, "--validation-only", "--out", str(out), timeout=600)
     return out, run, _records(out), json.loads((out / "table.json").read_text())["rows"]
 
 
