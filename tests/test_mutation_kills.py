@@ -88,3 +88,16 @@ def test_model_hash_without_timm_is_the_hash_at_no_timm_version(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "version", version)
     for m in timm_models:
         assert staleness.model_hash_at(m, None) == models.model_hash(m), m
+
+
+def test_a_shared_cache_keeps_library_versions_apart(committed):
+    """Two records of one norm and backend, one at the installed torch and one naming another torch, judged with one
+    cache: the second is judged by the hash at its own torch version (stale), not by the first one's cached hash."""
+    cache: dict = {}
+    now = committed["kernel"]
+    assert staleness.stale_reason(now, cache) == (None, None)
+    other = copy.deepcopy(now)
+    other["provenance"]["torch"] = "0.0.1"
+    why, _ = staleness.stale_reason(other, cache)
+    assert why and "norm code changed" in why
+    assert staleness.stale_reason(now, cache) == (None, None) and len(cache) == 2
