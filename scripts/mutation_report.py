@@ -5,9 +5,10 @@ mutants and their statuses as JSON on stdout, each survivor with its diff (``mut
 
 ``python scripts/mutation_report.py report``: merges scripts/mutation/*.json with the equivalent mutants named in
 scripts/mutation/equivalent.json (``{mutant: one-line reason}``) and the survivors killed since by a new test in
-scripts/mutation/killed.json (``{mutant: the test}``, each checked by applying the mutant by hand) into docs/mutation-report.json (the report the
-freshness test reads) and docs/mutation-report.md (for people): per module, mutants, killed, survived, equivalent,
-the score (killed / (mutants - equivalent)) and the module's sha256 when it was mutated.
+scripts/mutation/killed.json (``{mutant: the test}``, each checked by applying the mutant by hand) into
+docs/mutation-report.json (the report the freshness test reads) and docs/mutation-report.md (for people): per
+module, mutants, killed, timed out, survived, equivalent, not checked, the score ((killed + timed out) / (mutants -
+equivalent - not checked)) and the module's sha256 when it was mutated.
 """
 
 from __future__ import annotations
