@@ -101,3 +101,17 @@ def test_a_shared_cache_keeps_library_versions_apart(committed):
     why, _ = staleness.stale_reason(other, cache)
     assert why and "norm code changed" in why
     assert staleness.stale_reason(now, cache) == (None, None) and len(cache) == 2
+
+
+def test_a_recipe_change_lists_every_option_the_norm_now_gets(committed, monkeypatch):
+    """The recipe-changed reason names each option a norm's recipe now derives, comma-separated (today only
+    PowerNorm derives one; two are planted here)."""
+    from normbench.train import recipes
+
+    monkeypatch.setitem(recipes.NORM_KWARGS_FROM_RECIPE, "powernorm", lambda recipe: {"a": 1, "b": "x"})
+    acc = copy.deepcopy(committed["accuracy"])
+    acc["norm"]["name"], acc["impl_hash"] = "powernorm", ""
+    acc["config"]["recipe"] = dict(acc["config"].get("recipe") or {}, norm_kwargs={})
+    why, _ = staleness.stale_reason(acc)
+    assert why == ("recipe changed (powernorm now gets a=1, b='x' from its recipe; "
+                   "train.recipes.NORM_KWARGS_FROM_RECIPE)")
