@@ -115,3 +115,11 @@ def test_a_recipe_change_lists_every_option_the_norm_now_gets(committed, monkeyp
     why, _ = staleness.stale_reason(acc)
     assert why == ("recipe changed (powernorm now gets a=1, b='x' from its recipe; "
                    "train.recipes.NORM_KWARGS_FROM_RECIPE)")
+
+
+def test_every_reason_a_record_is_stale_is_given(committed):
+    acc = copy.deepcopy(committed["accuracy"])
+    acc["impl_hash"], acc["config"]["model_hash"] = "0" * 16, "1" * 16
+    why, _ = staleness.stale_reason(acc)
+    norm, model = why.split("; ")
+    assert norm.startswith("norm code changed (") and model.startswith("model code changed (")
