@@ -4,9 +4,11 @@
 mutants and their statuses as JSON on stdout, each survivor with its diff (``mutmut show``) and the module's sha256.
 
 ``python scripts/mutation_report.py report``: merges scripts/mutation/*.json with the equivalent mutants named in
-scripts/mutation/equivalent.json (``{mutant: one-line reason}``) into docs/mutation-report.json (the report the
-freshness test reads) and docs/mutation-report.md (for people): per module, mutants, killed, survived, equivalent,
-the score (killed / (mutants - equivalent)) and the module's sha256 when it was mutated.
+scripts/mutation/equivalent.json (``{mutant: one-line reason}``) and the survivors killed since by a new test in
+scripts/mutation/killed.json (``{mutant: the test}``, each checked by applying the mutant by hand) into
+docs/mutation-report.json (the report the freshness test reads) and docs/mutation-report.md (for people): per
+module, mutants, killed, timed out, survived, equivalent, not checked, the score ((killed + timed out) / (mutants -
+equivalent - not checked)) and the module's sha256 when it was mutated.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def collect(module: str, tests: str | None = None) -> dict:
 def report() -> dict:
     equivalent = json.loads((RESULTS / "equivalent.json").read_text()) if (RESULTS / "equivalent.json").exists() \
         else {}
+    killed_later = json.loads((RESULTS / "killed.json").read_text()) if (RESULTS / "killed.json").exists() else {}
     modules = {}
     for f in sorted(RESULTS.glob("normbench_*.json")):
         data = json.loads(f.read_text())
@@ -89,13 +92,16 @@ def report() -> dict:
         # not checked: the run was stopped before mutmut reached them (a partial run says so)
         unchecked = sorted(k for k, v in st.items() if v == "not checked")
         eq = {k: equivalent[k] for k in st if k in equivalent and st[k] in ("survived", "no tests")}
+        # survivors of the run killed since by a new test (the mutant applied by hand, the test seen red)
+        later = {k: killed_later[k] for k in st if k in killed_later and st[k] in ("survived", "no tests")}
+        killed += sorted(later)
         survived = sorted(k for k in st if k not in killed and k not in timeout and k not in eq and k not in unchecked)
         denom = len(st) - len(eq) - len(unchecked)
         modules[data["module"]] = {
             "sha256": data["sha256"], "mutants": len(st), "killed": len(killed), "timeout": len(timeout),
             "survived": len(survived), "equivalent": len(eq), "not_checked": len(unchecked),
             "score": round((len(killed) + len(timeout)) / denom, 4) if denom else None,
-            "survivors": survived, "timeouts": timeout, "equivalent_mutants": eq,
+            "survivors": survived, "timeouts": timeout, "equivalent_mutants": eq, "killed_by_new_tests": later,
             "tests": data.get("tests", ""),
         }
     doc = {"tool": "mutmut " + _mutmut_version(), "target": TARGET, "modules": modules,
@@ -133,6 +139,9 @@ def _markdown(doc: dict) -> str:
         if r["equivalent_mutants"]:
             lines += ["", f"## `{m}`: equivalent mutants", ""]
             lines += [f"- `{k}`: {why}" for k, why in sorted(r["equivalent_mutants"].items())]
+        if r["killed_by_new_tests"]:
+            lines += ["", f"## `{m}`: survivors of the run killed since by a new test", ""]
+            lines += [f"- `{k}`: {t}" for k, t in sorted(r["killed_by_new_tests"].items())]
         if r["survivors"]:
             lines += ["", f"## `{m}`: survivors (not killed, not shown equivalent)", ""]
             lines += [f"- `{k}`" for k in r["survivors"]]

@@ -88,3 +88,38 @@ def test_model_hash_without_timm_is_the_hash_at_no_timm_version(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "version", version)
     for m in timm_models:
         assert staleness.model_hash_at(m, None) == models.model_hash(m), m
+
+
+def test_a_shared_cache_keeps_library_versions_apart(committed):
+    """Two records of one norm and backend, one at the installed torch and one naming another torch, judged with one
+    cache: the second is judged by the hash at its own torch version (stale), not by the first one's cached hash."""
+    cache: dict = {}
+    now = committed["kernel"]
+    assert staleness.stale_reason(now, cache) == (None, None)
+    other = copy.deepcopy(now)
+    other["provenance"]["torch"] = "0.0.1"
+    why, _ = staleness.stale_reason(other, cache)
+    assert why and "norm code changed" in why
+    assert staleness.stale_reason(now, cache) == (None, None) and len(cache) == 2
+
+
+def test_a_recipe_change_lists_every_option_the_norm_now_gets(committed, monkeypatch):
+    """The recipe-changed reason names each option a norm's recipe now derives, comma-separated (today only
+    PowerNorm derives one; two are planted here)."""
+    from normbench.train import recipes
+
+    monkeypatch.setitem(recipes.NORM_KWARGS_FROM_RECIPE, "powernorm", lambda recipe: {"a": 1, "b": "x"})
+    acc = copy.deepcopy(committed["accuracy"])
+    acc["norm"]["name"], acc["impl_hash"] = "powernorm", ""
+    acc["config"]["recipe"] = dict(acc["config"].get("recipe") or {}, norm_kwargs={})
+    why, _ = staleness.stale_reason(acc)
+    assert why == ("recipe changed (powernorm now gets a=1, b='x' from its recipe; "
+                   "train.recipes.NORM_KWARGS_FROM_RECIPE)")
+
+
+def test_every_reason_a_record_is_stale_is_given(committed):
+    acc = copy.deepcopy(committed["accuracy"])
+    acc["impl_hash"], acc["config"]["model_hash"] = "0" * 16, "1" * 16
+    why, _ = staleness.stale_reason(acc)
+    norm, model = why.split("; ")
+    assert norm.startswith("norm code changed (") and model.startswith("model code changed (")
