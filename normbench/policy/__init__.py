@@ -109,6 +109,7 @@ class _Plan:
     warmup: object = True              # True: the policy's own shapes; False/None: none; or [(batch, seq), ...]
     hw_by_device: dict = field(default_factory=dict)
     warned: set = field(default_factory=set)
+    warmed: set = field(default_factory=set)
     shared: dict = field(default_factory=dict)  # (norm, layout, width, eps) -> the compile backend's module
 
     def hardware(self, device: torch.device) -> str:
@@ -451,6 +452,14 @@ class PolicyNorm(nn.Module):
                 shape[self._sax] = s
                 if self._bfirst:
                     shape[0] = b
+                # once per implementation kind, width and shape (a kernel's autotuning and plan caches are shared by
+                # modules; a compiled module is not, unless the sites share it)
+                compiled = getattr(getattr(impl, "module", impl), "compiled", None)
+                key = (self.found.norm, self.found.width, self.found.eps, type(impl).__name__, id(compiled), dtype,
+                       tuple(shape))
+                if key in self._plan.warmed:
+                    continue
+                self._plan.warmed.add(key)
                 with torch.no_grad():
                     impl(torch.zeros(shape, dtype=dtype, device=device))
 
@@ -576,6 +585,8 @@ class ApplyReport:
             lines += [f"  {r['module']} ({r['class']}): {r['reason']}" for r in self.left]
         lines += [f"policy site {s}: {why}" for s, why in self.sites_unused.items()]
         lines += [f"backend {k} refused here: {why}" for k, why in self.refused.items()]
+        if self.probe:
+            lines.append(f"no sequence axes read ({self.probe}): regimes read on axis 1, as for (batch, seq, C)")
         return "\n".join(lines)
 
 
