@@ -177,7 +177,7 @@ class _OffsetCall(nn.Module):
         try:
             for m, k, _ in saved:
                 m._parameters[k] = scale
-            return self.module(*args, **kwargs)
+            return self.module.forward(*args, **kwargs)
         finally:
             for m, k, p in saved:
                 m._parameters[k] = p
@@ -198,7 +198,7 @@ class _CachedOffset(_OffsetCall):
             scale = owner._scale
             for m, k in self.slots:
                 m._parameters[k] = scale
-        return self.module(*args, **kwargs)
+        return self.module.forward(*args, **kwargs)
 
 
 class PolicyNorm(nn.Module):
@@ -381,7 +381,7 @@ class PolicyNorm(nn.Module):
                 entries.append((math.inf, None, "the call's shape is beyond the largest regime the policy measured"))
                 merged = []
                 for e in entries:   # one comparison per boundary where the answers differ
-                    if merged and merged[-1][1] is e[1] and merged[-1][2] == e[2]:
+                    if merged and merged[-1][1] == e[1] and merged[-1][2] == e[2]:
                         merged[-1] = (e[0], e[1], e[2])
                     else:
                         merged.append(e)
@@ -403,7 +403,9 @@ class PolicyNorm(nn.Module):
         if (f.norm, choice.backend) in refused:
             return None, f"backend {choice.backend} refused: {refused[(f.norm, choice.backend)]}"
         try:
-            return self._impl(choice.backend, recording), None
+            # its forward, called directly: a backend module of the policy's own has no hooks, and nn.Module's
+            # __call__ would double the module-call cost of the site (the site's own call is the one that counts)
+            return self._impl(choice.backend, recording).forward, None
         except Exception as exc:  # a backend that cannot be built here runs nothing: eager, said once
             return None, f"backend {choice.backend} could not be built: {type(exc).__name__}: {exc}"
 
@@ -429,8 +431,9 @@ class PolicyNorm(nn.Module):
                     shape[0] = b
                 # once per implementation kind, width and shape (a kernel's autotuning and plan caches are shared by
                 # modules; a compiled module is not, unless the sites share it)
-                compiled = getattr(getattr(impl, "module", impl), "compiled", None)
-                key = (self.found.norm, self.found.width, self.found.eps, type(impl).__name__, id(compiled), dtype,
+                mod = getattr(impl, "__self__", impl)
+                compiled = getattr(getattr(mod, "module", mod), "compiled", None)
+                key = (self.found.norm, self.found.width, self.found.eps, type(mod).__name__, id(compiled), dtype,
                        tuple(shape))
                 if key in self._plan.warmed:
                     continue
