@@ -1,0 +1,557 @@
+"""``PolicyNorm``: a norm module run by a policy, everything decided when it resolves (at apply time, again on
+``.to()``, ``train()``/``eval()``, ``load_state_dict`` and parameter assignment), nothing in a call but a dtype and
+pass look-up and a comparison per regime boundary; and the small modules it runs a backend through (the ``compile``
+backend stepping aside inside an outer compile, Gemma's ``1 + weight``). :func:`normbench.apply_policy` builds them.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from normbench import catalog
+from normbench.policy.reading import Policy
+from normbench.policy.recognise import Found
+
+#: The catalog family whose regimes a call is bucketed into (the catalog's norm sites with sequences are LLMs').
+FAMILY = "llm"
+
+
+class PolicyFallbackWarning(UserWarning):
+    """A call ran the original (eager) module because the policy lacks or refuses what it needs; once per
+    (site, reason)."""
+
+
+def _hardware_id(device: torch.device) -> str:
+    from normbench.records.provenance import hardware, hardware_id
+
+    return hardware_id(hardware("cpu" if device.type == "cpu" else str(device)))
+
+
+def _gate(spec, backend: str, device: torch.device) -> str | None:
+    """None when ``backend`` of ``spec`` passed the check gate on ``device``'s kind, else why not."""
+    from normbench import check
+
+    kind = device.type
+    status = check.ensure_checked([(spec.name, backend, kind)], log=lambda _msg: None)[spec.name]
+    v = status.verdict(backend, kind)
+    if v.passed:
+        return None
+    return (f"backend {backend} of {spec.name} has not passed the check gate on {kind} ({v.status}"
+            + (f": {v.detail}" if v.detail else "") + f"); run `normbench check {spec.name} --device {kind}`")
+
+
+def _backend_builder(spec, backend: str):
+    """The registry's builder of ``backend`` (``Backend.build``) of ``spec``: what ``spec.create`` calls."""
+    from normbench.registry import COMPILE_BACKEND, resolve
+
+    if backend == "compile":
+        return resolve(COMPILE_BACKEND.build)
+    for b in spec.extra_backends:
+        if b.name == backend:
+            return resolve(b.build)
+    raise KeyError(backend)
+
+
+def _slots(module: nn.Module, param: torch.Tensor) -> list[tuple[nn.Module, str]]:
+    """Every (module, name) whose ``_parameters[name]`` is ``param``, through registered children and the
+    unregistered modules backends keep beside them (a compiled module's ``inner``, a Triton module's ``eager``)."""
+    out, seen, todo = [], set(), [module]
+    while todo:
+        m = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        out += [(m, k) for k, p in m._parameters.items() if p is param]
+        todo += list(m._modules.values()) + [v for v in vars(m).values() if isinstance(v, nn.Module)]
+    return [s for s in out if s[0] is not None]
+
+
+@dataclass
+class _Plan:
+    """What one apply_policy call decided, shared by the modules it put in: the policy, the hardware ids, the
+    backends refused per device kind, the warnings already given. Read when a module resolves (at apply time, on
+    ``.to()``, ``train()``/``eval()`` and ``load_state_dict``), never in a forward."""
+
+    policy: Policy
+    refused: dict                      # device kind -> {(norm, backend): reason}
+    forced: tuple[str, ...]
+    hw_map: dict                       # local hardware id -> the policy's (itself, or the one forced)
+    warmup: object = True              # True: the policy's own shapes; False/None: none; or [(batch, seq), ...]
+    hw_by_device: dict = field(default_factory=dict)
+    warned: set = field(default_factory=set)
+    warmed: set = field(default_factory=set)
+    shared: dict = field(default_factory=dict)  # (norm, layout, width, eps) -> the compile backend's module
+
+    def hardware(self, device: torch.device) -> str:
+        key = str(device)
+        if key not in self.hw_by_device:
+            local = _hardware_id(device)
+            self.hw_by_device[key] = self.hw_map.get(local, local)
+        return self.hw_by_device[key]
+
+    def refusals(self, norm: str, device: torch.device) -> dict:
+        kind = device.type
+        if kind not in self.refused:
+            self.refused[kind] = {}
+        if not any(k[0] == norm for k in self.refused[kind]) and (kind, norm) not in self.warned:
+            self.warned.add((kind, norm))
+            self.refused[kind].update(_refusals(self.policy, {norm}, device))
+        return self.refused[kind]
+
+    def warn(self, site: str, reason: str) -> None:
+        if (site, reason) in self.warned:
+            return
+        self.warned.add((site, reason))
+        warnings.warn(f"normbench policy: {site} runs eager: {reason}", PolicyFallbackWarning, stacklevel=4)
+
+
+def _dims(x: torch.Tensor, layout: str) -> tuple[int, ...]:
+    """A call's shape as records hold it (``catalog.site_shapes``): tokens ``(batch, rows, C)``, rows being every
+    position (and head) of a sequence; images ``(N, C, H, W)``."""
+    if layout != "tokens":
+        return tuple(x.shape)
+    if x.dim() <= 2:
+        return (1, math.prod(x.shape[:-1]) if x.dim() == 2 else 1, x.shape[-1])
+    return (x.shape[0], math.prod(x.shape[1:-1]), x.shape[-1])
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+           "float64": torch.float64}
+_PASSES = {"fwd": False, "fwd+bwd": True}
+
+
+def _regime_limits() -> tuple[list, list]:
+    """The family's regimes as (positions, name), smallest first: decode (one position per sequence), prefill."""
+    dec, pre = [], []
+    for name, b, s, _q in catalog.REGIMES[FAMILY]:
+        if s is not None:
+            (dec if s == 1 else pre).append((b * s, name, b, s))
+    return sorted(dec), sorted(pre)
+
+
+class _StepAside(nn.Module):
+    """The ``compile`` backend as a policy runs it: its compiled module when called eagerly, the module it compiled
+    when an outer ``torch.compile`` traces the model (a compile inside a compile fails: the outer one compiles it).
+    A transformers site's compiled module is shared by every site of the same (norm, width, eps) (one compiled graph
+    for all of a model's layers; Dynamo's recompile limit is per code object): its parameter slots are pointed at
+    the caller's parameters on each call."""
+
+    def __init__(self, compiled: nn.Module, inner: nn.Module, slots: dict, owner: nn.Module | None):
+        super().__init__()
+        object.__setattr__(self, "compiled", compiled)
+        object.__setattr__(self, "inner", inner)
+        object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "owner", owner)
+
+    def forward(self, *args, **kwargs):
+        owner = self.owner
+        if owner is not None:
+            for k, where in self.slots.items():
+                p = owner._parameters[k]
+                for m, name in where:
+                    m._parameters[name] = p
+        if torch.compiler.is_compiling():
+            return self.inner(*args, **kwargs)
+        return self.compiled(*args, **kwargs)
+
+
+class _OffsetCall(nn.Module):
+    """Gemma's ``1 + weight`` while autograd records: the scale computed in float32 (as transformers does) from the
+    caller's weight for this call, in the backend's weight slots, and the backend's own placeholder put back after."""
+
+    def __init__(self, module: nn.Module, slots: list, owner: nn.Module, point: bool = False):
+        super().__init__()
+        object.__setattr__(self, "module", module)
+        object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "owner", owner)
+        object.__setattr__(self, "point", point)
+
+    def forward(self, *args, **kwargs):
+        scale = 1.0 + self.owner._parameters["weight"].float()
+        saved = [(m, k, m._parameters[k]) for m, k in self.slots]
+        try:
+            for m, k, _ in saved:
+                m._parameters[k] = scale
+            return self.module.forward(*args, **kwargs)
+        finally:
+            for m, k, p in saved:
+                m._parameters[k] = p
+
+
+class _CachedOffset(_OffsetCall):
+    """Gemma's ``1 + weight`` without autograd: the scale computed once (float32) and held in the backend's weight
+    slots, recomputed when the weight changes (its version counter); inside a compiled graph (where a version
+    counter cannot be read) computed per call from the weight, as while autograd records."""
+
+    def forward(self, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return super().forward(*args, **kwargs)
+        owner = self.owner
+        if owner._parameters["weight"]._version != owner._scale_ver:
+            owner._refresh_scales()
+        if self.point:   # a compiled module shared by several sites: this site's scale in its slots
+            scale = owner._scale
+            for m, k in self.slots:
+                m._parameters[k] = scale
+        return self.module.forward(*args, **kwargs)
+
+
+class PolicyNorm(nn.Module):
+    """A norm module as :func:`apply_policy` left it: the original's parameters and buffers under their names (so
+    ``state_dict`` is unchanged), each call run by the implementation the policy names for its regime, dtype and
+    pass, or by the original module (eager) when the policy has no usable answer.
+
+    Everything is decided when the module resolves (at apply time, again on ``.to()``/``.half()``,
+    ``train()``/``eval()``, ``load_state_dict`` and parameter assignment): hardware id, gate verdicts, backends built
+    and warmed, and per (dtype, pass) a short ordered list of position-count thresholds per kind (decode, prefill),
+    one per regime boundary where the policy's answers differ. A call reads its dtype and pass, compares its
+    positions (batch x sequence length, read on the sequence axis the apply-time probe found) against that list and
+    calls the implementation: no memo, no hardware id, no gate, nothing built."""
+
+    def __init__(self, found: Found, site: str | None, plan: _Plan, shape: tuple | None = None,
+                 seq_axis: int | None = None):
+        super().__init__()
+        from normbench.registry import adopt_state
+
+        adopt_state(self, found.module)
+        # Kept outside _modules: state_dict keys stay the original's (restore puts it back).
+        d = self.__dict__
+        d["original"], d["found"], d["_plan"] = found.module, found, plan
+        d["_impls"], d["_tables"], d["_scales"] = {}, {}, []
+        #: the input shape the apply-time probe saw (None: no probe) and the sequence axis read from it
+        d["probe_shape"], d["seq_axis"] = shape, seq_axis
+        d["_ndim"] = len(shape) if shape is not None and seq_axis is not None else -1
+        d["_bfirst"] = seq_axis is not None and seq_axis != 0
+        d["_sax"] = seq_axis if seq_axis is not None else 0
+        d["_cast"] = found.cast_to_input
+        d["_offset"] = bool(found.offset)
+        d["_resolving"] = True
+        self.site = site
+        self.label = site or found.path
+        self.norm = found.norm
+        #: why the policy was applied although it was made elsewhere (``force=True``); empty when it was not forced
+        self.policy_forced = plan.forced
+        self.training = found.module.training
+        d["_resolving"] = False
+        self.register_load_state_dict_post_hook(lambda module, _keys: module._resync())
+        self._resolve()
+
+    def extra_repr(self) -> str:
+        return (f"{self.found.what} -> {self.norm}, site={self.site!r}, width={self.found.width}"
+                + (f", seq_axis={self.seq_axis}" if self.seq_axis is not None else "")
+                + (", forced" if self.policy_forced else ""))
+
+    # --- resolving: everything a call needs, decided before any call ----------------------------------------------
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.original.train(mode)
+        for impl in self._impls.values():
+            impl.train(mode)
+        return self
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        if "_tables" in self.__dict__:
+            self._resolve()
+        return out
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if isinstance(value, (nn.Parameter, torch.Tensor)) and not self.__dict__.get("_resolving", True):
+            self._resync()
+
+    def _device(self) -> torch.device:
+        for t in list(self._parameters.values()) + list(self._buffers.values()):
+            if t is not None:
+                return t.device
+        return torch.device("cpu")
+
+    def _resync(self) -> None:
+        """The original module and every backend see this module's parameters and buffers (``.to()`` replaces
+        buffers here only; ``load_state_dict(assign=True)`` replaces parameters); Gemma's cached scales refreshed."""
+        orig = self.original
+        for k, p in self._parameters.items():
+            orig._parameters[k] = p
+        for k, b in self._buffers.items():
+            orig._buffers[k] = b
+        for impl in self._impls.values():
+            slots = getattr(impl, "_policy_slots", None)
+            if slots:
+                for k, where in slots.items():
+                    p = self._parameters.get(k)
+                    if p is not None:
+                        for m, name in where:
+                            m._parameters[name] = p
+        self._refresh_scales()
+
+    def _refresh_scales(self) -> None:
+        """Gemma without autograd recording: the scale ``1 + weight`` (float32) computed once, held in the backend's
+        weight slots, recomputed when the weight changes (its version counter)."""
+        if not self._offset:
+            return
+        w = self._parameters["weight"]
+        with torch.no_grad():
+            scale = 1.0 + w.detach().float()
+        self.__dict__["_scale_ver"] = w._version
+        self.__dict__["_scale"] = scale
+        for where in self._scales:
+            for m, name in where:
+                m._parameters[name] = scale
+
+    def _build(self, backend: str, recording: bool) -> nn.Module:
+        """The backend's module, its parameter slots pointed at this module's parameters (``_policy_slots``)."""
+        from normbench.discovery import get_norm
+
+        f = self.found
+        spec = get_norm(f.norm)
+        build = _backend_builder(spec, backend)
+        if backend == "compile":
+            if f.native:
+                return _StepAside(build(f.module, spec), f.module, {}, None).train(self.training)
+            key = (f.norm, f.layout, f.width, f.eps)
+            if key not in self._plan.shared:
+                eager = spec.create(f.width, layout=f.layout, eps=f.eps, **f.create)
+                self._plan.shared[key] = (build(eager, spec), eager)
+            compiled, eager = self._plan.shared[key]
+            slots = {k: _slots(compiled, p) for k, p in eager._parameters.items() if p is not None}
+            if self._offset and recording:
+                return _OffsetCall(_StepAside(compiled, eager, {}, None), slots["weight"], self).train(self.training)
+            if self._offset:
+                return _CachedOffset(_StepAside(compiled, eager, {}, None), slots["weight"], self,
+                                     point=True).train(self.training)
+            return _StepAside(compiled, eager, slots, self).train(self.training)
+        # A native module is its own eager implementation; a transformers one gets a normbench module whose
+        # parameter slots hold the calling module's own Parameters (same objects: training updates are seen).
+        eager = f.module if f.native else spec.create(f.width, layout=f.layout, eps=f.eps, **f.create)
+        module = build(eager, spec).train(self.training)
+        slots = {k: _slots(module, p) for k, p in eager._parameters.items() if p is not None}
+        if self._offset:
+            return self._wrap_offset(module, slots, recording)
+        object.__setattr__(module, "_policy_slots", slots)
+        return module
+
+    def _wrap_offset(self, module: nn.Module, slots: dict, recording: bool) -> nn.Module:
+        if recording:
+            return _OffsetCall(module, slots["weight"], self).train(self.training)
+        self._scales.append(slots["weight"])
+        return _CachedOffset(module, slots["weight"], self).train(self.training)
+
+    def _impl(self, backend: str, recording: bool):
+        key = (backend, recording and self._offset)
+        if key not in self._impls:
+            self._impls[key] = self._build(backend, recording)
+            self._resync()
+        return self._impls[key]
+
+    def _resolve(self) -> None:
+        """Hardware id, gate verdicts, backends built and warmed, and the per (dtype, pass) threshold lists."""
+        plan, f = self._plan, self.found
+        device = self._device()
+        d = self.__dict__
+        d["_impls"], d["_scales"], d["_tables"] = {}, [], {}
+        d["_hw"] = hw = plan.hardware(device)
+        if self.site is None or f.layout != "tokens":
+            d["_tables"] = None   # a policy by exact shape: looked up per call (not the serving path)
+            refused = plan.refusals(f.norm, device)
+            for k, c in plan.policy.by_shape.items():   # its backends built here, not in a call
+                if (k[0], k[1], k[5]) == (f.norm, f.layout, hw) and c.backend not in (None, "eager"):
+                    self._entry(c, None, k[3], k[4], hw, refused, k[4] == "fwd+bwd")
+            self._resync()
+            self.train(self.training)
+            return
+        pol = plan.policy
+        refused = plan.refusals(f.norm, device)
+        dec, pre = _regime_limits()
+        keys = {(k[2], k[3]) for k in pol.by_site if k[0] == self.site and k[4] == hw}
+        for dtype_name, pass_ in sorted(keys):
+            dtype, rec = _DTYPES.get(dtype_name), _PASSES.get(pass_)
+            if dtype is None or rec is None:
+                continue
+            lists = []
+            for kind in (dec, pre):
+                entries = []
+                for n, regime, _b, _s in kind:
+                    entries.append((n, *self._entry(pol.by_site.get((self.site, regime, dtype_name, pass_, hw)),
+                                                    regime, dtype_name, pass_, hw, refused, rec)))
+                entries.append((math.inf, None, "the call's shape is beyond the largest regime the policy measured"))
+                merged = []
+                for e in entries:   # one comparison per boundary where the answers differ
+                    if merged and merged[-1][1] == e[1] and merged[-1][2] == e[2]:
+                        merged[-1] = (e[0], e[1], e[2])
+                    else:
+                        merged.append(e)
+                lists.append(tuple(merged))
+            self._tables[(dtype, rec)] = tuple(lists)
+        self._resync()
+        self.train(self.training)
+        self._warm(dec, pre)
+
+    def _entry(self, choice, regime, dtype, pass_, hw, refused, recording):
+        """(implementation, None) or (None, why the original module runs instead) for one regime."""
+        f = self.found
+        if choice is None:
+            return None, self._missing(None, regime, dtype, pass_, hw)
+        if choice.backend is None:
+            return None, f"the policy names no backend at {choice.shape} ({choice.status}) for {dtype} {pass_}"
+        if choice.backend == "eager":
+            return self.original, None
+        if (f.norm, choice.backend) in refused:
+            return None, f"backend {choice.backend} refused: {refused[(f.norm, choice.backend)]}"
+        try:
+            # its forward, called directly: a backend module of the policy's own has no hooks, and nn.Module's
+            # __call__ would double the module-call cost of the site (the site's own call is the one that counts)
+            return self._impl(choice.backend, recording).forward, None
+        except Exception as exc:  # a backend that cannot be built here runs nothing: eager, said once
+            return None, f"backend {choice.backend} could not be built: {type(exc).__name__}: {exc}"
+
+    def _warm(self, dec, pre) -> None:
+        """Each implementation run once (no autograd) at the shapes it will see: the policy's regimes (the largest
+        position count of each boundary) or ``warmup=[(batch, seq), ...]``; autotuning and compiling happen here."""
+        warm = self._plan.warmup
+        if not warm or self.probe_shape is None or not self._tables:
+            return
+        shapes = list(warm) if warm is not True else [(b, s) for _n, _r, b, s in dec + pre]
+        device = self._device()
+        for (dtype, rec), lists in self._tables.items():
+            if rec:
+                continue
+            for b, s in shapes:
+                entries = lists[0] if s == 1 else lists[1]
+                impl = next((e[1] for e in entries if b * s <= e[0]), None)
+                if impl is None or impl is self.original:
+                    continue
+                shape = list(self.probe_shape)
+                shape[self._sax] = s
+                if self._bfirst:
+                    shape[0] = b
+                # once per implementation kind, width and shape (a kernel's autotuning and plan caches are shared by
+                # modules; a compiled module is not, unless the sites share it)
+                mod = getattr(impl, "__self__", impl)
+                compiled = getattr(getattr(mod, "module", mod), "compiled", None)
+                key = (self.found.norm, self.found.width, self.found.eps, type(mod).__name__, id(compiled), dtype,
+                       tuple(shape))
+                if key in self._plan.warmed:
+                    continue
+                self._plan.warmed.add(key)
+                with torch.no_grad():
+                    impl(torch.zeros(shape, dtype=dtype, device=device))
+
+    def _missing(self, dims, regime, dtype, pass_, hw) -> str:
+        """Why no answer: the policy's entries for this site or norm, told apart by what differs (one category per
+        reason, so each (site, reason) warns once whatever the exact shape)."""
+        pol, f = self._plan.policy, self.found
+        if hw not in pol.hardware_ids:
+            return f"the policy has no answers for this device's hardware ({hw})"
+        if self.site is not None:
+            keys = [k for k in pol.by_site if k[0] == self.site and k[4] == hw]
+            have = {(k[2], k[3]) for k in keys}
+        else:
+            keys = [k for k in pol.by_shape if k[0] == f.norm and k[1] == f.layout and k[5] == hw]
+            have = {(k[3], k[4]) for k in keys}
+        if not any(d == dtype for d, _p in have):
+            return f"the policy has no answer in {dtype}"
+        if (dtype, pass_) not in have:
+            why = " (autograd is recording, so the backward runs too)" if pass_ == "fwd+bwd" else ""
+            return f"the policy has no {pass_} answer in {dtype}{why}"
+        if self.site is None:
+            return "the policy has no answer at this shape (it answers for exact shapes only)"
+        if regime is None:
+            return "the call's shape is beyond the largest regime the policy measured"
+        return f"the policy has no answer for regime {regime}"
+
+    # --- running ----------------------------------------------------------------------------------------------------
+    def _eager(self, why: str, args, kwargs):
+        if not torch.compiler.is_compiling():   # (a compiled graph warns nothing: said at trace time it would lie)
+            self._plan.warn(self.label, why)
+        return self.original(*args, **kwargs)
+
+    def _other(self, x: torch.Tensor, rec: bool, args, kwargs):
+        """A call off the tables: a dtype or pass the policy has no answer for, an input of another rank than the
+        probe saw, or a policy by exact shape."""
+        plan, f = self._plan, self.found
+        dtype = str(x.dtype).removeprefix("torch.")
+        pass_ = "fwd+bwd" if rec else "fwd"
+        hw = self._hw
+        dims = _dims(x, f.layout)
+        if self._tables is None:
+            choice = plan.policy.by_shape.get((f.norm, f.layout, dims, dtype, pass_, hw))
+            if choice is None:
+                return self._eager(self._missing(dims, None, dtype, pass_, hw), args, kwargs)
+            impl, why = self._entry(choice, None, dtype, pass_, hw, plan.refusals(f.norm, x.device), rec)
+            if why is not None:
+                return self._eager(why, args, kwargs)
+            y = impl(*args, **kwargs)
+            return y.to(x.dtype) if self._cast else y
+        lists = self._tables.get((x.dtype, rec))
+        if lists is None:
+            return self._eager(self._missing(dims, None, dtype, pass_, hw), args, kwargs)
+        seq = x.shape[1] if x.dim() >= 3 else dims[1]
+        n = dims[0] * seq
+        for lim, impl, why in (lists[0] if seq == 1 else lists[1]):
+            if n <= lim:
+                break
+        if why is not None:
+            return self._eager(why, args, kwargs)
+        y = impl(*args, **kwargs)
+        return y.to(x.dtype) if self._cast and y.dtype != x.dtype else y
+
+    def forward(self, *args, **kwargs):
+        # Kept free of Python calls on the way to the implementation (tests count them): attribute reads from
+        # __dict__, one dict look-up, a comparison per regime boundary.
+        x = args[0] if args else next(iter(kwargs.values()))
+        if torch.is_grad_enabled():
+            rec = x.requires_grad
+            if not rec:
+                for p in self._parameters.values():
+                    if p is not None and p.requires_grad:
+                        rec = True
+                        break
+                for a in args:
+                    if isinstance(a, torch.Tensor) and a.requires_grad:
+                        rec = True
+        else:
+            rec = False
+        tables = self._tables
+        lists = tables.get((x.dtype, rec)) if tables is not None and x.dim() == self._ndim else None
+        if lists is None:
+            return self._other(x, rec, args, kwargs)
+        shape = x.shape
+        seq = shape[self._sax]
+        n = seq * shape[0] if self._bfirst else seq
+        for lim, impl, why in (lists[0] if seq == 1 else lists[1]):
+            if n <= lim:
+                break
+        if why is not None:
+            return self._eager(why, args, kwargs)
+        y = impl(*args, **kwargs)
+        if self._cast and y.dtype != x.dtype:
+            return y.to(x.dtype)
+        return y
+
+
+def _refusals(pol: Policy, norms: set[str], device: torch.device) -> dict:
+    from normbench.discovery import get_norm
+
+    out = {}
+    named = {(c.norm, c.backend) for c in pol.by_shape.values() if c.backend not in (None, "eager")}
+    for norm, backend in sorted(named):
+        if norm not in norms:
+            continue
+        try:
+            spec = get_norm(norm)
+        except KeyError as exc:
+            out[(norm, backend)] = f"norm {norm} is not installed here ({exc.args[0]})"
+            continue
+        if backend not in spec.backends:
+            out[(norm, backend)] = (f"{backend} is not a backend of {norm} here ({', '.join(spec.backends)}; "
+                                    "external baselines are not applied)")
+            continue
+        why = spec.backend_unavailable(backend) or _gate(spec, backend, device)
+        if why:
+            out[(norm, backend)] = why
+    return out
