@@ -32,7 +32,7 @@ def _env(**extra):
     return env
 
 
-def _script(*args, timeout=240, **extra):
+def _script(*args, timeout=900, **extra):
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=_env(**extra))
 
@@ -92,7 +92,7 @@ def rehearsal(tmp_path_factory):
     """One rehearsal, run as CI runs it: ``(out, completed process, seconds)``."""
     out = tmp_path_factory.mktemp("window") / "out"
     t0 = time.monotonic()
-    run = _script(*REHEARSE, "--out", str(out), timeout=300)
+    run = _script(*REHEARSE, "--out", str(out), timeout=900)
     return out, run, time.monotonic() - t0
 
 
@@ -140,7 +140,7 @@ def test_a_planted_host_gap_is_reported(rehearsal, tmp_path):
     state = json.loads((out / "window.json").read_text())
     del state["steps"]["profiler"]
     (out / "window.json").write_text(json.dumps(state))
-    run = _script(*REHEARSE, "--out", str(out), "--plant-host-gap", "0.9", timeout=240)
+    run = _script(*REHEARSE, "--out", str(out), "--plant-host-gap", "0.9", timeout=900)
     assert run.returncode == 1, run.stderr[-3000:]
     rows = json.loads((out / "table.json").read_text())["rows"]
     assert rows and all(r["verdict"] in ("DIFF", "HOST_BOUND") for r in rows), rows
@@ -157,7 +157,7 @@ def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_pa
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     packed = None
     try:
-        deadline = time.monotonic() + 400
+        deadline = time.monotonic() + 900
         while proc.poll() is None and time.monotonic() < deadline:
             try:
                 state = json.loads((out / "window.json").read_text())
@@ -182,7 +182,7 @@ def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_pa
                if (c.norm, c.shape.label) == (gw.REHEARSAL_NORMS[0], f"tokens-1x{gw.REHEARSAL_SHAPES[0]}")}
     assert keys(first) == one_set  # the finished set, whole; nothing of the set the kill cut short
     assert json.loads((out / "campaign-log.json").read_text())["partial"]
-    run = _script(*REHEARSE, "--out", str(out), timeout=400)
+    run = _script(*REHEARSE, "--out", str(out), timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"resumed: {len(first)} records already measured" in run.stderr
     after = {r["id"]: r for r in _records(out)}
@@ -193,7 +193,7 @@ def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_pa
 
 def _rehearse_scenario(tmp_path, scenario):
     out = tmp_path / scenario
-    run = _script("--rehearse", scenario, "--validation-only", "--out", str(out), timeout=600)
+    run = _script("--rehearse", scenario, "--validation-only", "--out", str(out), timeout=900)
     return out, run, _records(out), json.loads((out / "table.json").read_text())["rows"]
 
 
