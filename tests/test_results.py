@@ -135,7 +135,8 @@ def test_broken_accuracy_records_are_rejected(breakage, expected):
     (lambda r: r["metrics"].update(gbps=float("inf")), ["metrics.gbps must be finite; got inf"]),
     (lambda r: r["config"].update(shape=[8, 0]), ["config.shape[1] must be >= 1; got 0"]),
     (lambda r: r.update(flags=["slow"]), ["record.flags[0] must be one of non_finite, fell_back, noisy, host_bound, "
-                                          "suspect, unchecked, forced, diverged, tuning, stale, legacy; got 'slow'"]),
+                                          "suspect, unchecked, forced, diverged, tuning, rehearsal, low_clock, "
+                                          "host_sync, stale, legacy; got 'slow'"]),
     (lambda r: r.update(config=[]), ["record.config must be an object; got []"]),
 ])
 def test_schema_problems_name_the_field_and_say_what_is_wrong(breakage, expected):
