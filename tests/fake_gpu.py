@@ -18,8 +18,7 @@ from __future__ import annotations
 import contextlib
 
 from normbench import rehearsal
-from normbench.device import CudaDevice
-from normbench.rehearsal import FakeEvent
+from normbench.rehearsal import FakeEvent, SimulatedCuda
 
 __all__ = ["FakeEvent", "FakeGPU", "FakeGraph", "install", "cuda_on_cpu"]
 
@@ -164,9 +163,13 @@ def cuda_on_cpu(monkeypatch, gpu: FakeGPU, *, host_s: float, gpu_s: float, kerne
     reference.clear()
 
 
-class FakeCudaDevice(CudaDevice):
-    """The device seam's real CUDA device with the fake GPU behind it: its stream is the fake's, its tensors live on
-    the CPU, its facts (L2, clock, memory) are the fake's. Not simulated: records carry no ``rehearsal`` flag."""
+class FakeCudaDevice(SimulatedCuda):
+    """The rehearsal's simulated device with this fake GPU behind it (its stream, L2 size and clock), standing in for
+    the seam's real CUDA device: not ``simulated``, so records carry no ``rehearsal`` flag and the real CUDA branches
+    that key on it run."""
+
+    simulated = False
+    scenario = None
 
     def __init__(self, gpu: FakeGPU):
         self.gpu = gpu
@@ -174,44 +177,14 @@ class FakeCudaDevice(CudaDevice):
     def describe(self) -> str:
         return "fake GPU"
 
-    def missing(self) -> str | None:
-        return None
-
-    def tensor_device(self, device) -> str:
-        return "cpu"
-
-    def initialized(self) -> bool:
-        return True
-
-    def bf16_supported(self) -> bool:
-        return True
-
-    def ops(self, device):
-        return self.gpu
-
-    def synchronize(self, device=None) -> None:
-        self.gpu.sync()
-
-    def context(self, device):
-        return contextlib.nullcontext()
-
     def l2_bytes(self, device=None) -> int:
         return self.gpu.l2_bytes
 
     def hardware(self, device=None) -> dict:
         return {"gpu": "fake GPU", "gpu_memory_gb": 141.0, "cuda": None, "driver": None}
 
-    def nvidia_smi(self, query: str) -> str | None:
-        return None
-
     def max_sm_clock_hz(self, device=None) -> float | None:
         return self.gpu.max_clock_hz()
 
-    def sm_clock_hz(self, device=None) -> float | None:
-        return self.gpu.clock_hz()
-
     def free_bytes(self, device=None) -> int | None:
         return 100 * 2**30
-
-    def empty_cache(self) -> None:
-        return None
