@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 import torch
-from test_policy import CALLS, FAMILIES, HW, _close, tiny  # noqa: F401  (the shared tiny models and policies)
+from test_policy import CALLS, FAMILIES, HW, _close, _records, tiny  # noqa: F401  (the shared tiny models and policies)
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -59,31 +59,6 @@ def split(monkeypatch):
     monkeypatch.setitem(REGISTRY.specs, "rmsnorm", dataclasses.replace(
         spec, extra_backends=spec.extra_backends + extra))
     SEEN.clear()
-
-
-def _records(targets, pick, dtypes, passes):
-    """Per shape, dtype and pass: eager and ``pick(regime)`` timed head to head, the latter twice as fast (paired);
-    where ``pick`` says eager, eager is twice as fast as backend ``a``."""
-    recs, seen = [], set()
-    for t in targets:
-        winner = pick(t["regime"])
-        other = "a" if winner == "eager" else "eager"
-        for d in dtypes:
-            for p in passes:
-                key = (t["norm"], t["layout"], tuple(t["dims"]), d, p)
-                if key in seen:
-                    continue
-                seen.add(key)
-                ids = {b: f"{'-'.join(map(str, key))}-{b}" for b in (winner, other)}
-                for b, o, tm, ratio in ((other, winner, 2.0, 2.0), (winner, other, 1.0, 0.5)):
-                    pair = {"partner": ids[o], "ratio": ratio, "ci": [ratio * 0.95, ratio * 1.05], "n": 21,
-                            "verdict": "faster" if ratio < 1 else "slower"}
-                    recs.append({"id": ids[b], "kind": "kernel", "norm": {"name": t["norm"]}, "flags": [],
-                                 "config": {"layout": t["layout"], "shape": list(t["dims"]), "dtype": d, "pass": p,
-                                            "backend": b},
-                                 "metrics": {"time_median_s": tm, "paired": [pair]},
-                                 "provenance": {"hardware_id": HW}})
-    return recs
 
 
 def split_policy(config, decode="a", prefill="b", dtypes=("float32", "bfloat16"), passes=("fwd", "fwd+bwd")):
