@@ -1,12 +1,14 @@
-# Sourced by scripts/gpu-campaign.sh and scripts/gpu-validate.sh: the set-up of a fresh GPU machine whose image has
+# Sourced by scripts/gpu-campaign.sh, scripts/gpu-validate.sh and scripts/gpu-window.sh: the set-up of a fresh GPU machine whose image has
 # torch and Triton but not our other dependencies (no .venv; the wheels it lacks travel in .whl/, from
 # scripts/gpu-wheels.sh). Sets PY, PYTHONPATH and NORMBENCH_GIT_COMMIT; $1 names the script in its messages.
-# (Not executable on its own: `source scripts/gpu-env.sh NAME` from the repository root.)
+# (Not executable on its own: `source scripts/gpu-env.sh NAME` from the repository root.) With a second argument
+# `--local` (a dry run or a rehearsal, on any machine) it sets PY and PYTHONPATH only.
 gpu_env_name="${1:-gpu}"
 PY="${PYTHON:-python3}"
 if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && ! "$PY" -c "import torch" 2>/dev/null; then PY=.venv/bin/python; fi
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+if [ "${2:-}" = "--local" ]; then return 0; fi
 # The image lacks jsonschema (record validation needs it) and Liger-Kernel: install the wheels carried in .whl/ into
 # .pydeps, not into the image.
 if ! "$PY" -c "import jsonschema" 2>/dev/null && [ -d .whl ]; then

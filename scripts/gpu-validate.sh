@@ -11,8 +11,6 @@ for a in "$@"; do [ "$a" = "--dry-run" ] && dry=1; done
 if [ "$dry" = 0 ]; then
   source scripts/gpu-env.sh gpu-validate
 else
-  PY="${PYTHON:-python3}"
-  if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && ! "$PY" -c "import torch" 2>/dev/null; then PY=.venv/bin/python; fi
-  export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
+  source scripts/gpu-env.sh gpu-validate --local
 fi
 exec "$PY" scripts/gpu_validate.py "$@"

@@ -14,9 +14,6 @@ for a in "$@"; do case "$a" in --dry-run|--rehearse|--rehearse=*) local_run=1 ;;
 if [ "$local_run" = 0 ]; then
   source scripts/gpu-env.sh gpu-window
 else
-  PY="${PYTHON:-python3}"
-  if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && ! "$PY" -c "import torch" 2>/dev/null; then PY=.venv/bin/python; fi
-  export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-  export PYTHONUNBUFFERED=1
+  source scripts/gpu-env.sh gpu-window --local
 fi
 exec "$PY" scripts/gpu_window.py "$@"
