@@ -19,6 +19,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+import gpu_validate as gv  # noqa: E402
 import gpu_window as gw  # noqa: E402
 
 sys.path.pop(0)
@@ -143,7 +144,13 @@ def test_a_planted_host_gap_is_reported(rehearsal, tmp_path):
     run = _script(*REHEARSE, "--out", str(out), "--plant-host-gap", "0.9", timeout=900)
     assert run.returncode == 1, run.stderr[-3000:]
     rows = json.loads((out / "table.json").read_text())["rows"]
-    assert rows and all(r["verdict"] in ("DIFF", "HOST_BOUND") for r in rows), rows
+    # the plant is 0.9 of each call: a row must read DIFF wherever that exceeds the validator's tolerance (a call of a
+    # few simulated µs can fall inside it: then ok is right); most rows are far above it
+    gap = {(r["norm"], r["backend"], r["pass"]): 0.9 * r["harness_s"] for r in rows}
+    above = [r for r in rows if gap[r["norm"], r["backend"], r["pass"]] > gv.tolerance_s(r["profiler_s"], r["kernels"])]
+    assert len(above) >= len(rows) // 2, rows
+    assert all(r["verdict"] == "DIFF" for r in above), rows
+    assert all(r["verdict"] == "ok" for r in rows if r not in above), rows
     report = (out / "report.md").read_text()
     assert "validation:" in report and "not ok" in report
 
