@@ -5,7 +5,8 @@ Decode calls (1 x 1 x 4096, no_grad unless marked ``grad``) of the final norm of
 Gemma 3's q_norm ((1, heads, 1, 128): the sequence axis is 2), in float32 and bfloat16, on the CPU, 1 thread. "fast"
 is a backend module calling ``F.rms_norm`` on the same Parameter (Gemma: on ``1 + weight``, cached: its bare case
 computes it once). Each case is timed with ``timeit`` in ``--rounds`` interleaved rounds of ``--number`` calls
-(the order rotated each round); the median per call is reported. "before" is ``normbench.policy`` as of main at
+(the order rotated each round); the median per call is reported. "pinned" is ``apply_policy(..., pin="decode-1")``
+(chosen once, no per-call dispatch). "before" is ``normbench.policy`` as of main at
 6a1db4f (read from git), "after" this checkout's. The check gate is stubbed (as in the issue) and the policies are
 synthetic: made through ``best``'s real schema from records in which the named backend wins (this script measures the
 dispatch, not which backend is faster).
@@ -160,6 +161,14 @@ def cases(tr, before):
                         out.append((f"{fam} {site} {dt}", f"{label}: PolicyNorm {what}", m, x))
                         if dtype == torch.float32 and fam == "llama":
                             out.append((f"{fam} {site} {dt} grad", f"{label}: PolicyNorm {what}", m, x))
+                    if label == "after":   # chosen once (apply_policy(..., pin=...)): no per-call dispatch
+                        box = Box(site, make(), shape_of)
+                        mod.apply_policy(box, _policy(config, "fast", hw), pin="decode-1",
+                                         example={"input_ids": torch.zeros(1, 7, dtype=torch.long)})
+                        m = getattr(box, site)
+                        out.append((f"{fam} {site} {dt}", "after: pinned decode-1 -> fast", m, x))
+                        if dtype == torch.float32 and fam == "llama":
+                            out.append((f"{fam} {site} {dt} grad", "after: pinned decode-1 -> fast", m, x))
                 if dtype == torch.float32 and fam == "llama":
                     out.append((f"{fam} {site} {dt} grad", "original", orig, x))
                     out.append((f"{fam} {site} {dt} grad", "fast bare", fast, x))

@@ -78,6 +78,11 @@ class ApplyReport:
         if self.left:
             lines.append(f"left {len(self.left)}:")
             lines += [f"  {r['module']} ({r['class']}): {r['reason']}" for r in self.left]
+        pins = [r for r in self.replaced if r.get("pinned")]
+        if pins:
+            lines.append(f"pinned to {pins[0]['pinned']['regime']}:")
+            lines += [f"  {r['module']}: {r['pinned']['backend']} ({r['pinned']['dtype']})"
+                      + (f": {r['pinned']['why']}" if r['pinned']['why'] else "") for r in pins]
         lines += [f"policy site {s}: {why}" for s, why in self.sites_unused.items()]
         lines += [f"backend {k} refused here: {why}" for k, why in self.refused.items()]
         if self.probe:
@@ -179,7 +184,8 @@ def _seq_axis(shape: tuple | None, length: int | None) -> int | None:
     return axes[0] if len(axes) == 1 else None
 
 
-def apply_policy(model: nn.Module, policy, *, force: bool = False, example=None, warmup=True) -> ApplyReport:
+def apply_policy(model: nn.Module, policy, *, force: bool = False, example=None, warmup=True,
+                 pin: str | None = None) -> ApplyReport:
     """Replace ``model``'s norm modules in place with :class:`PolicyNorm` modules driven by ``policy``
     (``normbench best ... --json``'s document, a path to it, or a :class:`Policy`); returns the :class:`ApplyReport`
     (``print`` it). Raises :class:`PolicyMismatch` for a policy made on another hardware id, torch or normbench
@@ -189,7 +195,10 @@ def apply_policy(model: nn.Module, policy, *, force: bool = False, example=None,
     integer ``input_ids`` (its last axis the sequence length) the probe runs to find each site's sequence axis;
     default ``input_ids`` of shape (1, :data:`PROBE_LEN`) for a model with a ``config.vocab_size``. ``warmup``: True
     runs each chosen implementation once at the policy's regimes (compiles and autotunes here, not in a call),
-    False none, or a list of (batch, seq) to run instead."""
+    False none, or a list of (batch, seq) to run instead. ``pin``: a regime the policy answers for (``decode-8``,
+    ``prefill-1x2048``, ...): each site runs that regime's answer at the model's dtype for every call, with no
+    per-call dispatch (a call costs what the implementation called bare costs); every implementation computes the
+    same function, so other shapes stay correct, only their speed is the pinned regime's."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"apply_policy needs a torch.nn.Module, got {type(model).__name__}")
     if any(isinstance(m, PolicyNorm) for m in model.modules()):
@@ -210,10 +219,15 @@ def apply_policy(model: nn.Module, policy, *, force: bool = False, example=None,
                                  f"({', '.join(pol.hardware_ids) or 'none'}) and none is this model's ({local}): "
                                  "pick one with `normbench best ... --device HW --json`")
         hw_map[local] = pol.hardware_ids[0]
+    if pin is not None:
+        regimes = sorted({k[1] for k in pol.by_site})
+        if pin not in regimes:
+            raise ValueError(f"pin={pin!r}: the policy answers for the regimes {', '.join(regimes) or 'none'} "
+                             "(a policy for a model's sites: `normbench best --model ... --json`)")
     found, left = find(model)
     report = ApplyReport(left=left, forced=tuple(problems) if force else ())
     refused = _refusals(pol, {f.norm for f in found}, device)
-    plan = _Plan(pol, {device.type: refused}, report.forced, hw_map, warmup=warmup)
+    plan = _Plan(pol, {device.type: refused}, report.forced, hw_map, warmup=warmup, pin=pin)
     plan.hw_by_device[str(device)] = hw_map.get(local, local)
     plan.warned |= {(device.type, f.norm) for f in found}
     report.refused = {f"{n}/{b}": why for (n, b), why in refused.items()}
@@ -247,9 +261,11 @@ def apply_policy(model: nn.Module, policy, *, force: bool = False, example=None,
         axis = _seq_axis(shape, length)
         parent_name, _, child = f.path.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, PolicyNorm(f, site, plan, shape, axis))
+        new = PolicyNorm(f, site, plan, shape, axis)
+        setattr(parent, child, new)
         report.replaced.append({"module": f.path, "class": f.what, "norm": f.norm, "site": site, "width": f.width,
-                                "probe_shape": list(shape) if shape else None, "seq_axis": axis})
+                                "probe_shape": list(shape) if shape else None, "seq_axis": axis,
+                                **({"pinned": new.pinned} if pin is not None else {})})
     for site, (norm, _layout, _width) in pol.site_norms.items():
         if site not in used:
             report.sites_unused[site] = (f"no module of this model computes it as a {norm} module"

@@ -86,6 +86,7 @@ class _Plan:
     warned: set = field(default_factory=set)
     warmed: set = field(default_factory=set)
     shared: dict = field(default_factory=dict)  # (norm, layout, width, eps) -> the compile backend's module
+    pin: str | None = None             # a regime name: each site's call goes straight to that regime's answer
 
     def hardware(self, device: torch.device) -> str:
         key = str(device)
@@ -201,6 +202,34 @@ class _CachedOffset(_OffsetCall):
         return self.module.forward(*args, **kwargs)
 
 
+class _PinnedOffset(_CachedOffset):
+    """Gemma's ``1 + weight`` for a pinned site: the cached scale without autograd, the per-call scale (so the
+    weight gets its gradient) when autograd records."""
+
+    def forward(self, *args, **kwargs):
+        owner = self.owner
+        w = owner._parameters["weight"]
+        if (torch.is_grad_enabled() and w.requires_grad) or torch.compiler.is_compiling():
+            return _OffsetCall.forward(self, *args, **kwargs)
+        if w._version != owner._scale_ver:
+            owner._refresh_scales()
+        if self.point:
+            scale = owner._scale
+            for m, k in self.slots:
+                m._parameters[k] = scale
+        return self.module.forward(*args, **kwargs)
+
+
+def _casting(impl):
+    """``impl`` whose output is cast to the input's dtype, as the original module returns it."""
+    def forward(*args, **kwargs):
+        y = impl(*args, **kwargs)
+        x = args[0] if args else next(iter(kwargs.values()))
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+    forward.__wrapped__ = impl
+    return forward
+
+
 class PolicyNorm(nn.Module):
     """A norm module as :func:`apply_policy` left it: the original's parameters and buffers under their names (so
     ``state_dict`` is unchanged), each call run by the implementation the policy names for its regime, dtype and
@@ -244,7 +273,8 @@ class PolicyNorm(nn.Module):
     def extra_repr(self) -> str:
         return (f"{self.found.what} -> {self.norm}, site={self.site!r}, width={self.found.width}"
                 + (f", seq_axis={self.seq_axis}" if self.seq_axis is not None else "")
-                + (", forced" if self.policy_forced else ""))
+                + (", forced" if self.policy_forced else "")
+                + (f", pinned={self.pinned['regime']}:{self.pinned['backend']}" if self.__dict__.get("pinned") else ""))
 
     # --- resolving: everything a call needs, decided before any call ----------------------------------------------
     def train(self, mode: bool = True):
@@ -252,6 +282,9 @@ class PolicyNorm(nn.Module):
         self.original.train(mode)
         for impl in self._impls.values():
             impl.train(mode)
+        pinned = getattr(self.__dict__.get("forward"), "__self__", None)
+        if isinstance(pinned, nn.Module):
+            pinned.train(mode)
         return self
 
     def _apply(self, fn, recurse=True):
@@ -363,6 +396,7 @@ class PolicyNorm(nn.Module):
                     self._entry(c, None, k[3], k[4], hw, refused, k[4] == "fwd+bwd")
             self._resync()
             self.train(self.training)
+            self._pin()
             return
         pol = plan.policy
         refused = plan.refusals(f.norm, device)
@@ -390,6 +424,39 @@ class PolicyNorm(nn.Module):
         self._resync()
         self.train(self.training)
         self._warm(dec, pre)
+        self._pin()
+
+    def _pin(self) -> None:
+        """``apply_policy(..., pin=REGIME)``: this module's ``forward`` becomes the implementation the policy names for
+        that regime at the module's dtype (pass ``fwd``), so a call costs what that implementation called bare
+        costs (vLLM's CustomOp: chosen once, nothing checked per call). Every implementation computes the same
+        function (the check gate), so a call of another shape, dtype or with autograd recording is still right;
+        only its speed is the pinned regime's. No usable answer: the original module, and ``pinned`` says why."""
+        d = self.__dict__
+        d.pop("forward", None)
+        d["pinned"] = None
+        regime = self._plan.pin
+        if regime is None:
+            return
+        f = self.found
+        params = [p for p in self._parameters.values() if p is not None]
+        dtype = params[0].dtype if params else torch.float32
+        dtype_name = str(dtype).removeprefix("torch.")
+        if self.site is None:
+            impl, why = None, "pin needs a policy for a model's sites (this policy answers by exact shape)"
+        else:
+            choice = self._plan.policy.by_site.get((self.site, regime, dtype_name, "fwd", self._hw))
+            impl, why = self._entry(choice, regime, dtype_name, "fwd", self._hw,
+                                    self._plan.refusals(f.norm, self._device()), False)
+        if impl is None or impl is self.original:
+            d["forward"] = self.original
+            d["pinned"] = {"regime": regime, "backend": "eager", "dtype": dtype_name, "why": why}
+            return
+        owner = getattr(impl, "__self__", None)
+        if isinstance(owner, _CachedOffset):
+            impl = _PinnedOffset(owner.module, owner.slots, self, owner.point).train(self.training).forward
+        d["forward"] = _casting(impl) if self._cast else impl
+        d["pinned"] = {"regime": regime, "backend": choice.backend, "dtype": dtype_name, "why": None}
 
     def _entry(self, choice, regime, dtype, pass_, hw, refused, recording):
         """(implementation, None) or (None, why the original module runs instead) for one regime."""

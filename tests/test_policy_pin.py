@@ -1,0 +1,152 @@
+"""#49 "free per call": ``apply_policy(..., pin=REGIME)`` chooses once, as vLLM's CustomOp does. Each site's
+``forward`` is the implementation the policy names for that regime at the model's dtype, so a call goes from the
+site's ``nn.Module.__call__`` straight into the implementation: the same Python calls as the implementation called
+bare (counted with ``sys.setprofile``, not timed). Other shapes stay correct (every implementation computes the same
+function); Gemma's ``1 + weight`` still gets its gradient."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import pytest
+import torch
+from test_policy import _close, tiny
+from test_policy_serving import SEEN, _Same, _sites, split, split_policy  # noqa: F401  (split: a fixture)
+
+from normbench.policy import PolicyNorm, apply_policy, restore
+
+pytestmark = pytest.mark.usefixtures("split")   # rmsnorm gets backends a and b
+
+
+
+def _pol_regimes(config):
+    from normbench.policy import read
+
+    return sorted({k[1] for k in read(split_policy(config)).by_site})
+
+
+def _calls_before(fn, x, target_code) -> list[str]:
+    """The Python functions entered after ``fn(x)`` starts and before ``target_code`` runs (None: never reached)."""
+    seen: list[str] = []
+    done = []
+
+    def prof(frame, event, _arg):
+        if event != "call" or done:
+            return
+        if frame.f_code is target_code:
+            done.append(True)
+        else:
+            seen.append(frame.f_code.co_qualname)
+
+    sys.setprofile(prof)
+    try:
+        fn(x)
+    finally:
+        sys.setprofile(None)
+    return seen if done else None
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_a_pinned_site_runs_its_regimes_answer_for_every_call(family):
+    """Decode names ``a``, prefill ``b``. Pinned to a decode regime every call runs ``a`` (prefill-shaped calls too),
+    pinned to a prefill regime every call runs ``b``; outputs equal the original model's."""
+    model, config = tiny(family)
+    model.eval()
+    ref = copy.deepcopy(model)
+    regimes = _pol_regimes(config)
+    decode = next(r for r in regimes if r.startswith("decode"))
+    prefill = next(r for r in regimes if r.startswith("prefill"))
+    for pin, want in ((decode, "a"), (prefill, "b")):
+        report = apply_policy(model, split_policy(config), pin=pin)
+        sites = _sites(model)
+        assert sites and all(m.pinned == {"regime": pin, "backend": want, "dtype": "float32", "why": None}
+                             for m in sites.values()), str(report)
+        assert f"pinned to {pin}" in str(report)
+        for ids in (torch.randint(0, 64, (1, 1)), torch.randint(0, 64, (2, 9))):
+            SEEN.clear()
+            with torch.no_grad():
+                got, exp = model(ids, use_cache=False).logits, ref(ids, use_cache=False).logits
+            assert _close(got, exp)
+            assert set(SEEN) == {want}, f"pinned {pin}, input {tuple(ids.shape)}: ran {dict(SEEN)}"
+        restore(model)
+
+
+def test_a_pinned_call_reaches_the_implementation_as_a_bare_call_does():
+    """The Python calls from a pinned site's call to the implementation's forward are exactly those of calling the
+    implementation module bare (``nn.Module.__call__``'s own): no dispatch frame, PolicyNorm.forward never runs."""
+    model, config = tiny("llama")
+    model.eval()
+    decode = next(r for r in _pol_regimes(config) if r.startswith("decode"))
+    apply_policy(model, split_policy(config), pin=decode)
+    for name, site in _sites(model).items():
+        impl = site.forward.__self__
+        assert isinstance(impl, _Same), name
+        x = torch.randn(site.probe_shape)
+        with torch.no_grad():
+            pinned = _calls_before(site, x, _Same.forward.__code__)
+            bare = _calls_before(impl, x, _Same.forward.__code__)
+        assert pinned is not None and pinned == bare, f"{name}: pinned {pinned}, bare {bare}"
+        assert "PolicyNorm.forward" not in pinned
+
+
+def test_gemma_pinned_keeps_the_weights_gradient_and_follows_the_weight():
+    """Gemma's ``1 + weight``: cached without autograd (and recomputed when the weight changes), per call with it,
+    so the weight's gradient equals the original model's."""
+    model, config = tiny("gemma3")
+    ref = copy.deepcopy(model)
+    decode = next(r for r in _pol_regimes(config) if r.startswith("decode"))
+    apply_policy(model, split_policy(config), pin=decode)
+    ids = torch.randint(0, 64, (2, 5))
+    model(ids, use_cache=False).logits.square().mean().backward()
+    ref(ids, use_cache=False).logits.square().mean().backward()
+    for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        if "norm" in n:
+            assert p.grad is not None and _close(p.grad, q.grad, 1e-4), n
+    with torch.no_grad():
+        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            if "norm" in n:
+                p.add_(0.5), q.add_(0.5)
+        assert _close(model(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)
+
+
+def test_pin_follows_the_dtype_and_refuses_an_unknown_regime():
+    """``.to(bfloat16)`` re-pins to the bfloat16 answer; a regime the policy does not answer for is refused with the
+    ones it does; restore puts the original modules back."""
+    model, config = tiny("llama")
+    pol = split_policy(config, dtypes=("float32",))
+    with pytest.raises(ValueError, match="decode-1"):
+        apply_policy(model, pol, pin="decode-9999")
+    assert not _sites(model)
+    decode = next(r for r in _pol_regimes(config) if r.startswith("decode"))
+    apply_policy(model, pol, pin=decode)
+    model.to(torch.bfloat16)
+    for site in _sites(model).values():
+        assert site.pinned["backend"] == "eager" and site.pinned["dtype"] == "bfloat16"
+        assert "no answer in bfloat16" in site.pinned["why"]
+        assert site.forward is site.original
+    assert len(restore(model)) == 5 and not _sites(model)
+
+
+def test_fullgraph_compile_of_a_pinned_model():
+    """A pinned model traces whole (``fullgraph=True``) and its graph holds the pinned backend (``b``'s clones)."""
+    model, config = tiny("llama")
+    model.eval()
+    ref = copy.deepcopy(model)
+    prefill = next(r for r in _pol_regimes(config) if r.startswith("prefill"))
+    apply_policy(model, split_policy(config), pin=prefill)
+    graphs = []
+
+    def counting(gm, _example):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend=counting)
+    ids = torch.randint(0, 64, (1, 1))
+    with torch.no_grad():
+        assert _close(compiled(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)
+    torch._dynamo.reset()
+    clones = sum(n.target == "clone" or getattr(n.target, "__name__", "") == "clone" for n in graphs[0].graph.nodes)
+    assert len(graphs) == 1 and clones == len(_sites(model)), (len(graphs), clones)
+    assert isinstance(next(iter(_sites(model).values())), PolicyNorm)
