@@ -15,3 +15,9 @@ echo "[setup] creating .venv (first run takes a few minutes)" >&2
 .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0"
 .venv/bin/python -m pip install -q -c constraints.txt -e ".[all]"
 echo "$want" > "$stamp"
+# A bare `import timm` in this venv on the CPU build of torch: PyPI's torchvision is a CUDA build whose compiled ops
+# cannot load here; a start-up hook (normbench/_tvhook.py, run by path from a .pth file) defines their schemas at the
+# first `import torchvision`, and does nothing where torch and torchvision match (a GPU machine).
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "import runpy, os; p = '$PWD/normbench/_tvhook.py'; os.path.exists(p) and runpy.run_path(p, run_name='<run_path>')" \
+  > "$site/normbench-torchvision.pth"
