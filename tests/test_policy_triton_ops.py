@@ -20,7 +20,7 @@ import torch
 import triton_interp
 
 # before anything else can import Triton (transformers does): Triton and the kernels for the interpreter
-MODE = triton_interp.prepare("_rownorm")
+MODE = triton_interp.prepare("_rownorm", "_pointwise", "_groupnorm")
 
 from test_policy import _close, tiny  # noqa: E402
 from test_policy_serving import SHAPES, split_policy  # noqa: E402
@@ -82,6 +82,14 @@ def _cases(dev):
         "add_row_norm_backward": (OPS.add_row_norm_backward.default, (
             _t(dev, 2, 3, C, grad=False), _t(dev, 2, 3, C, grad=False), x.detach(), w.detach(), None, ops.RMSNORM,
             1e-6, True)),
+        "dyt": (OPS.dyt.default, (x, _t(dev), w, b, "tokens")),
+        "dyt images channels-last": (OPS.dyt.default, (cl, _t(dev), _t(dev, 6), _t(dev, 6), "images")),
+        "derf": (OPS.derf.default, (x, _t(dev), _t(dev), w, b, "tokens")),
+        "group_norm": (OPS.group_norm.default, (img, _t(dev, 6), _t(dev, 6), 3, 1e-5)),
+        "group_norm no affine": (OPS.group_norm.default, (img, None, None, 2, 1e-5)),
+        "pointwise_backward": (OPS.pointwise_backward.default, (
+            _t(dev, 2, 3, C, grad=False), x.detach(), _t(dev, grad=False), _t(dev, grad=False), w.detach(), b.detach(),
+            "tokens")),
         "row_norm_backward": (OPS.row_norm_backward.default, (
             _t(dev, 2, 3, C, grad=False), x.detach(), w.detach(), b.detach(), ops.LAYERNORM, 1e-5, "tokens", False,
             True)),
@@ -90,7 +98,8 @@ def _cases(dev):
 
 CASES = ["layer_norm", "layer_norm no affine", "layer_norm images in place", "layer_norm images channels-last",
          "rms_norm", "rms_norm bfloat16", "rms_norm no weight (SRMSNorm)", "crms_norm", "scale_norm",
-         "add_layer_norm", "add_rms_norm", "add_rms_norm mixed dtypes", "row_norm_backward", "add_row_norm_backward"]
+         "add_layer_norm", "add_rms_norm", "add_rms_norm mixed dtypes", "dyt", "dyt images channels-last", "derf",
+         "group_norm", "group_norm no affine", "row_norm_backward", "add_row_norm_backward", "pointwise_backward"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -115,6 +124,12 @@ SAME = {
                        lambda tb, x, r, w, b: tb.add_layer_norm(x, r, w, b, 1e-5), [(3, 5, C), (3, 5, C), (C,), (C,)]),
     "add_rms_norm": (lambda x, r, w: OPS.add_rms_norm(x, r, w, 1e-6),
                      lambda tb, x, r, w: tb.add_rms_norm(x, r, w, 1e-6), [(3, 5, C), (3, 5, C), (C,)]),
+    "dyt": (lambda x, a, w, b: OPS.dyt(x, a, w, b, "tokens"), lambda tb, x, a, w, b: tb.dyt(x, a, w, b),
+            [(3, 5, C), (), (C,), (C,)]),
+    "derf": (lambda x, a, s, w, b: OPS.derf(x, a, s, w, b, "tokens"),
+             lambda tb, x, a, s, w, b: tb.derf(x, a, s, w, b), [(3, 5, C), (), (), (C,), (C,)]),
+    "group_norm": (lambda x, w, b: OPS.group_norm(x, w, b, 3, 1e-5)[0],
+                   lambda tb, x, w, b: tb.group_norm(x, 3, w, b, 1e-5), [(2, 6, 3, 3), (6,), (6,)]),
 }
 
 
@@ -132,6 +147,50 @@ def test_op_computes_what_the_backend_computes(name, tb, dev):
     grads, wgrads = torch.autograd.grad(got, inputs, dys), torch.autograd.grad(want, inputs, dys)
     for i, (g, w) in enumerate(zip(grads, wgrads)):
         assert torch.equal(g, w), f"gradient {i} of {name}"
+
+
+# (norm, layout, its op, inputs' shapes besides x's): every Triton module a policy can run, through ``traceable``
+KINDS = [("layernorm", "tokens", "layer_norm", ()), ("rmsnorm", "tokens", "rms_norm", ()),
+         ("srmsnorm", "tokens", "rms_norm", ()), ("crmsnorm", "tokens", "crms_norm", ()),
+         ("scalenorm", "tokens", "scale_norm", ()), ("add_layernorm", "tokens", "add_layer_norm", ((2, 3, C),)),
+         ("add_rmsnorm", "tokens", "add_rms_norm", ((2, 3, C),)), ("dyt", "tokens", "dyt", ()),
+         ("derf", "images", "derf", ()), ("layernorm", "images", "layer_norm", ()),
+         ("groupnorm", "images", "group_norm", ())]
+
+
+@pytest.mark.parametrize("norm, layout, op, extra", KINDS, ids=[f"{k[0]}-{k[1]}" for k in KINDS])
+def test_each_triton_module_traces_to_its_op(norm, layout, op, extra, tb, dev):
+    """``ops.traceable`` of the Triton backend's module of each norm: eagerly its own forward (no op dispatched), in a
+    fullgraph compile one call of its op; the same numbers both ways, gradients too."""
+    from normbench.discovery import REGISTRY
+
+    module = REGISTRY.get(norm).create(C, layout=layout, backend="triton").to(dev)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(_t(dev, *p.shape, grad=False) * 0.3)
+    site = ops.traceable(module)
+    assert isinstance(site, ops.Traceable)
+    args = [_t(dev, 2, 3, C) if layout == "tokens" else _t(dev, 2, C, 3, 2)] + [_t(dev, *s) for s in extra]
+    with _Dispatched() as seen:
+        want = site(*args)
+    assert not [k for k in seen.ops if k.startswith("normbench.")], seen.ops
+    graphs = []
+
+    def counting(gm, _example):
+        graphs.append(_normbench_ops(gm))
+        return gm.forward
+
+    torch._dynamo.reset()
+    got = torch.compile(site, fullgraph=True, backend=counting)(*args)
+    torch._dynamo.reset()
+    assert graphs == [Counter({f"normbench.{op}": 1})], graphs
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    leaves = [*args, *module.parameters()]
+    dys = [_t(dev, *w.shape, grad=False) for w in want]
+    for g, w in zip(torch.autograd.grad(got, leaves, dys), torch.autograd.grad(want, leaves, dys)):
+        assert torch.equal(g, w)
 
 
 # --- (2) a policy naming the Triton backend: compiled whole, the op in the graph; eager keeps the direct path -------

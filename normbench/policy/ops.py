@@ -1,4 +1,4 @@
-"""normbench's row-wise Triton kernels as ``torch.library`` ops (namespace ``normbench``), so that compiled regions
+"""normbench's Triton norm kernels as ``torch.library`` ops (namespace ``normbench``), so that compiled regions
 and captured graphs see them: ``torch.compile`` traces a call to one of these ops into its graph (Dynamo cannot trace
 the backend's own path, a launch from a plan cache).
 
@@ -11,6 +11,9 @@ the backend's own path, a launch from a plan cache).
   the kernels compute them again from x, so the forward's only output is y.
 * ``normbench::add_layer_norm``, ``add_rms_norm``: (y, s = x + residual), the fused residual kernels; their backward
   ``normbench::add_row_norm_backward`` (the sum's gradient, then the parameters').
+* ``normbench::dyt``, ``derf``: the point-wise kernels; their backward ``normbench::pointwise_backward``.
+* ``normbench::group_norm``: (y, mean, rstd), the float32 [N·G] statistics the kernel stores for its backward
+  (non-differentiable outputs); its backward ``normbench::group_norm_backward`` reads them.
 
 The real implementations are the backend's own launch path (``triton_backend``'s autograd functions' forward and
 backward bodies, given a plain context object instead of autograd's): same plans, same kernels.
@@ -19,8 +22,8 @@ backward bodies, given a plain context object instead of autograd's): same plans
 runs the module's own forward (the lean direct path, no dispatcher), traced by Dynamo it calls the op. The ops are
 registered when this module is imported (``normbench.policy`` imports it).
 
-The point-wise (DyT, Derf) and GroupNorm kernels have no op yet: their modules are returned unwrapped and a compile
-of them breaks the graph as before.
+Every Triton backend of a norm a policy can drive has its op here (the row-wise, residual, point-wise and group
+kernels); the softmax kernels are no norm a policy drives.
 """
 
 from typing import Optional
@@ -272,6 +275,168 @@ _add_autograd(add_layer_norm, LAYERNORM, True)
 _add_autograd(add_rms_norm, RMSNORM, False)
 
 
+# --- point-wise: DyT, Derf ----------------------------------------------------------------------------------------
+DYT, DERF = 0, 1
+
+
+def _pw_view(x: Tensor, layout: str):
+    """(the kernel's view of x, how), as ``_PointwiseFn.forward`` takes it: tokens as rows; a channels-last image as
+    its free NHWC view; any other image contiguous."""
+    if layout == "tokens":
+        return x.contiguous(), "tokens"
+    if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+        return x.permute(0, 2, 3, 1), "nhwc"
+    return x.contiguous(), "images"
+
+
+def _pw_forward(x, alpha, shift, weight, bias, kind: int, layout: str) -> Tensor:
+    return _tb._PointwiseFn.forward(_Ctx(), x, alpha, shift, _tb._c(weight), _tb._c(bias), (kind, layout))
+
+
+def _pw_fake(x, layout: str) -> Tensor:
+    xk, how = _pw_view(x, layout)
+    return _tb._back(torch.empty_like(xk), how)
+
+
+@torch.library.custom_op("normbench::dyt", mutates_args=())
+def dyt(x: Tensor, alpha: Tensor, weight: Tensor, bias: Tensor, layout: str) -> Tensor:
+    """DyT through normbench's Triton kernel: y = γ·tanh(α·x) + β."""
+    return _pw_forward(x, alpha, None, weight, bias, DYT, layout)
+
+
+@torch.library.custom_op("normbench::derf", mutates_args=())
+def derf(x: Tensor, alpha: Tensor, shift: Tensor, weight: Tensor, bias: Tensor, layout: str) -> Tensor:
+    """Derf through normbench's Triton kernel: y = γ·erf(α·x + s) + β."""
+    return _pw_forward(x, alpha, shift, weight, bias, DERF, layout)
+
+
+@dyt.register_fake
+def _dyt_fake(x, alpha, weight, bias, layout):
+    return _pw_fake(x, layout)
+
+
+@derf.register_fake
+def _derf_fake(x, alpha, shift, weight, bias, layout):
+    return _pw_fake(x, layout)
+
+
+@torch.library.custom_op("normbench::pointwise_backward", mutates_args=())
+def pointwise_backward(dy: Tensor, x: Tensor, alpha: Tensor, shift: Optional[Tensor], weight: Tensor, bias: Tensor,
+                       layout: str) -> list[Tensor]:
+    """[dx, dα, (ds: Derf, where ``shift`` is given), dγ, dβ] of DyT (no shift) or Derf at x, each parameter's
+    gradient in its dtype."""
+    xk, how = _pw_view(x, layout)
+    weight = _tb._c(weight)
+    ctx = _Ctx()
+    ctx.saved_tensors = (xk, alpha, weight) if shift is None else (xk, alpha, weight, shift)
+    ctx.cfg = (DYT if shift is None else DERF, how, bias.dtype)
+    dx, da, ds, dw, db, _ = _tb._pointwise_backward(ctx, dy)
+    return [dx, da, dw, db] if shift is None else [dx, da, ds, dw, db]
+
+
+@pointwise_backward.register_fake
+def _pointwise_backward_fake(dy, x, alpha, shift, weight, bias, layout):
+    C = x.shape[-1] if layout == "tokens" else x.shape[1]
+    dw = torch.empty_like(weight, memory_format=torch.contiguous_format)
+    db = x.new_empty((C,), dtype=bias.dtype)
+    if shift is None:
+        return [_pw_fake(x, layout), torch.empty_like(alpha), dw, db]
+    return [_pw_fake(x, layout), torch.empty_like(alpha), torch.empty_like(shift), dw, db]
+
+
+def _pw_autograd(op, has_shift: bool) -> None:
+    """``op``'s backward: ``pointwise_backward`` on the saved x and parameters. Inputs are (x, alpha, [shift,] weight,
+    bias, layout)."""
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:-1])
+        ctx.cfg = inputs[-1]
+
+    def backward(ctx, dy):
+        saved = ctx.saved_tensors
+        x, alpha = saved[:2]
+        shift = saved[2] if has_shift else None
+        weight, bias = saved[-2:]
+        grads = torch.ops.normbench.pointwise_backward(dy, x, alpha, shift, weight, bias, ctx.cfg)
+        return (*grads, None)
+
+    op.register_autograd(backward, setup_context=setup_context)
+
+
+_pw_autograd(dyt, False)
+_pw_autograd(derf, True)
+
+
+# --- GroupNorm: y and the statistics its backward reads --------------------------------------------------------------
+@torch.library.custom_op("normbench::group_norm", mutates_args=())
+def group_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], num_groups: int,
+               eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, mean, rstd): GroupNorm over images [N, C, *] through normbench's Triton kernel, and the float32 [N·G]
+    statistics its backward reads (the kernel stores them; nothing is computed again)."""
+    ctx = _Ctx()
+    ctx.needs_input_grad = (True, True, True, False, False)   # store the statistics
+    y = _tb._GroupNormFn.forward(ctx, x, _tb._c(weight), _tb._c(bias), num_groups, eps)
+    _, _, mean, rstd = ctx.saved_tensors
+    return y, mean, rstd
+
+
+@group_norm.register_fake
+def _group_norm_fake(x, weight, bias, num_groups, eps):
+    stats = x.new_empty((x.shape[0] * num_groups,), dtype=torch.float32)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), stats, torch.empty_like(stats)
+
+
+@torch.library.custom_op("normbench::group_norm_backward", mutates_args=())
+def group_norm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], mean: Tensor,
+                        rstd: Tensor, num_groups: int, need_dw: bool) -> list[Tensor]:
+    """[dx, dγ where there is a weight and need_dw, dβ where there is a bias and need_dw], each parameter's gradient
+    in its dtype."""
+    weight = _tb._c(weight)
+    ctx = _Ctx()
+    ctx.saved_tensors = (x.contiguous(), weight, mean, rstd)
+    ctx.cfg = (num_groups, None if bias is None else bias.dtype)
+    ctx.needs_input_grad = (True, need_dw, need_dw, False, False)
+    dx, dw, db, _, _ = _tb._GroupNormFn.backward(ctx, dy)
+    out = [dx]
+    if need_dw and weight is not None:
+        out.append(dw)
+    if need_dw and bias is not None:
+        out.append(db)
+    return out
+
+
+@group_norm_backward.register_fake
+def _group_norm_backward_fake(dy, x, weight, bias, mean, rstd, num_groups, need_dw):
+    out = [torch.empty_like(x, memory_format=torch.contiguous_format)]
+    if need_dw and weight is not None:
+        out.append(x.new_empty((x.shape[1],), dtype=weight.dtype))
+    if need_dw and bias is not None:
+        out.append(x.new_empty((x.shape[1],), dtype=bias.dtype))
+    return out
+
+
+def _gn_setup(ctx, inputs, output):
+    x, weight, bias, num_groups, _eps = inputs
+    _, mean, rstd = output
+    ctx.mark_non_differentiable(mean, rstd)
+    ctx.save_for_backward(x, weight, bias, mean, rstd)
+    ctx.cfg = num_groups
+
+
+def _gn_backward(ctx, dy, _dmean, _drstd):
+    x, weight, bias, mean, rstd = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    need_dw = bool(need[1] or need[2])
+    grads = iter(torch.ops.normbench.group_norm_backward(dy, x, weight, bias, mean, rstd, ctx.cfg, need_dw))
+    dx = next(grads)
+    dw = next(grads) if need_dw and weight is not None else None
+    db = next(grads) if need_dw and bias is not None else None
+    return dx, dw, db, None, None
+
+
+group_norm.register_autograd(_gn_backward, setup_context=_gn_setup)
+
+
 # --- what a compiled region calls instead of a Triton backend's module ---------------------------------------------
 def _traced_layernorm(m, x):
     e = m.eager
@@ -308,10 +473,36 @@ def _traced_add_rmsnorm(m, x, residual):
     return torch.ops.normbench.add_rms_norm(x, residual, _tb._param(m, "weight"), float(m.eager.eps))
 
 
+def _traced_dyt(m, x):
+    e = m.eager
+    check_input(x, e.num_features, e.layout, "DyT")
+    p = m._parameters
+    return torch.ops.normbench.dyt(x, p["alpha"], p["weight"], p["bias"], e.layout)
+
+
+def _traced_derf(m, x):
+    e = m.eager
+    check_input(x, e.num_features, e.layout, "Derf")
+    p = _tb._param
+    return torch.ops.normbench.derf(x, p(m, "alpha"), p(m, "shift"), p(m, "weight"), p(m, "bias"), e.layout)
+
+
+def _traced_groupnorm(m, x):
+    e = m.eager
+    check_input(x, e.num_features, "images", "GroupNorm")
+    G = e.num_groups
+    if (e.num_features // G) * x.shape[2] * x.shape[3] < 2:
+        raise ValueError(f"GroupNorm with {G} groups needs more than one value per group, got input "
+                         f"{tuple(x.shape)}; use fewer groups or a larger spatial size")
+    return torch.ops.normbench.group_norm(x, _tb._param(m, "weight"), _tb._param(m, "bias"), int(G),
+                                          float(e.eps))[0]
+
+
 #: Triton backend op (``TritonNorm.op``) -> what a compiled region calls instead of its module's forward.
 TRACED = {"layernorm": _traced_layernorm, "rmsnorm": _traced_rmsnorm, "srmsnorm": _traced_rmsnorm,
           "crmsnorm": _traced_crmsnorm, "scalenorm": _traced_scalenorm,
-          "add_layernorm": _traced_add_layernorm, "add_rmsnorm": _traced_add_rmsnorm}
+          "add_layernorm": _traced_add_layernorm, "add_rmsnorm": _traced_add_rmsnorm, "dyt": _traced_dyt,
+          "derf": _traced_derf, "groupnorm": _traced_groupnorm}
 
 
 class Traceable(nn.Module):
