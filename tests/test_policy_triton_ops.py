@@ -253,6 +253,7 @@ def test_fullgraph_compile_holds_the_op_where_the_policy_chose_triton(dynamic, g
 def test_compiled_training_step_runs_the_ops_forward_and_backward(gate):
     """Autograd recording (the policy's fwd+bwd answer): AOT autograd's forward graph holds the forward op per site,
     its backward graph ``row_norm_backward`` per site; gradients match the original model's."""
+    from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
     model, ref, n_sites = _model(decode="triton", prefill="triton", passes=("fwd+bwd",))
@@ -260,7 +261,7 @@ def test_compiled_training_step_runs_the_ops_forward_and_backward(gate):
 
     def keep(gm, _example):
         seen.append(_normbench_ops(gm))
-        return gm.forward
+        return make_boxed_func(gm.forward)
 
     torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))
