@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from normbench import catalog
+from normbench.policy.ops import traceable
 from normbench.policy.reading import Policy
 from normbench.policy.recognise import Found
 
@@ -361,7 +362,8 @@ class PolicyNorm(nn.Module):
         # A native module is its own eager implementation; a transformers one gets a normbench module whose
         # parameter slots hold the calling module's own Parameters (same objects: training updates are seen).
         eager = f.module if f.native else spec.create(f.width, layout=f.layout, eps=f.eps, **f.create)
-        module = build(eager, spec).train(self.training)
+        # a Triton backend's module: its own forward eagerly, its torch.library op when an outer compile traces it
+        module = traceable(build(eager, spec)).train(self.training)
         slots = {k: _slots(module, p) for k, p in eager._parameters.items() if p is not None}
         if self._offset:
             return self._wrap_offset(module, slots, recording)
