@@ -32,8 +32,8 @@ NOT_REHEARSED = {
     "normbench.kernels._common.device_properties": "hashed: the current CUDA device's index for the launch plans",
     "normbench.kernels.compile_watch": "torch.compile's CUDA code generation (inductor emits C++ for the CPU in a "
                                        "rehearsal); the watch itself runs",
-    "normbench.measure.memory.cuda_peak_above": "the CUDA caching allocator's peak: a rehearsal measures the CPU "
-                                                "allocator's (torch.profiler)",
+    "normbench.measure.memory.cuda_peak_above": "the CUDA caching allocator's peak: a rehearsal measures none "
+                                                "(peak_mem_bytes null, said in its rehearsal flag's reason)",
     "normbench.device.CudaOps.capture": "CUDA graph capture: the simulated stream captures nothing (timed plainly)",
     "normbench.device.CudaDevice.nvidia_smi": "the driver's nvidia-smi: a rehearsal records no driver",
 }
@@ -286,4 +286,5 @@ def rehearsal_reason() -> str | None:
     if not dev.simulated:
         return None
     return (f"measured in a rehearsal ({REHEARSE_ENV}={dev.scenario}) on a {dev.describe()}: the kernels ran on "
-            "CPU tensors and the GPU times are the simulation's, not a GPU's")
+            "CPU tensors and the GPU times are the simulation's, not a GPU's; no memory was measured (peak_mem_bytes "
+            "null: no GPU allocator to read)")

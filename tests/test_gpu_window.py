@@ -155,12 +155,23 @@ def test_a_planted_host_gap_is_reported(rehearsal, tmp_path):
     assert "validation:" in report and "not ok" in report
 
 
+#: The smallest plan with two sets in one step (the SIGKILL test: one packed, one cut short): the validation's slice.
+SMALL = ("--validation-only",)
+
+
+def _plan(*args):
+    """The rehearsal's cases under ``args`` (``SMALL``, ``--cases GLOB``) as the script plans them."""
+    only = args[args.index("--cases") + 1] if "--cases" in args else None
+    slice_, rest, _, _, _ = gw.window_cases(None, "normal", validation_only="--validation-only" in args, only=only)
+    return slice_ + rest
+
+
 def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_path):
     """SIGKILL once the first of the validation's tier-1 sets is packed (``window.json`` says so, after that group)
     while the next one is measured: that set's records are there, valid, nothing of the killed one; the next call
-    keeps them (not measured again) and measures the rest."""
+    keeps them (not measured again) and measures the rest. On the smallest plan with two sets (``SMALL``)."""
     out = tmp_path / "out"
-    proc = subprocess.Popen(["bash", str(SCRIPT), *REHEARSE, "--out", str(out)], cwd=ROOT, env=_env(),
+    proc = subprocess.Popen(["bash", str(SCRIPT), *REHEARSE, *SMALL, "--out", str(out)], cwd=ROOT, env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     packed = None
     try:
@@ -185,23 +196,39 @@ def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_pa
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
     keys = lambda recs: {(r["norm"]["name"], r["config"]["backend"], r["config"]["shape_label"],  # noqa: E731
                           r["config"]["pass"]) for r in recs}
-    one_set = {(c.norm, c.backend, c.shape.label, c.pass_) for c in gw.rehearsal_cases()
+    plan = _plan(*SMALL)
+    assert len({(c.norm, c.shape.label) for c in plan}) == 2  # two sets: one to finish, one to cut short
+    one_set = {(c.norm, c.backend, c.shape.label, c.pass_) for c in plan
                if (c.norm, c.shape.label) == (gw.REHEARSAL_NORMS[0], f"tokens-1x{gw.REHEARSAL_SHAPES[0]}")}
     assert keys(first) == one_set  # the finished set, whole; nothing of the set the kill cut short
     assert json.loads((out / "campaign-log.json").read_text())["partial"]
-    run = _script(*REHEARSE, "--out", str(out), timeout=900)
+    run = _script(*REHEARSE, *SMALL, "--out", str(out), timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"resumed: {len(first)} records already measured" in run.stderr
     after = {r["id"]: r for r in _records(out)}
     for r in first:  # not redone: the same record, measured once
         assert after[r["id"]]["provenance"]["timestamp"] == r["provenance"]["timestamp"]
-    assert keys(after.values()) == {(c.norm, c.backend, c.shape.label, c.pass_) for c in gw.rehearsal_cases()}
+    assert keys(after.values()) == {(c.norm, c.backend, c.shape.label, c.pass_) for c in plan}
+
+
+#: The smallest plan that shows a scenario's flag: one case, validated (harness and simulated profiler).
+ONE_CASE = ("--validation-only", "--cases", f"{gw.REHEARSAL_NORMS[0]}/eager/*/fwd")
 
 
 def _rehearse_scenario(tmp_path, scenario):
     out = tmp_path / scenario
-    run = _script("--rehearse", scenario, "--validation-only", "--out", str(out), timeout=900)
-    return out, run, _records(out), json.loads((out / "table.json").read_text())["rows"]
+    run = _script("--rehearse", scenario, *ONE_CASE, "--out", str(out), timeout=900)
+    recs = _records(out)
+    assert len(_plan(*ONE_CASE)) == 1 and len(recs) == 1, (run.stderr[-3000:], recs)
+    return out, run, recs, json.loads((out / "table.json").read_text())["rows"]
+
+
+def test_cases_keeps_the_matching_cases_and_refuses_a_glob_that_matches_none(tmp_path):
+    slice_, rest, models, _, _ = gw.window_cases(tmp_path, None, only="rmsnorm/triton/*/fwd")
+    assert slice_ and rest and {(c.norm, c.backend, c.pass_) for c in slice_ + rest + models} == {
+        ("rmsnorm", "triton", "fwd")}
+    with pytest.raises(ValueError, match="--cases 'rmsnorm/nope' matches none of the plan's"):
+        gw.window_cases(tmp_path, None, only="rmsnorm/nope")
 
 
 def test_a_low_clock_rehearsal_flags_every_record_low_clock(tmp_path):
