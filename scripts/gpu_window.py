@@ -303,6 +303,11 @@ class Window:
         self.out, self.stop, self.rehearse = out, stop, rehearse
         self.t0 = time.monotonic()
         out.mkdir(parents=True, exist_ok=True)
+        # a call killed (SIGKILL) inside an atomic write leaves its temporary file, never a half-written one in
+        # place: the next call removes them, so what comes back is the finished files alone
+        self.stale = sorted(t.name for t in out.glob(".*.tmp") if t.is_file())
+        for name in self.stale:
+            (out / name).unlink(missing_ok=True)
         path = out / "window.json"
         self.state = json.loads(path.read_text()) if path.exists() else {}
         self.state.setdefault("steps", {})
@@ -571,6 +576,8 @@ def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: s
         os.environ[REHEARSE_ENV] = rehearse
         os.environ.setdefault("TRITON_INTERPRET", "1")
     w = Window(out, stop, rehearse)
+    if w.stale:
+        w.log(f"removed {len(w.stale)} temporary file(s) a killed call left: {', '.join(w.stale)}")
     if not _env_check(w, device):
         w.problems.append("env: no CUDA device or no jsonschema here (see the log)")
         w.save()

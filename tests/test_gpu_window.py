@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -193,7 +194,12 @@ def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_pa
     assert packed == [f"{gw.REHEARSAL_NORMS[0]}/tokens-1x{gw.REHEARSAL_SHAPES[0]}"], (packed, proc.returncode)
     assert proc.returncode == -signal.SIGKILL
     first = _records(out)  # valid and whole: iter_records raises on anything else
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    # a kill inside an atomic write may leave its temporary file (never a half-written file in place): the finished
+    # files all read, and the next call removes the temporary ones
+    left = [p.name for p in out.iterdir() if p.name.startswith(".")]
+    assert all(re.fullmatch(r"\.(records-\d+\.json\.gz|campaign-log\.json|window\.json|report\.md|table\.json)"
+                            r"\.\w+\.tmp", n) for n in left), left
+    json.loads((out / "window.json").read_text())
     keys = lambda recs: {(r["norm"]["name"], r["config"]["backend"], r["config"]["shape_label"],  # noqa: E731
                           r["config"]["pass"]) for r in recs}
     plan = _plan(*SMALL)
@@ -205,6 +211,7 @@ def test_sigkill_mid_tier_keeps_finished_groups_and_the_next_call_resumes(tmp_pa
     run = _script(*REHEARSE, *SMALL, "--out", str(out), timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"resumed: {len(first)} records already measured" in run.stderr
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
     after = {r["id"]: r for r in _records(out)}
     for r in first:  # not redone: the same record, measured once
         assert after[r["id"]]["provenance"]["timestamp"] == r["provenance"]["timestamp"]
@@ -288,3 +295,15 @@ def test_a_gpu_call_measures_the_validation_slice_of_tier_1_first_then_the_rest(
     assert {c.backend for c in slice_} == set(campaign.TIER1_BACKENDS) and models and settings is None
     assert 0 < reserve < gw.STOP_S / 10
     assert gw.window_cases(tmp_path, None, validation_only=True)[1:3] == ([], [])
+
+
+def test_a_call_removes_the_temporary_files_a_killed_call_left(tmp_path):
+    """A SIGKILL inside an atomic write leaves ``.<name>.<random>.tmp`` under ``--out``: the next call removes those
+    (what comes back is the finished files) and nothing else."""
+    (tmp_path / ".report.md.g531rome.tmp").write_text("half")
+    (tmp_path / ".records-0.json.gz.x1y2.tmp").write_bytes(b"\x1f")
+    (tmp_path / ".keep").write_text("")
+    (tmp_path / "report.md").write_text("# GPU window\n")
+    w = gw.Window(tmp_path, gw.STOP_S, "normal")
+    assert w.stale == [".records-0.json.gz.x1y2.tmp", ".report.md.g531rome.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".keep", "report.md"]
