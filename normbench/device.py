@@ -19,8 +19,10 @@ import torch
 #: (``normbench.rehearsal.SCENARIOS``: normal, host_bound, clock_ramp, low_clock).
 REHEARSE_ENV = "NORMBENCH_REHEARSE"
 
-#: What a GPU run reaches that a rehearsal does not run, and why (qualified name: one line). At most 10; a test
-#: (tests/test_rehearsal_device.py) fails when one is added without being listed here.
+#: What a GPU run reaches that a rehearsal does not run, and why (qualified name: one line). With the GPU window
+#: script's own (``scripts/gpu_window.py``'s ``SCRIPT_NOT_REHEARSED``) at most 10 (issue #48); a test
+#: (tests/test_rehearsal_device.py) fails when one is added without being listed here. (NVML's maximum SM clock,
+#: ``_max_sm_clock_hz``, is not here: a rehearsal runs it against its simulated NVML.)
 NOT_REHEARSED = {
     "normbench.kernels._env.Launcher.launch": "hashed: launches Triton on the tensor's GPU (a rehearsal's Triton runs "
                                               "in the interpreter on CPU tensors)",
@@ -30,10 +32,9 @@ NOT_REHEARSED = {
     "normbench.kernels._common.device_properties": "hashed: the current CUDA device's index for the launch plans",
     "normbench.kernels.compile_watch": "torch.compile's CUDA code generation (inductor emits C++ for the CPU in a "
                                        "rehearsal); the watch itself runs",
-    "normbench.measure.memory.cuda_peak_above": "the CUDA caching allocator's peak: a rehearsal measures the CPU "
-                                                "allocator's (torch.profiler)",
+    "normbench.measure.memory.cuda_peak_above": "the CUDA caching allocator's peak: a rehearsal measures none "
+                                                "(peak_mem_bytes null, said in its rehearsal flag's reason)",
     "normbench.device.CudaOps.capture": "CUDA graph capture: the simulated stream captures nothing (timed plainly)",
-    "normbench.device._max_sm_clock_hz": "NVML's (or nvidia-smi's) maximum SM clock: a rehearsal states 1980 MHz",
     "normbench.device.CudaDevice.nvidia_smi": "the driver's nvidia-smi: a rehearsal records no driver",
 }
 
@@ -215,18 +216,23 @@ class CudaDevice:
 
 
 @functools.lru_cache(maxsize=None)
-def _max_sm_clock_hz(index: int) -> float | None:
+def _max_sm_clock_hz(index: int, nvml=None, run=None) -> float | None:
+    """The maximum SM clock of GPU ``index`` in Hz: NVML's (``nvml``: the pynvml module's interface; default pynvml
+    itself), else nvidia-smi's ``clocks.max.sm`` (``run``: ``subprocess.run``'s interface; default it); None where
+    neither answers. A rehearsal's simulated device passes its own NVML and nvidia-smi
+    (``normbench.rehearsal.SimulatedNvml``), so this same code reads the simulated device's answer there."""
     try:
-        import pynvml
+        if nvml is None:
+            import pynvml as nvml
 
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        return float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)) * 1e6
+        nvml.nvmlInit()
+        h = nvml.nvmlDeviceGetHandleByIndex(index)
+        return float(nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM)) * 1e6
     except Exception:
         pass
     try:
-        out = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=clocks.max.sm", "--format=csv,noheader,"
-                              "nounits"], capture_output=True, text=True, timeout=10)
+        out = (run or subprocess.run)(["nvidia-smi", "-i", str(index), "--query-gpu=clocks.max.sm",
+                                       "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
         return float(out.stdout.strip().splitlines()[0]) * 1e6 if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
@@ -250,7 +256,8 @@ def get():
     if name not in _SIMULATED:
         from normbench.rehearsal import SimulatedCuda
 
-        _SIMULATED[name] = SimulatedCuda(name)
+        # its NVML is read by the real reader (this module sits above normbench.rehearsal: handed in, not imported)
+        _SIMULATED[name] = SimulatedCuda(name, read_max_clock=_max_sm_clock_hz)
     return _SIMULATED[name]
 
 
@@ -279,4 +286,5 @@ def rehearsal_reason() -> str | None:
     if not dev.simulated:
         return None
     return (f"measured in a rehearsal ({REHEARSE_ENV}={dev.scenario}) on a {dev.describe()}: the kernels ran on "
-            "CPU tensors and the GPU times are the simulation's, not a GPU's")
+            "CPU tensors and the GPU times are the simulation's, not a GPU's; no memory was measured (peak_mem_bytes "
+            "null: no GPU allocator to read)")

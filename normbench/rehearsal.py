@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import subprocess
 import time
 
 #: A rehearsal's GPU seconds per CPU second of a call's real work (see the module docstring).
@@ -190,15 +191,67 @@ class FakeGPU:
         return fn
 
 
-class RehearsalGPU(FakeGPU):
-    """The stream of a rehearsal: calls wrapped by :meth:`wrap` run their real CPU work and enqueue its GPU time."""
+class SimulatedNvml:
+    """What the simulated GPU answers to NVML: the calls of the pynvml module that normbench makes, with its units
+    (clocks in MHz), for one GPU (index 0). ``normbench.device._max_sm_clock_hz`` reads it as it reads pynvml on a
+    GPU; ``queries`` counts the maximum-clock queries it answered."""
 
-    def __init__(self, scenario: dict, **kw):
+    NVML_CLOCK_SM = 1
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, gpu: "FakeGPU"):
+        self.gpu = gpu
+        self.queries = 0
+
+    def nvmlInit(self) -> None:
+        if self.gpu.nvml_hz is None:
+            raise self.NVMLError("NVML Shared Library Not Found (the simulated device has no NVML)")
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        if index != 0:
+            raise self.NVMLError(f"Invalid Argument: the simulated device has one GPU, not index {index}")
+        return index
+
+    def _check(self, clock: int) -> None:
+        if clock != self.NVML_CLOCK_SM:
+            raise self.NVMLError(f"Not Supported: clock type {clock} (the simulated device has an SM clock)")
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: int, clock: int) -> int:
+        self._check(clock)
+        self.queries += 1
+        return int(round(self.gpu.nvml_hz / 1e6))
+
+    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:
+        self._check(clock)
+        return int(round(self.gpu.clock_hz() / 1e6))
+
+    def nvidia_smi(self, cmd, **kw) -> subprocess.CompletedProcess:
+        """``subprocess.run`` of an ``nvidia-smi`` command line, for the reader's fallback: never the machine's own
+        (a rehearsal on a GPU machine must not read that GPU). Reached only where NVML fails, so it fails as
+        nvidia-smi does without NVML."""
+        return subprocess.CompletedProcess(cmd, 9, "", "NVIDIA-SMI has failed: the simulated device has no NVML\n")
+
+
+class RehearsalGPU(FakeGPU):
+    """The stream of a rehearsal: calls wrapped by :meth:`wrap` run their real CPU work and enqueue its GPU time.
+    Its maximum SM clock is read through ``read_max_clock`` (``normbench.device._max_sm_clock_hz``, what a GPU's
+    timers call) from its simulated NVML; without a reader (built outside the seam), the stated ``nvml_hz``."""
+
+    def __init__(self, scenario: dict, read_max_clock=None, **kw):
         super().__init__(idle_hz=scenario["idle_share"] * MAX_HZ, boost_hz=MAX_HZ,
                          boost_after_s=scenario["boost_after_s"], clock_scales_work=True, **kw)
         self.host_call_s = scenario["host_call_s"]
         self.waits = scenario["waits"]
         self.cpu_s = 0.0  # real CPU seconds of the wrapped calls so far
+        self.nvml = SimulatedNvml(self)
+        self.read_max_clock = read_max_clock
+
+    def max_clock_hz(self) -> float | None:
+        if self.read_max_clock is None:
+            return self.nvml_hz
+        return self.read_max_clock(0, nvml=self.nvml, run=self.nvml.nvidia_smi)
 
     def run(self, fn, *, waits: bool | None = None):
         """Run ``fn`` for real; its GPU work is its CPU time times :data:`GPU_PER_CPU`; returns what ``fn`` did."""
@@ -224,11 +277,13 @@ class SimulatedCuda:
 
     simulated = True
 
-    def __init__(self, scenario: str):
+    def __init__(self, scenario: str, read_max_clock=None):
+        """``read_max_clock``: the seam's NVML reader (``normbench.device._max_sm_clock_hz``), run against this
+        device's simulated NVML (``self.gpu.nvml``)."""
         if scenario not in SCENARIOS:
             raise ValueError(f"unknown rehearsal scenario {scenario!r}; scenarios are {', '.join(SCENARIOS)}")
         self.scenario = scenario
-        self.gpu = RehearsalGPU(SCENARIOS[scenario])
+        self.gpu = RehearsalGPU(SCENARIOS[scenario], read_max_clock=read_max_clock)
 
     def describe(self) -> str:
         return f"simulated GPU (rehearsal, scenario {self.scenario}: {SCENARIOS[self.scenario]['what']})"
@@ -268,7 +323,7 @@ class SimulatedCuda:
         return None
 
     def max_sm_clock_hz(self, device=None) -> float | None:
-        return self.gpu.boost_hz
+        return self.gpu.max_clock_hz()
 
     def sm_clock_hz(self, device=None) -> float | None:
         return self.gpu.clock_hz()

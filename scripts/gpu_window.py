@@ -6,6 +6,7 @@ Run by ``scripts/gpu-window.sh`` (docs/measurement.md, "On a short GPU window"):
     bash scripts/gpu-window.sh [--out DIR] [--window 15] [--call-limit 10]   # on the GPU machine; DIR: $OUT
     bash scripts/gpu-window.sh --dry-run [--out DIR]     # the plan, its costs and their source, on any machine
     bash scripts/gpu-window.sh --rehearse [SCENARIO] --out DIR   # the same Python on the CPU (simulated device)
+    ... [--validation-only] [--cases 'rmsnorm/eager/*/fwd']   # stop after the validation; only the matching cases
 
 Each call stops starting work once a set could not finish by ``STOP_S`` (540 s) of script wall time (sooner under a
 shorter ``--call-limit``). Records are packed under ``--out`` after every group (``normbench.campaign``, atomically),
@@ -66,7 +67,7 @@ REHEARSE_ENV = "NORMBENCH_REHEARSE"  # normbench.device.REHEARSE_ENV
 
 
 #: What this script reaches on a GPU that its rehearsal does not run: the seam's list (``normbench.device``), and the
-#: profiler step (the rehearsal simulates its trace). Eleven with the seam's ten (issue #48 asks at most 10);
+#: profiler step (the rehearsal simulates its trace). Ten with the seam's nine (issue #48: at most 10);
 #: docs/measurement.md names each; a test fails when one is added.
 SCRIPT_NOT_REHEARSED = {
     "gpu_validate.profile_group": "torch.profiler's CUDA activity (CUPTI) and torch.cuda._sleep spins: a rehearsal "
@@ -302,6 +303,11 @@ class Window:
         self.out, self.stop, self.rehearse = out, stop, rehearse
         self.t0 = time.monotonic()
         out.mkdir(parents=True, exist_ok=True)
+        # a call killed (SIGKILL) inside an atomic write leaves its temporary file, never a half-written one in
+        # place: the next call removes them, so what comes back is the finished files alone
+        self.stale = sorted(t.name for t in out.glob(".*.tmp") if t.is_file())
+        for name in self.stale:
+            (out / name).unlink(missing_ok=True)
         path = out / "window.json"
         self.state = json.loads(path.read_text()) if path.exists() else {}
         self.state.setdefault("steps", {})
@@ -516,10 +522,16 @@ def rehearsal_cases(device: str = "cuda"):
     return [c for c in slice_ + rest if c.pass_ in REHEARSAL_PASSES]
 
 
+def case_name(case) -> str:
+    """What ``--cases`` matches: ``norm/backend/shape/pass``."""
+    return f"{case.norm}/{case.backend}/{case.shape.label}/{case.pass_}"
+
+
 def window_cases(out: Path | None, rehearse: str | None, device: str = "cuda", models: bool = True,
-                 validation_only: bool = False):
+                 validation_only: bool = False, only: str | None = None):
     """What a call measures: ``(validation slice, the rest of tier 1, the models tier, timer settings, reserve_s)``;
-    ``reserve_s``, the longest planned set: no set starts later than that before the call's stop."""
+    ``reserve_s``, the longest planned set: no set starts later than that before the call's stop. ``only``: a glob
+    (``fnmatch``) on :func:`case_name`, keeping the plan's matching cases (ValueError where none matches)."""
     from normbench import campaign
 
     if rehearse:
@@ -542,12 +554,21 @@ def window_cases(out: Path | None, rehearse: str | None, device: str = "cuda", m
         reserve = max(costs.set_cost(n, s, sorted({c.backend for c in v}))[0] for (n, s), v in every.items())
     if validation_only:
         rest, model_cases = [], []
+    if only:
+        from fnmatch import fnmatchcase
+
+        keep = lambda cases: [c for c in cases if fnmatchcase(case_name(c), only)]  # noqa: E731
+        every = slice_cases + rest + model_cases
+        slice_cases, rest, model_cases = keep(slice_cases), keep(rest), keep(model_cases)
+        if not slice_cases + rest + model_cases:
+            raise ValueError(f"--cases {only!r} matches none of the plan's {len(every)} cases "
+                             f"(norm/backend/shape/pass, e.g. {case_name(every[0]) if every else 'none planned'})")
     return slice_cases, rest, model_cases, settings, reserve
 
 
 def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: str | None = None,
                plant_gap: float = 0.0, models: bool = True, device: str = "cuda",
-               validation_only: bool = False) -> int:
+               validation_only: bool = False, only: str | None = None) -> int:
     from normbench import campaign
 
     stop = stop_s(call_limit_s)
@@ -555,13 +576,21 @@ def run_window(out: Path, call_limit_s: float = CALL_LIMIT_MIN * 60, rehearse: s
         os.environ[REHEARSE_ENV] = rehearse
         os.environ.setdefault("TRITON_INTERPRET", "1")
     w = Window(out, stop, rehearse)
+    if w.stale:
+        w.log(f"removed {len(w.stale)} temporary file(s) a killed call left: {', '.join(w.stale)}")
     if not _env_check(w, device):
         w.problems.append("env: no CUDA device or no jsonschema here (see the log)")
         w.save()
         return 2
     w.done("env", w.elapsed())
-    slice_cases, rest, model_cases, settings, w.reserve_s = window_cases(out, rehearse, device, models,
-                                                                         validation_only)
+    try:
+        slice_cases, rest, model_cases, settings, w.reserve_s = window_cases(out, rehearse, device, models,
+                                                                             validation_only, only)
+    except ValueError as exc:
+        w.log(f"PROBLEM: {exc}")
+        w.problems.append(f"plan: {exc}")
+        w.save()
+        return 1
     # the gate: tier 1's (norm, backend) pairs on this device, checked (the campaign's gate, cached for its steps)
     t0 = time.monotonic()
     with _quiet_stdout():
@@ -626,6 +655,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-models", action="store_true", help="stop after tier 1")
     ap.add_argument("--validation-only", action="store_true",
                     help="stop after the validation (env, gate, smoke, harness, profiler): a quick check of a GPU")
+    ap.add_argument("--cases", metavar="GLOB",
+                    help="only the plan's cases whose norm/backend/shape/pass matches GLOB (e.g. "
+                         "'rmsnorm/eager/*/fwd'): a check of a few cases")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="with --rehearse: cpu runs the plumbing alone (campaign, packing, report) with CPU timing, "
                          "without the simulated device")
@@ -644,7 +676,7 @@ def main(argv=None) -> int:
         with interruptible(program=argv is None):
             return run_window(args.out, args.call_limit * 60, args.rehearse, args.plant_host_gap,
                               models=not args.no_models, device=args.device,
-                              validation_only=args.validation_only)
+                              validation_only=args.validation_only, only=args.cases)
     except KeyboardInterrupt:
         print("gpu-window: interrupted; what finished is under --out (run again to go on)", file=sys.stderr)
         return 130

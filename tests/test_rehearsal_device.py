@@ -153,9 +153,35 @@ def test_a_rehearsal_measures_without_touching_torch_cuda(no_cuda):
     assert len(recs) == 4
     for rec in recs:
         assert rec["config"]["device"] == "cuda" and "rehearsal" in rec["flags"]
-        assert rec["metrics"]["peak_mem_bytes"] is None or rec["metrics"]["peak_mem_bytes"] >= 0
+        # no GPU allocator to read: no memory figure (not the CPU allocator's), and the record says so
+        assert rec["metrics"]["peak_mem_bytes"] is None and "no memory was measured" in rec["flag_reasons"]["rehearsal"]
         assert rec["metrics"]["keep_ahead"]["failed"] == 0 and rec["metrics"]["clock"]["warmup"]["ramped"]
+        # the maximum SM clock as NVML states it, read by the seam's own reader from the simulated NVML
+        assert (rec["metrics"]["clock"]["max_source"], rec["metrics"]["clock"]["max_mhz"]) == ("nvml", 1980.0)
     assert no_cuda.gpu.launches > 0 and no_cuda.gpu.cpu_s > 0   # the simulated stream ran the calls
+    assert no_cuda.gpu.nvml.queries >= 1   # _max_sm_clock_hz asked the simulated NVML (not a stated number)
+
+
+def test_the_max_clock_reader_runs_against_the_simulated_nvml(no_cuda, monkeypatch):
+    """``normbench.device._max_sm_clock_hz`` (what the timers' clock check calls on a GPU) is what a rehearsal runs:
+    it reads the simulated NVML; where that NVML fails it falls back to the simulated nvidia-smi, never the
+    machine's own, and answers None (the clock check then uses the highest clock seen)."""
+    import subprocess
+
+    from normbench.rehearsal import SimulatedCuda
+
+    seam._max_sm_clock_hz.cache_clear()
+    assert no_cuda.max_sm_clock_hz() == 1980e6 and no_cuda.gpu.max_clock_hz() == 1980e6
+    assert no_cuda.gpu.nvml.queries == 1   # cached per device, as on a GPU
+    assert seam._max_sm_clock_hz.cache_info().misses == 1
+
+    def no_real_smi(*a, **k):
+        raise AssertionError("a rehearsal ran the machine's nvidia-smi")
+
+    monkeypatch.setattr(subprocess, "run", no_real_smi)
+    bare = SimulatedCuda("normal", read_max_clock=seam._max_sm_clock_hz)
+    bare.gpu.nvml_hz = None   # a device without NVML
+    assert bare.max_sm_clock_hz() is None and bare.gpu.nvml.queries == 0
 
 
 def test_the_host_bound_rehearsal_flags_its_records(no_cuda, monkeypatch):

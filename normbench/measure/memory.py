@@ -2,6 +2,7 @@
 
 * CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus ``memory_allocated`` just
   before the pass (inputs, parameters and, for ``bwd``, the forward's graph are already there).
+* A rehearsal's simulated GPU: None (no GPU allocator; the CPU's would be no GPU number).
 * CPU: the PyTorch profiler's allocation timeline (``profile_memory=True``): the largest running sum of the
   allocations minus frees made during the pass. It sees eager ops and ``torch.compile``'s buffers alike.
   ``None`` if this torch's profiler cannot produce a timeline.
@@ -45,7 +46,7 @@ def _quiet_fds():
 
 
 def cuda_peak_above(fn: Callable[[], object], device) -> int:
-    device = torch.device(device)  # a real GPU only: a rehearsal measures its CPU tensors (``peak_above``)
+    device = torch.device(device)  # a real GPU only: a rehearsal measures none (``peak_above``)
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
@@ -83,11 +84,13 @@ def cpu_peak_above(fn: Callable[[], object]) -> int | None:
 
 
 def peak_above(fn: Callable[[], object], device) -> int | None:
-    """Peak bytes allocated by ``fn`` above what was allocated before it (see the module docstring)."""
+    """Peak bytes allocated by ``fn`` above what was allocated before it (see the module docstring); None in a
+    rehearsal (``normbench.device``'s simulated GPU): it has no GPU allocator to read, and its CPU allocator's peak
+    is no GPU number (the ``rehearsal`` flag's reason says so; ``fn`` is not run)."""
     from normbench import device as seam
 
-    if seam.is_cuda(device) and not seam.get().simulated:
-        return cuda_peak_above(fn, device)
+    if seam.is_cuda(device):
+        return None if seam.get().simulated else cuda_peak_above(fn, device)
     return cpu_peak_above(fn)
 
 

@@ -14,7 +14,26 @@ from normbench.site.records import norm_stem, slug
 #: never passed ``normbench check``, so it is shown and never ranked.
 LEGACY = "legacy"
 
-FLAG_LABELS = {LEGACY: "unchecked (legacy)", "stale": "stale code", "host_bound": "host-bound"}
+FLAG_LABELS = {LEGACY: "unchecked (legacy)", "stale": "stale code", "host_bound": "host-bound",
+               "rehearsal": "rehearsal (simulated GPU)", "low_clock": "low clock", "host_sync": "syncs with host"}
+
+#: Each flag's meaning in one line (docs/measurement.md, "Flags"): the legend's hover text.
+FLAG_MEANINGS = {
+    "non_finite": "the output or a gradient held NaN or inf in the float64 check: invalid, shown as failed",
+    "fell_back": "torch.compile did not stay compiled",
+    "noisy": "the machine was busy or the repetitions spread wide (the noise checks)",
+    "host_bound": "the GPU's queue ran dry behind the host: the time includes the host's",
+    "suspect": "faster than the copy ceiling (a cache-resident case: than its same-size copy) allows",
+    "unchecked": "the backend has not passed the check gate (normbench check)",
+    "forced": "measured although the check gate refused it",
+    "diverged": "the training run diverged",
+    "tuning": "a learning-rate search run on the validation split",
+    "rehearsal": "measured in a rehearsal on a simulated GPU: CPU tensors, the simulation's times, no GPU's",
+    "low_clock": "the GPU's clock did not ramp in the warm-up, or a timed batch ran below 90 % of its maximum",
+    "host_sync": "the timed call synchronises with the device",
+    "stale": "the code that made it has since changed",
+    LEGACY: "a migrated record without a check verdict",
+}
 
 PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
 

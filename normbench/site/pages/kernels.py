@@ -10,7 +10,15 @@ from normbench.records.schema import FLAGS
 from normbench.site import aggregate as agg
 from normbench.site import tables as _tables
 from normbench.site.fmt import fmt_bytes, fmt_err, fmt_gbps, fmt_pct, fmt_shape, fmt_time, fmt_x
-from normbench.site.pages.base import FLAG_LABELS, Page, bound_text, device_file, flag_badges, norm_file
+from normbench.site.pages.base import (
+    FLAG_LABELS,
+    FLAG_MEANINGS,
+    Page,
+    bound_text,
+    device_file,
+    flag_badges,
+    norm_file,
+)
 from normbench.site.pages.core import SiteCore
 from normbench.site.records import slug
 from normbench.site.tables import Col, Table, cell
@@ -145,6 +153,7 @@ class KernelPages(SiteCore):
         table = self.kernel_table("kernels", rows, "", srcs=[self.leaderboard_file(hw) for hw in self.kernel_hws]
                                   if self.many_site() else None)
         return Page("kernels.html", "kernels.html", "Kernel leaderboard", active="kernels.html", ctx=dict(
-            table=table, n=len(self.kernels), flags=[(FLAG_LABELS.get(f, f), f) for f in FLAGS],
+            table=table, n=len(self.kernels),
+            flags=[(FLAG_LABELS.get(f, f), f, FLAG_MEANINGS.get(f, f)) for f in FLAGS],
             hws=[(hw, self.hw_name(hw), device_file(hw), len(self.by_hw[hw])) for hw in self.kernel_hws],
             norms=[(n, norm_file(n), len(self.by_norm[n])) for n in sorted(self.by_norm)]))
