@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -57,7 +59,7 @@ def _where(entry) -> tuple[str, int]:
 
 def _seen(c: counted.Counted) -> tuple:
     """Everything a reader gives, as plain data (the records whole, with their flags)."""
-    return ([(str(e.path), e.index, e.rid, json.dumps(e.rec, sort_keys=True)) for e in c.entries],
+    return ([(str(e.path), e.index, e.rid, e.digest, json.dumps(e.rec, sort_keys=True)) for e in c.entries],
             [(str(r.path), r.index, r.label, r.problems) for r in c.rejected],
             [(_where(a), _where(b)) for a, b in c.superseded], c.files)
 
@@ -75,7 +77,7 @@ def _mixed(root: Path, current: list[dict]) -> dict:
     _put(kdir / "2.json.gz", [_copy(a, "2020-01-01T00:00:00Z"), stale])
     bad = _copy(a)
     bad["metrics"] = "not an object"
-    (kdir / "3.json").write_text(json.dumps([_copy(b, "2000-01-01T00:00:00Z"), bad]))
+    (kdir / "3.json").write_text(json.dumps([bad, _copy(b, "2000-01-01T00:00:00Z")]))   # a valid record after it
     (kdir / "4.json").write_text("{not json")
     return {"stale": stale, "legacy": legacy, "bad": bad}
 
@@ -164,12 +166,14 @@ def test_invalid_records_and_unreadable_files_are_rejected_with_their_reasons(tm
     (kdir / "5.json.gz").symlink_to(kdir / "no-such-file")   # listed, then unreadable
     got = counted.records_that_count(tmp_path)
     assert [(r.path.name, r.index, r.label) for r in got.rejected] == [
-        ("3.json", 1, describe(written["bad"], 1)), ("4.json", None, "file"), ("5.json.gz", None, "file")]
+        ("3.json", 0, describe(written["bad"], 0)), ("4.json", None, "file"), ("5.json.gz", None, "file")]
     assert all(r.problems for r in got.rejected)
     assert any("metrics" in p for p in got.rejected[0].problems)
     assert got.problems() == [Problem(str(r.path), None if r.index is None else r.label, p)
                               for r in got.rejected for p in r.problems]
-    assert got.problems()[0].record == describe(written["bad"], 1) and got.problems()[-1].record is None
+    assert got.problems()[0].record == describe(written["bad"], 0) and got.problems()[-1].record is None
+    # the valid record after the invalid one is read
+    assert [_where(old) for old, _ in got.superseded if old.rid == current[1]["id"]] == [("3.json", 1)]
     # every file with an item counts, an unreadable one too
     assert got.files == 5
     assert {e.rid for e in got.entries} == {r["id"] for r in current}
@@ -190,6 +194,7 @@ def test_a_plain_file_whose_compact_twin_holds_a_record_is_read_without_it(tmp_p
     assert plain.digest == file_digest((kdir / "x.json").read_bytes(), (kdir / "x.json.gz").read_bytes())
     compact = next(e for e in got.entries if e.path.name == "x.json.gz")
     assert compact.digest == file_digest((kdir / "x.json.gz").read_bytes(), None)
+    assert _seen(counted.records_that_count(tmp_path, jobs=2)) == _seen(got)   # judged in processes: the same
     # the twin unreadable: the plain file's records are all read
     (kdir / "x.json.gz").unlink()
     (kdir / "x.json.gz").symlink_to(kdir / "no-such-file")
@@ -225,6 +230,7 @@ def test_an_entry_needs_a_record_or_a_source():
 def test_a_read_through_the_cache_is_a_plain_read(tmp_path, current, monkeypatch):
     root = tmp_path / "results"
     _mixed(root, current)
+    (root / "kernel" / "m" / "5.json.gz").symlink_to(root / "no-such-file")   # unreadable: never cached
     want = _seen(counted.records_that_count(root))
     first = ReadCache(tmp_path / "rc")
     assert _seen(counted.records_that_count(root, cache=first)) == want
@@ -244,14 +250,62 @@ def test_a_read_through_the_cache_is_a_plain_read(tmp_path, current, monkeypatch
     assert again.hits == 4 and unpickled == []   # read from the cache, no record unpickled yet
     assert _seen(got) == want                      # read on use, with the flags of the plain read
     assert unpickled and {p.name for p in (tmp_path / "rc").iterdir()} == entries
+    # nothing new judged: the kept hashes are not written again
+    hashes = tmp_path / "rc" / again._name(("stale judgement hashes",))
+    inode = hashes.stat().st_ino
+    assert _seen(counted.records_that_count(root, cache=ReadCache(tmp_path / "rc"))) == want
+    assert hashes.stat().st_ino == inode
+    # by kind: kept and found under it
+    kernel = ReadCache(tmp_path / "rc")
+    want_kernel = _seen(counted.records_that_count(root, kind="kernel", cache=kernel))
+    assert want_kernel == _seen(counted.records_that_count(root, kind="kernel"))
+    warm = ReadCache(tmp_path / "rc")
+    assert _seen(counted.records_that_count(root, kind="kernel", cache=warm)) == want_kernel and warm.hits == 4
     # damaged entries are judged again, never trusted
     for p in (tmp_path / "rc").iterdir():
         p.write_bytes(b"not a pickle")
     assert _seen(counted.records_that_count(root, cache=ReadCache(tmp_path / "rc"))) == want
-    # judge=False reads past the cache
-    assert _seen(counted.records_that_count(root, judge=False, cache=ReadCache(tmp_path / "rc2"))) == \
-        _seen(counted.records_that_count(root, judge=False))
-    assert not (tmp_path / "rc2").exists()
+    # judge=False reads past the cache, in processes too: what it did not judge is never kept
+    for jobs in (1, 2):
+        assert _seen(counted.records_that_count(root, judge=False, cache=ReadCache(tmp_path / "rc2"), jobs=jobs)) \
+            == _seen(counted.records_that_count(root, judge=False))
+        assert not (tmp_path / "rc2").exists()
+
+
+def test_a_rebuild_judges_by_the_hashes_the_cache_kept(tmp_path, current):
+    """The stale judgement's hashes of today's code, kept by the cache, are what a later read judges changed files by
+    (planted here: a kept hash that no code has, so a record of today's code reads stale against it)."""
+    a, b, _ = current
+    root = tmp_path / "results"
+    _put(root / "kernel" / "1.json.gz", [_copy(a)])
+    counted.records_that_count(root, cache=ReadCache(tmp_path / "rc"))
+    cache = ReadCache(tmp_path / "rc")
+    kept = cache.hashes()
+    assert kept
+    cache.keep_hashes({k: "f" * 16 for k in kept})
+    _put(root / "kernel" / "2.json.gz", [_copy(b)])   # a new file: judged now, by the kept hashes
+    [new] = [e for e in counted.records_that_count(root, cache=ReadCache(tmp_path / "rc")).entries if e.rid == b["id"]]
+    assert new.rec["flags"] == ["stale"] and "-> " + "f" * 16 in new.rec["flag_reasons"]["stale"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_what_is_judged_is_the_bytes_that_were_hashed(tmp_path, current, monkeypatch, jobs):
+    """A file rewritten between the reader's read and its judgement (another writer): the records judged are those
+    of the bytes read (and hashed for the cache), not of the file as it is afterwards."""
+    a, b, c = current
+    root = tmp_path / "results"
+    _put(root / "kernel" / "1.json.gz", [_copy(a)])
+    _put(root / "kernel" / "2.json.gz", [_copy(b)])
+    real = counted._read
+
+    def read_then_rewritten(path):
+        got = real(path)
+        _put(path, [_copy(c)])
+        return got
+
+    monkeypatch.setattr(counted, "_read", read_then_rewritten)
+    entries = counted.records_that_count(root, jobs=jobs).entries
+    assert sorted(e.rid for e in entries) == sorted([a["id"], b["id"]])
 
 
 def test_judging_in_processes_reads_what_one_process_reads(tmp_path, current, monkeypatch):
@@ -261,9 +315,12 @@ def test_judging_in_processes_reads_what_one_process_reads(tmp_path, current, mo
     pools: list[int] = []
     real_pool = processes.Pool
 
+    names: list[str] = []
+
     class Spy(real_pool):
         def __init__(self, fn, jobs, what="pool"):
             pools.append(jobs)
+            names.append(what)
             super().__init__(fn, jobs, what)
 
     monkeypatch.setattr(processes, "Pool", Spy)
@@ -275,12 +332,38 @@ def test_judging_in_processes_reads_what_one_process_reads(tmp_path, current, mo
     assert _seen(counted.records_that_count(root / "kernel" / "m" / "1.json.gz", jobs=2))[0] and pools == [2, 4]
     # through a cache: the workers write what they judged, this process keeps it and the stale hashes
     cache = ReadCache(tmp_path / "rc")
+    puts: list = []
+    real_put = ReadCache.put
+    monkeypatch.setattr(ReadCache, "put", lambda self, *a: (puts.append(a[0]), real_put(self, *a))[1])
     assert _seen(counted.records_that_count(root, cache=cache, jobs=2)) == want and pools == [2, 4, 2]
+    assert puts == []   # the workers kept what they judged (puts in this process would pickle it all again)
     assert len(list((tmp_path / "rc").iterdir())) == 4 + 1 and ReadCache(tmp_path / "rc").hashes()
     assert cache.prune() == 0   # every entry counted as used by this process
     again = ReadCache(tmp_path / "rc")
     assert _seen(counted.records_that_count(root, cache=again, jobs=2)) == want
     assert again.hits == 4 and pools == [2, 4, 2]   # nothing left to judge
+    assert set(names) == {"judging pool"}   # what its messages call it
+    # two files to judge: a pool of two
+    assert _seen(counted.records_that_count(root / "kernel" / "m", kind="kernel", jobs=2))[0] and pools[-1] == 2
+    assert len(pools) == 4
+    # not with vl_convert loaded (its threads do not survive a fork): one process
+    monkeypatch.setitem(sys.modules, "vl_convert", types.ModuleType("vl_convert"))
+    assert _seen(counted.records_that_count(root, jobs=2)) == want and len(pools) == 4
+
+
+def test_two_files_are_judged_by_two_processes(tmp_path, current, monkeypatch):
+    pools: list[int] = []
+    real_pool = processes.Pool
+
+    class Spy(real_pool):
+        def __init__(self, fn, jobs, what="pool"):
+            pools.append(jobs)
+            super().__init__(fn, jobs, what)
+
+    monkeypatch.setattr(processes, "Pool", Spy)
+    _put(tmp_path / "kernel" / "1.json.gz", [_copy(current[0])])
+    _put(tmp_path / "kernel" / "2.json.gz", [_copy(current[1])])
+    assert len(counted.records_that_count(tmp_path, jobs=2).entries) == 2 and pools == [2]
 
 
 def test_the_reader_marks_its_phases(tmp_path, current, monkeypatch):
@@ -315,3 +398,16 @@ def test_the_loader_warns_raises_or_ignores_invalid_records(tmp_path, current):
     assert len(counted.load(tmp_path, kind="accuracy", errors="ignore")) == 0
     stored = counted.load(tmp_path, errors="ignore", as_stored=True)
     assert len(stored) == 5 and all(f == () for f in stored["flags"])
+    assert len(counted.load(tmp_path, kind="accuracy", errors="ignore", as_stored=True)) == 0
+    with pytest.raises(InvalidRecordError):
+        counted.load(tmp_path, errors="raise", as_stored=True)
+
+
+@pytest.mark.skipif(hasattr(counted, "x_load__mutmut_orig"),
+                    reason="under mutmut the function is called through its trampoline: two more frames")
+def test_the_loaders_warnings_point_at_its_caller(tmp_path, current):
+    _mixed(tmp_path, current)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        counted.load(tmp_path)
+    assert [w.filename for w in caught if "skipping invalid result" in str(w.message)] == [__file__] * 2
