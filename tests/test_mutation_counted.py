@@ -195,6 +195,10 @@ def test_a_plain_file_whose_compact_twin_holds_a_record_is_read_without_it(tmp_p
     compact = next(e for e in got.entries if e.path.name == "x.json.gz")
     assert compact.digest == file_digest((kdir / "x.json.gz").read_bytes(), None)
     assert _seen(counted.records_that_count(tmp_path, jobs=2)) == _seen(got)   # judged in processes: the same
+    counted.records_that_count(tmp_path, cache=ReadCache(tmp_path / "rc"))
+    for p in (tmp_path / "rc").iterdir():
+        p.write_bytes(b"not a pickle")   # damaged entries: judged again, from the bytes read
+    assert _seen(counted.records_that_count(tmp_path, cache=ReadCache(tmp_path / "rc"))) == _seen(got)
     # the twin unreadable: the plain file's records are all read
     (kdir / "x.json.gz").unlink()
     (kdir / "x.json.gz").symlink_to(kdir / "no-such-file")
@@ -204,8 +208,10 @@ def test_a_plain_file_whose_compact_twin_holds_a_record_is_read_without_it(tmp_p
 
 
 def test_no_results_folder_says_how_to_make_one(tmp_path, monkeypatch):
-    with pytest.raises(FileNotFoundError, match=r"no results at .*normbench bench --quick"):
+    with pytest.raises(FileNotFoundError) as missing:
         counted.records_that_count(tmp_path / "none")
+    assert str(missing.value) == (f"no results at {tmp_path / 'none'}: run `normbench bench --quick` (or `normbench "
+                                  "train --quick`) first, or pass the results directory")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="no results at results"):
         counted.records_that_count()
@@ -219,8 +225,9 @@ def test_the_default_folder_is_results_here(tmp_path, monkeypatch, current):
 
 
 def test_an_entry_needs_a_record_or_a_source():
-    with pytest.raises(ValueError, match="needs its record or where to read it"):
+    with pytest.raises(ValueError) as bare:
         counted.Entry(None, Path("x.json"), 0)
+    assert str(bare.value) == "an entry needs its record or where to read it (src)"
     e = counted.Entry({"id": "k1", "kind": "kernel"}, Path("d/x.json"), 3)
     assert repr(e) == "Entry('k1', 'd/x.json', 3)" and e.rid == "k1" and e.kind == "kernel" and e.digest == ""
 
@@ -261,10 +268,12 @@ def test_a_read_through_the_cache_is_a_plain_read(tmp_path, current, monkeypatch
     assert want_kernel == _seen(counted.records_that_count(root, kind="kernel"))
     warm = ReadCache(tmp_path / "rc")
     assert _seen(counted.records_that_count(root, kind="kernel", cache=warm)) == want_kernel and warm.hits == 4
-    # damaged entries are judged again, never trusted
+    # damaged entries are judged again, never trusted (of the kind asked for)
+    counted.records_that_count(root, kind="accuracy", cache=ReadCache(tmp_path / "rc"))
     for p in (tmp_path / "rc").iterdir():
         p.write_bytes(b"not a pickle")
     assert _seen(counted.records_that_count(root, cache=ReadCache(tmp_path / "rc"))) == want
+    assert counted.records_that_count(root, kind="accuracy", cache=ReadCache(tmp_path / "rc")).entries == []
     # judge=False reads past the cache, in processes too: what it did not judge is never kept
     for jobs in (1, 2):
         assert _seen(counted.records_that_count(root, judge=False, cache=ReadCache(tmp_path / "rc2"), jobs=jobs)) \
@@ -284,18 +293,33 @@ def test_a_rebuild_judges_by_the_hashes_the_cache_kept(tmp_path, current):
     assert kept
     cache.keep_hashes({k: "f" * 16 for k in kept})
     _put(root / "kernel" / "2.json.gz", [_copy(b)])   # a new file: judged now, by the kept hashes
-    [new] = [e for e in counted.records_that_count(root, cache=ReadCache(tmp_path / "rc")).entries if e.rid == b["id"]]
-    assert new.rec["flags"] == ["stale"] and "-> " + "f" * 16 in new.rec["flag_reasons"]["stale"]
+    got = {e.rid: e.rec for e in counted.records_that_count(root, cache=ReadCache(tmp_path / "rc")).entries}
+    assert got[b["id"]]["flags"] == ["stale"] and "-> " + "f" * 16 in got[b["id"]]["flag_reasons"]["stale"]
+    assert not got[a["id"]].get("flags")   # kept judged before the plant
+    # a damaged entry is judged again, by the kept hashes too
+    hashes = tmp_path / "rc" / cache._name(("stale judgement hashes",))
+    for p in (tmp_path / "rc").iterdir():
+        if p != hashes:
+            p.write_bytes(b"not a pickle")
+    got = {e.rid: e.rec for e in counted.records_that_count(root, cache=ReadCache(tmp_path / "rc")).entries}
+    assert got[a["id"]]["flags"] == ["stale"] and "-> " + "f" * 16 in got[a["id"]]["flag_reasons"]["stale"]
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_what_is_judged_is_the_bytes_that_were_hashed(tmp_path, current, monkeypatch, jobs):
+@pytest.mark.parametrize("jobs,damaged", [(1, False), (2, False), (1, True)])
+def test_what_is_judged_is_the_bytes_that_were_hashed(tmp_path, current, monkeypatch, jobs, damaged):
     """A file rewritten between the reader's read and its judgement (another writer): the records judged are those
-    of the bytes read (and hashed for the cache), not of the file as it is afterwards."""
+    of the bytes read (and hashed for the cache), not of the file as it is afterwards; also where the read cache's
+    entry for those bytes is damaged."""
     a, b, c = current
     root = tmp_path / "results"
     _put(root / "kernel" / "1.json.gz", [_copy(a)])
     _put(root / "kernel" / "2.json.gz", [_copy(b)])
+    cache = None
+    if damaged:
+        counted.records_that_count(root, cache=ReadCache(tmp_path / "rc"))
+        for p in (tmp_path / "rc").iterdir():
+            p.write_bytes(b"not a pickle")
+        cache = ReadCache(tmp_path / "rc")
     real = counted._read
 
     def read_then_rewritten(path):
@@ -304,7 +328,7 @@ def test_what_is_judged_is_the_bytes_that_were_hashed(tmp_path, current, monkeyp
         return got
 
     monkeypatch.setattr(counted, "_read", read_then_rewritten)
-    entries = counted.records_that_count(root, jobs=jobs).entries
+    entries = counted.records_that_count(root, jobs=jobs, cache=cache).entries
     assert sorted(e.rid for e in entries) == sorted([a["id"], b["id"]])
 
 
