@@ -263,10 +263,10 @@ def test_a_read_through_the_cache_is_a_plain_read(tmp_path, current, monkeypatch
     assert _seen(counted.records_that_count(root, cache=ReadCache(tmp_path / "rc"))) == want
     assert hashes.stat().st_ino == inode
     # by kind: kept and found under it
-    kernel = ReadCache(tmp_path / "rc")
+    kernel = ReadCache(tmp_path / "rc-kernel")
     want_kernel = _seen(counted.records_that_count(root, kind="kernel", cache=kernel))
     assert want_kernel == _seen(counted.records_that_count(root, kind="kernel"))
-    warm = ReadCache(tmp_path / "rc")
+    warm = ReadCache(tmp_path / "rc-kernel")
     assert _seen(counted.records_that_count(root, kind="kernel", cache=warm)) == want_kernel and warm.hits == 4
     # damaged entries are judged again, never trusted (of the kind asked for)
     counted.records_that_count(root, kind="accuracy", cache=ReadCache(tmp_path / "rc"))
@@ -388,6 +388,14 @@ def test_two_files_are_judged_by_two_processes(tmp_path, current, monkeypatch):
     _put(tmp_path / "kernel" / "1.json.gz", [_copy(current[0])])
     _put(tmp_path / "kernel" / "2.json.gz", [_copy(current[1])])
     assert len(counted.records_that_count(tmp_path, jobs=2).entries) == 2 and pools == [2]
+    assert counted.records_that_count(tmp_path, kind="accuracy", jobs=2).entries == [] and pools == [2, 2]
+    # judged in processes through a cache, by kind: kept under it
+    cold = ReadCache(tmp_path / "rc")
+    counted.records_that_count(tmp_path, kind="kernel", cache=cold, jobs=2)
+    assert cold.prune() == 0   # every entry the workers wrote counted as used here
+    warm = ReadCache(tmp_path / "rc")
+    assert len(counted.records_that_count(tmp_path, kind="kernel", cache=warm, jobs=2).entries) == 2
+    assert warm.hits == 2 and pools == [2, 2, 2]
 
 
 def test_the_reader_marks_its_phases(tmp_path, current, monkeypatch):

@@ -192,8 +192,30 @@ def test_a_set_of_backends_that_cannot_run_here_gives_nothing(timed):
 
 
 def test_cases_of_two_sets_are_refused():
-    with pytest.raises(AssertionError, match="measure_set needs cases of one set"):
+    with pytest.raises(AssertionError) as mixed:
         headtohead.measure_set([_case(), dataclasses.replace(_case(), dtype="bfloat16")], _ctx())
+    assert str(mixed.value) == "measure_set needs cases of one set"
+
+
+def test_a_pass_no_backend_can_run_is_refused_and_the_next_pass_still_runs(timed, monkeypatch):
+    """A forward-only backend (an external library's kernel without autograd: ``Prepared.pass_fns`` refuses its
+    backward, as for ``baseline.forward_only``), planted here for both backends: their fwd+bwd cases are refused
+    with the reason, and the set's forward pass, listed after it, is measured."""
+    real = group.Prepared.pass_fns
+
+    def forward_only(self, pass_):
+        if pass_ != "fwd":
+            raise group.Unsupported(f"{self.backend}'s {self.spec.name} is forward-only (no autograd)")
+        return real(self, pass_)
+
+    monkeypatch.setattr(group.Prepared, "pass_fns", forward_only)
+    cases = [_case("eager", "fwd+bwd"), _case("native", "fwd+bwd"), _case("eager"), _case("native")]
+    refused: list = []
+    recs = headtohead.measure_set(cases, _ctx(), refused)
+    assert refused == [(cases[0], "eager's rmsnorm is forward-only (no autograd)"),
+                       (cases[1], "native's rmsnorm is forward-only (no autograd)")]
+    assert [(r["config"]["backend"], r["config"]["pass"]) for r in recs] == [("eager", "fwd"), ("native", "fwd")]
+    assert [c["keys"] for c in timed] == [["eager", "native", headtohead.COPY]]
 
 
 def test_a_timing_far_above_the_ceiling_is_refused_not_recorded(timed):
