@@ -167,6 +167,7 @@ def test_a_set_is_timed_in_shared_rounds_and_each_record_paired_with_the_others(
             assert met["saved_bytes"] is not None   # a backward pass in the set: what the forward saves
             assert (met["err"]["dx"] is None) == (pass_ == "fwd")
             assert "host_s" not in met and "host_syncs" not in met   # a CPU timing: no host info
+            assert met["graph_used"] is False   # interleaved rounds are plain calls
     from normbench.records.schema import validate_record
 
     assert all(validate_record(r) == [] for r in recs)
@@ -251,6 +252,7 @@ def test_on_cuda_each_call_is_probed_and_timed_cold_when_the_case_says_so(timed,
         for r in recs:
             met = r["metrics"]
             assert met["host_syncs"] == {} and "host_sync" not in r["flags"] and "host_s" in met
+            assert met["peak_mem_bytes"] is not None   # the device's peak memory of the pass
             clock = "CUDA events, L2 flushed (zero) before each call" if timing == "cold" else "CUDA events, no flush"
             assert f"({clock})" in met["copy_same_size"]["method"]
     # a call that synchronises is found by the probe and flagged
