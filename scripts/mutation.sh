@@ -19,12 +19,14 @@ MUTMUT=${MUTMUT:-$(dirname "$PY")/mutmut}
 # module -> the test files that cover it (by coverage: the files that import or reach it)
 declare -A TESTS=(
   [normbench/results/staleness.py]="tests/test_prune.py tests/test_mutation_kills.py"
-  [normbench/results/counted.py]="tests/test_prune.py tests/test_compare.py tests/test_mutation_kills.py"
+  [normbench/results/counted.py]="tests/test_mutation_counted.py tests/test_prune.py"
+  [normbench/measure/headtohead.py]="tests/test_mutation_headtohead.py"
   [normbench/best/__init__.py]="tests/test_headtohead.py tests/test_mutation_kills.py"
-  [normbench/best/command.py]="tests/test_headtohead.py tests/test_mutation_kills.py"
+  [normbench/best/command.py]="tests/test_mutation_best_command.py"
 )
 MODULES=("$@")
 [ ${#MODULES[@]} -gt 0 ] || MODULES=(normbench/results/staleness.py normbench/results/counted.py
+                                     normbench/measure/headtohead.py
                                      normbench/best/__init__.py normbench/best/command.py)
 
 mkdir -p scripts/mutation
