@@ -267,7 +267,9 @@ def test_the_committed_overview_ranks_no_cache_resident_case_against_the_dram_ce
     for hw, hr in by_hw.items():
         top = agg.best_by_bandwidth(hr, 5)
         assert all(r["cache"] in ("none", "unknown", None) and r["dram"] for r in top), hw
-        assert all(r["shape_class"] != "quick" for r in top), hw
+        # a quick shape leads only where it does not fit the caches: cpu-amd-epyc-2c's quick tokens moving 8.4 MB
+        # against its 8 MiB L3 are out of cache by the residency rule (its records say cache_resident "none")
+        assert all(r["shape_class"] != "quick" or (r["cache"] == "none" and r["bytes"] > 8 * 2**20) for r in top), hw
         assert all(r["cache"] in ("L2", "LLC") for r in agg.best_by_same_size_copy(hr, 5)), hw
         led += bool(top)
     assert led >= 1  # at least one device has a DRAM-sized ranked case on top
