@@ -12,9 +12,9 @@ import sys
 import pytest
 import torch
 from test_policy import _close, tiny
-from test_policy_serving import SEEN, _Same, _sites, split, split_policy  # noqa: F401  (split: a fixture)
+from test_policy_serving import SEEN, _graphs, _Same, _sites, split, split_policy  # noqa: F401  (split: a fixture)
 
-from normbench.policy import PolicyNorm, apply_policy, restore
+from normbench.policy import apply_policy, restore
 
 pytestmark = pytest.mark.usefixtures("split")   # rmsnorm gets backends a and b
 
@@ -129,24 +129,17 @@ def test_pin_follows_the_dtype_and_refuses_an_unknown_regime():
 
 
 def test_fullgraph_compile_of_a_pinned_model():
-    """A pinned model traces whole (``fullgraph=True``) and its graph holds the pinned backend (``b``'s clones)."""
+    """A pinned model traces whole (``fullgraph=True``) over the 13 shapes with no more graphs than the original, and
+    every graph holds the pinned backend (``b``'s clones, one per site), decode shapes too."""
     model, config = tiny("llama")
     model.eval()
     ref = copy.deepcopy(model)
     prefill = next(r for r in _pol_regimes(config) if r.startswith("prefill"))
     apply_policy(model, split_policy(config), pin=prefill)
-    graphs = []
-
-    def counting(gm, _example):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True, backend=counting)
+    n_sites = len(_sites(model))
+    want, _ = _graphs(ref, None)
+    got, clones = _graphs(model, None)
+    assert got <= want and clones and set(clones.values()) == {n_sites}, (got, want, clones)
     ids = torch.randint(0, 64, (1, 1))
     with torch.no_grad():
-        assert _close(compiled(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)
-    torch._dynamo.reset()
-    clones = sum(n.target == "clone" or getattr(n.target, "__name__", "") == "clone" for n in graphs[0].graph.nodes)
-    assert len(graphs) == 1 and clones == len(_sites(model)), (len(graphs), clones)
-    assert isinstance(next(iter(_sites(model).values())), PolicyNorm)
+        assert _close(model(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)

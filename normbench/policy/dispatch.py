@@ -227,7 +227,6 @@ def _casting(impl):
         y = impl(*args, **kwargs)
         x = args[0] if args else next(iter(kwargs.values()))
         return y if y.dtype == x.dtype else y.to(x.dtype)
-    forward.__wrapped__ = impl
     return forward
 
 

@@ -75,6 +75,12 @@ def layer_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps:
     return _forward(x, weight, bias, LAYERNORM, eps, layout, False)
 
 
+def _wanted(first, dw, db, need_dw, weight, bias) -> list:
+    """A backward op's outputs: the input's gradient, then the weight's and the bias's where asked for and present
+    (the fake implementations list the same, by shape)."""
+    return [first] + ([dw] if need_dw and weight is not None else []) + ([db] if need_dw and bias is not None else [])
+
+
 @torch.library.custom_op("normbench::rms_norm", mutates_args=())
 def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, layout: str) -> Tensor:
     """RMSNorm through normbench's Triton kernel: y = γ·x/√(mean(x²) + ε) (SRMSNorm: no γ)."""
@@ -126,12 +132,7 @@ def row_norm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], bias: Opt
     ctx.cfg = (mode, float(eps), how, scalar_weight, None if bias is None else bias.dtype)
     ctx.needs_input_grad = (True, need_dw, need_dw, False)
     dx, dw, db, _ = _tb._row_backward(ctx, dy)
-    out = [dx]
-    if need_dw and weight is not None:
-        out.append(dw)
-    if need_dw and bias is not None:
-        out.append(db)
-    return out
+    return _wanted(dx, dw, db, need_dw, weight, bias)
 
 
 @row_norm_backward.register_fake
@@ -222,12 +223,7 @@ def add_row_norm_backward(dy: Tensor, ds: Optional[Tensor], s: Tensor, weight: O
     ctx.cfg = (mode, float(eps), None if bias is None else bias.dtype, s.dtype, s.dtype)
     ctx.needs_input_grad = (True, True, need_dw, need_dw, False)
     dsum, _, dw, db, _ = _tb._add_row_backward(ctx, dy, ds)
-    out = [dsum]
-    if need_dw and weight is not None:
-        out.append(dw)
-    if need_dw and bias is not None:
-        out.append(db)
-    return out
+    return _wanted(dsum, dw, db, need_dw, weight, bias)
 
 
 @add_row_norm_backward.register_fake
@@ -397,12 +393,7 @@ def group_norm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], bias: O
     ctx.cfg = (num_groups, None if bias is None else bias.dtype)
     ctx.needs_input_grad = (True, need_dw, need_dw, False, False)
     dx, dw, db, _, _ = _tb._GroupNormFn.backward(ctx, dy)
-    out = [dx]
-    if need_dw and weight is not None:
-        out.append(dw)
-    if need_dw and bias is not None:
-        out.append(db)
-    return out
+    return _wanted(dx, dw, db, need_dw, weight, bias)
 
 
 @group_norm_backward.register_fake
