@@ -1,0 +1,120 @@
+"""A policy site's call path with nothing in it but what its tables decide: ``PolicyNorm``'s thresholds written out
+as one small Python function per site (made when the site resolves, again on ``.to()``, ``train()``/``eval()``), with
+its dtypes, sequence axis, thresholds and implementations as constants, installed as the site's ``forward``.
+
+What ``PolicyNorm.forward`` does with look-ups (a dict keyed by dtype and pass, a loop over a tuple of thresholds),
+this function does with ``is`` tests and integer comparisons on constants, and it calls the implementation's
+``forward`` itself: a site's ``__call__`` reaches the implementation through this one function. The source is
+generated (as ``dataclasses`` writes ``__init__``) because the number of regime boundaries, dtypes and the sequence
+axis differ per site; it is kept on the function (``__source__``) and shown in tracebacks.
+
+Every (dtype, pass) of the tables is written out, for an input of the rank the apply-time probe saw; anything else
+(another rank, a dtype or pass the policy has no answer for) goes to ``PolicyNorm.forward``, which handles every case
+and warns where the original module runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import math
+import re
+
+import torch
+
+_COUNTER = [0]
+
+
+def _arg_name(module) -> str | None:
+    """The name of the original forward's one input (``hidden_states``, ``input``, ``x``); None when its forward
+    takes anything but one positional-or-keyword tensor (the lean path then stays off)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if len(params) != 1 or params[0].kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+        return None
+    name = params[0].name
+    taken = name in {"generic", "grad_enabled", "P", "dt", "s", "sh", "y"} or re.fullmatch(r"[DIE]\d+", name)
+    return name if name.isidentifier() and not taken else None
+
+
+def _direct(impl, original):
+    """The callable a branch calls: a backend's ``forward`` as the tables hold it; the original module's own
+    ``forward`` (an instance attribute where a library replaced it, as accelerate does) when it has no hooks of its
+    own and none are registered globally (its hooks, where there are, keep it called as a module)."""
+    if impl is not original:
+        return impl
+    from torch.nn.modules import module as nn_module
+
+    hooked = any(getattr(original, h) for h in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                                  "_backward_pre_hooks")) or any(
+        getattr(nn_module, h) for h in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                                         "_global_backward_hooks", "_global_backward_pre_hooks"))
+    return original if hooked else original.forward
+
+
+def _branch(lines: list, indent: str, entries, n, consts: dict, site, cast: bool) -> None:
+    """``if n <= limit: return impl(x)`` per boundary (``n`` an expression; an int known when the site resolves
+    picks its entry there), the last (unbounded) entry without a comparison."""
+    for lim, impl, why in entries:
+        if isinstance(n, int) and n > lim:
+            continue
+        if why is not None:   # the original module runs, and says why once (PolicyNorm._eager)
+            name = f"E{len(consts)}"
+            consts[name] = (lambda w: (lambda x: site._eager(w, (x,), {})))(why)
+        else:
+            name = f"I{len(consts)}"
+            consts[name] = _direct(impl, site.original)
+        call = f"{name}(x)"
+        ret = f"y = {call}; return y if y.dtype is dt else y.to(dt)" if cast and why is None else f"return {call}"
+        if lim == math.inf or isinstance(n, int):
+            lines.append(f"{indent}{ret}")
+            return
+        lines.append(f"{indent}if {n} <= {int(lim)}: {ret}")
+    lines.append(f"{indent}return generic(x)")
+
+
+def lean_forward(site):
+    """The lean ``forward`` of a resolved ``PolicyNorm`` (a plain function of the site's one input), or None where
+    the site has no tables to write out (a policy by exact shape, no probe, a forward taking other arguments)."""
+    tables = site.__dict__.get("_tables")
+    arg = _arg_name(site.original)
+    if not tables or site._ndim < 0 or arg is None:
+        return None
+    ndim, sax, bfirst, cast = site._ndim, site._sax, site._bfirst, site._cast
+    generic = type(site).forward.__get__(site)
+    consts: dict = {"generic": generic, "grad_enabled": torch.is_grad_enabled, "P": site._parameters}
+    # autograd records when grad is enabled and the input or one of the site's parameters (read live) requires it
+    params = "".join(f" or (P[{k!r}] is not None and P[{k!r}].requires_grad)" for k in site._parameters)
+    # x.shape builds a torch.Size per read: read once
+    lines = ["def forward(x):",
+             "    sh = x.shape",
+             f"    if len(sh) != {ndim}: return generic(x)",
+             "    dt = x.dtype",
+             f"    if grad_enabled() and (x.requires_grad{params}):"]
+    for recording in (True, False):
+        indent = "        " if recording else "    "
+        for (dtype, rec), (dec, pre) in sorted(tables.items(), key=lambda kv: str(kv[0])):
+            if rec != recording:
+                continue
+            name = f"D{len(consts)}"
+            consts[name] = dtype
+            lines.append(f"{indent}if dt is {name}:")
+            lines.append(f"{indent}    s = sh[{sax}]")
+            lines.append(f"{indent}    if s == 1:")
+            # positions: batch x sequence where the batch leads the sequence axis, else the sequence alone
+            _branch(lines, indent + "        ", dec, "sh[0]" if bfirst else 1, consts, site, cast)
+            _branch(lines, indent + "    ", pre, "s * sh[0]" if bfirst else "s", consts, site, cast)
+        lines.append(f"{indent}return generic(x)")
+    # the input under the original's own name (``hidden_states``, ``input``): a keyword call works as it did
+    source = re.sub(r"\bx\b", arg, "\n".join(lines) + "\n")
+    _COUNTER[0] += 1
+    filename = f"<normbench policy site {site.label} #{_COUNTER[0]}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    scope: dict = {}
+    exec(compile(source, filename, "exec"), dict(consts), scope)
+    fn = scope["forward"]
+    fn.__source__ = source
+    fn.__qualname__ = f"PolicyNorm[{site.label}].forward"
+    return fn
