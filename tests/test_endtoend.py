@@ -79,10 +79,23 @@ def test_measure_pairs_the_two_steps_profiles_the_norms_and_writes_valid_records
     built = _gpt()
     before = copy.deepcopy(built.model.state_dict())
     apply, restore, calls = _swap()
+    got = []
+
+    def apply_seen(model, policy):
+        got.append(model)
+        return apply(model, policy)
     steps = [endtoend.Step("prefill-1x16", 1, 16, 0), endtoend.Step("decode-2", 2, 1, 0)]
-    out = endtoend.measure(built, {"policy": []}, steps, ("fwd", "fwd+bwd"), apply=apply, restore=restore,
+    out = endtoend.measure(built, {"policy": []}, steps, ("fwd", "fwd+bwd"), apply=apply_seen, restore=restore,
                            vocab=64, settings=FAST, log=lambda m: None)
     assert calls["restored"] == 1 and len(out) == 4
+    # the policy's copy is another module tree over the same weights: every parameter and buffer is the original's
+    # own tensor (two copies of the weights at other addresses differ in step time by themselves)
+    (copy_,) = got
+    assert copy_ is not built.model
+    for kind in ("named_parameters", "named_buffers"):
+        mine = dict(getattr(built.model, kind)())
+        theirs = {k.replace(".inner.", "."): t for k, t in getattr(copy_, kind)()}
+        assert mine and mine.keys() == theirs.keys() and all(theirs[k] is t for k, t in mine.items())
     # the original model is left as it was: its own modules and weights (only the copy got the policy)
     assert all(not isinstance(m, _Twice) for m in built.model.modules())
     assert all(torch.equal(v, built.model.state_dict()[k]) for k, v in before.items())
