@@ -85,6 +85,7 @@ def test_a_disturbance_at_the_start_flags_only_the_groups_measured_before_the_re
 
 def test_a_busy_machine_is_still_flagged_with_a_steady_ceiling(monkeypatch, tmp_path):
     monkeypatch.setattr(noise, "load_average", lambda: 64.0)
+    monkeypatch.setattr(noise, "busy_cores", lambda: 64.0)   # the half-second sample confirms it
     monkeypatch.setattr(ceiling, "measure", lambda device="cpu", fresh=False: _ceil(0.01))
     cases = [planning.Case("dyt", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())]
     sweep.run_sweep(cases, tmp_path, settings=FAST, progress=False, log=lambda m: None)

@@ -7,7 +7,8 @@ therefore carries ``metrics.noise``:
 * ``load1``, ``cores``: the 1-minute load average (``os.getloadavg``) and the logical core count when the group of
   cases was measured;
 * ``background_load_per_core``: ``max(0, load1 - own) / cores``, where ``own`` is the load this benchmark itself adds
-  (its CPU threads for a CPU run, one busy host thread for a GPU run);
+  (its CPU threads for a CPU run, one busy host thread for a GPU run); above the limit, confirmed by half a second of
+  ``/proc/stat`` while the benchmark waits (``busy_cores``: the busy cores then), and the smaller of the two kept;
 * ``ceiling_spread``: the relative IQR ``(q75 - q25) / median`` of the repeated copy-ceiling measurements of the run
   (a busy memory system shows here even when the load average does not);
 * ``ceiling_drop``: how far that ceiling measurement is below the run's best one (``1 - ceiling / best``; the
@@ -56,12 +57,24 @@ def load_average() -> float | None:
         return None
 
 
-def machine_load(own: float = 0.0) -> dict:
-    """``{"load1", "cores", "background_load_per_core"}`` now; ``own`` is the load this process itself adds."""
+def machine_load(own: float = 0.0, busy=None) -> dict:
+    """``{"load1", "cores", "background_load_per_core"}`` now; ``own`` is the load this process itself adds.
+
+    A load average above the limit is confirmed by sampling the CPUs for half a second while this process waits
+    (:func:`busy_cores`, or ``busy()``; its value is kept as ``busy_cores``): the load average remembers the last
+    minute, including this benchmark's own bursts (``torch.compile``'s inductor worker processes pushed it to 12-17
+    on 2 cores during a quick sweep, with the cores idle again by the time the cases were timed), while the sample
+    shows what other processes do now. The background is then the smaller of the two."""
     cores = os.cpu_count() or 1
     load1 = load_average()
     background = None if load1 is None else max(0.0, load1 - own) / cores
-    return {"load1": load1, "cores": cores, "background_load_per_core": background}
+    out = {"load1": load1, "cores": cores, "background_load_per_core": background}
+    if background is not None and background > LOAD_PER_CORE_LIMIT:
+        now = (busy or busy_cores)()
+        if now is not None:
+            out["busy_cores"] = now
+            out["background_load_per_core"] = min(background, now / cores)
+    return out
 
 
 def own_load(device: str, threads: int) -> float:
@@ -139,14 +152,14 @@ def busy_warning(device: str, threads: int, busy=None) -> str | None:
     """A warning to print at the start of a run when the machine is already busy, else ``None``. A load average
     above the limit is confirmed by sampling the CPUs for half a second (:func:`busy_cores`): right after another
     run ends the load average still counts it for a minute while the cores are idle."""
-    load = machine_load()  # before the run starts, all of the load is someone else's
+    # before the run starts, all of the load is someone else's
+    load = machine_load() if busy is None else machine_load(busy=busy)
     bg = load["background_load_per_core"]
     if bg is None or bg <= LOAD_PER_CORE_LIMIT:
         return None
-    now = (busy or busy_cores)()
-    if now is not None and now / load["cores"] <= LOAD_PER_CORE_LIMIT:
-        return None
+    now = load.get("busy_cores")
     seen = f"; {now:.1f} cores busy just now" if now is not None else ""
+    per_core = max(0.0, load["load1"]) / load["cores"]
     return (f"warning: this machine is busy (load average {load['load1']:.2f} on {load['cores']} cores, "
-            f"{bg:.2f} per core{seen}); timings will be noisy and records measured now are flagged 'noisy'. "
+            f"{per_core:.2f} per core{seen}); timings will be noisy and records measured now are flagged 'noisy'. "
             "Stop other work, or re-run later with --force.")
