@@ -111,7 +111,9 @@ def lean_forward(site):
     source = re.sub(r"\bx\b", arg, "\n".join(lines) + "\n")
     _COUNTER[0] += 1
     filename = f"<normbench policy site {site.label} #{_COUNTER[0]}>"
+    linecache.cache.pop(site.__dict__.get("_lean_file"), None)   # this site's previous source (re-resolved)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    site.__dict__["_lean_file"] = filename
     scope: dict = {}
     exec(compile(source, filename, "exec"), dict(consts), scope)
     fn = scope["forward"]
