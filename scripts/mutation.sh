@@ -20,7 +20,7 @@ MUTMUT=${MUTMUT:-$(dirname "$PY")/mutmut}
 declare -A TESTS=(
   [normbench/results/staleness.py]="tests/test_prune.py tests/test_mutation_kills.py"
   [normbench/results/counted.py]="tests/test_mutation_counted.py tests/test_prune.py"
-  [normbench/measure/headtohead.py]="tests/test_mutation_headtohead.py"
+  [normbench/measure/headtohead.py]="tests/test_mutation_headtohead.py tests/test_mutation_headtohead_more.py"
   [normbench/best/__init__.py]="tests/test_headtohead.py tests/test_mutation_kills.py"
   [normbench/best/command.py]="tests/test_mutation_best_command.py"
 )

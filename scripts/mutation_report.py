@@ -26,17 +26,13 @@ REPORT_MD = ROOT / "docs" / "mutation-report.md"
 TARGET = 0.85
 #: The modules issue #52 names that are not mutated yet, and why.
 NOT_RUN = {
-    "normbench/measure/headtohead.py": "stale: a partial run (250 of 337 mutants checked: 224 killed, 9 timed out, "
-                                       "3 survived, 8 equivalent; 98.8 % of the checked non-equivalent) was made on "
-                                       "the module before the rehearsal's REHEARSAL_ROUNDS change (2026-11-28); its "
-                                       "data is in scripts/mutation/stale/; rerun scripts/mutation.sh on it",
-    "normbench/measure/group.py": "not run yet (edited by others on 2026-11-28; no time left)",
-    "normbench/measure/timers.py": "not run yet (edited by others on 2026-11-28; no time left)",
-    "normbench/policy/recognise.py": "not run yet (edited by others on 2026-11-28; no time left)",
-    "normbench/campaign.py": "not run yet (edited by others on 2026-11-28; no time left)",
-    "normbench/results/counted.py": "not run yet (no time left on the shared 2-core machine; scripts/mutation.sh)",
-    "normbench/best/__init__.py": "not run yet (no time left on the shared 2-core machine; scripts/mutation.sh)",
-    "normbench/best/command.py": "not run yet (no time left on the shared 2-core machine; scripts/mutation.sh)",
+    "normbench/measure/group.py": "not run yet (~20-30 min of a quiet 2-core machine per module; scripts/mutation.sh)",
+    "normbench/measure/timers.py": "not run yet (~20-30 min of a quiet 2-core machine per module; scripts/mutation.sh)",
+    "normbench/policy/recognise.py": "not run yet (its covering tests take ~30 s per run; scripts/mutation.sh)",
+    "normbench/campaign.py": "not run yet (~20-30 min of a quiet 2-core machine per module; scripts/mutation.sh)",
+    "normbench/results/counted.py": "not run yet (scripts/mutation.sh)",
+    "normbench/best/__init__.py": "not run yet (~20-30 min of a quiet 2-core machine per module; scripts/mutation.sh)",
+    "normbench/best/command.py": "not run yet (scripts/mutation.sh)",
 }
 #: mutmut's exit codes (mutmut.stats.status_by_exit_code): a test run that failed killed the mutant.
 KILLED = {1, 3}
