@@ -22,7 +22,11 @@ declare -A TESTS=(
   [normbench/results/counted.py]="tests/test_mutation_counted.py tests/test_prune.py"
   [normbench/measure/headtohead.py]="tests/test_mutation_headtohead.py tests/test_mutation_headtohead_more.py"
   [normbench/best/__init__.py]="tests/test_headtohead.py tests/test_mutation_kills.py"
-  [normbench/best/command.py]="tests/test_mutation_best_command.py"
+  [normbench/best/command.py]="tests/test_mutation_best_command.py tests/test_mutation_best_command_more.py"
+  [normbench/measure/group.py]="tests/test_mutation_headtohead.py tests/test_mutation_headtohead_more.py tests/test_timing_paths.py tests/test_flags.py tests/test_gpu_noise.py tests/test_measure.py"
+  [normbench/measure/timers.py]="tests/test_gpu_timer.py tests/test_gpu_noise.py tests/test_timing_paths.py tests/test_mutation_headtohead.py"
+  [normbench/campaign.py]="tests/test_campaign.py"
+  [normbench/policy/recognise.py]="tests/test_policy_recognise.py tests/test_policy.py"
 )
 MODULES=("$@")
 [ ${#MODULES[@]} -gt 0 ] || MODULES=(normbench/results/staleness.py normbench/results/counted.py
