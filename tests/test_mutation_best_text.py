@@ -1,0 +1,77 @@
+"""#52: ``normbench.best``'s words and numbers as a reader sees them (the site's By-model cells, ``best``'s text):
+a margin as a speed-up with its paired interval, a row described with every other backend, a backend not ranked
+with its time, its clock and its host time. Expected strings written out by hand from the rules in the docstrings."""
+
+from __future__ import annotations
+
+from normbench import best
+
+PAIRED = {"ratio": 0.8, "ci": [0.75, 0.85], "paired": True, "n": 21}
+APART = {"ratio": 0.5, "paired": False}
+
+
+def test_a_margin_reads_as_the_runner_ups_time_over_the_winners():
+    assert best.speedup_text(PAIRED) == "1.25x [1.18, 1.33]"
+    assert best.speedup_text(APART) == "2.00x"
+    assert best.speedup_text(None) == "" and best.speedup_text({}) == ""
+    assert best.margin_text(PAIRED) == "1.25x faster [1.18, 1.33] (paired, n=21)"
+    assert best.margin_text(APART) == "2.00x faster (medians, measured apart: no interval)"
+
+
+def test_a_row_is_described_with_every_slower_and_unranked_backend():
+    row = {"status": "winner", "winner": "triton", "runner_up": "eager", "margin": PAIRED, "backends": [
+        {"backend": "triton", "verdict": "winner"},
+        {"backend": "eager", "verdict": "slower", "ratio": 1.25, "ci": [1.18, 1.33]},
+        {"backend": "compile", "verdict": "slower", "ratio": 1.5},
+        {"backend": "liger", "verdict": "not_ranked", "why": "flagged noisy"},
+        {"backend": "native", "verdict": "tie"}]}
+    assert best.describe(row) == ("triton over eager: 1.25x faster [1.18, 1.33] (paired, n=21); eager slower 1.25x "
+                                  "[1.18, 1.33]; compile slower 1.50x; liger not ranked (flagged noisy)")
+    alone = {**row, "backends": [{"backend": "triton", "verdict": "winner"}]}
+    assert best.describe(alone) == "triton over eager: 1.25x faster [1.18, 1.33] (paired, n=21)"
+    assert best.describe({**row, "backends": None}) == best.describe(alone)
+
+
+def test_a_backend_not_ranked_keeps_its_time_clock_and_host_time():
+    gpu = {"id": "r1", "config": {"backend": "triton", "device": "cuda:0"}, "flags": ["noisy"],
+           "metrics": {"time_median_s": 2e-6, "host_s": 5e-6}}
+    assert best._not_ranked(gpu, "flagged noisy") == {
+        "backend": "triton", "verdict": "not_ranked", "record": "r1", "flags": ["noisy"], "why": "flagged noisy",
+        "time_s": 2e-6, "clock": "gpu", "host_s": 5e-6}
+    cpu = {"id": "r2", "config": {"backend": "eager", "device": "cpu"}, "metrics": {"time_median_s": 3e-5}}
+    assert best._not_ranked(cpu, "stale") == {
+        "backend": "eager", "verdict": "not_ranked", "record": "r2", "flags": [], "why": "stale", "time_s": 3e-5,
+        "clock": "cpu"}
+    assert best.backend_text(best._not_ranked(gpu, "flagged noisy")) == \
+        "triton: not ranked, flagged noisy (GPU 2 us, host 5 us per call)"
+
+
+def test_seconds_read_in_the_largest_unit_that_is_at_least_one():
+    cases = {2.5: "2.5 s", 1.0: "1 s", 0.999: "999 ms", 4.56e-3: "4.56 ms", 1e-3: "1 ms", 12.34e-6: "12.3 us",
+             1e-6: "1 us", 9.99e-7: "999 ns", 5e-10: "0.5 ns"}
+    assert {t: best.fmt_seconds(t) for t in cases} == cases
+
+
+def test_each_backend_line_says_its_verdict_ratio_interval_and_clock():
+    t = {"time_s": 1.5e-5, "clock": "cpu"}
+    lines = {
+        "winner": ({"backend": "a", "verdict": "winner", **t}, "a: winner (CPU 15 us)"),
+        "only": ({"backend": "a", "verdict": "only"}, "a: the only ranked backend"),
+        "tie": ({"backend": "a", "verdict": "tie", "flags": ["noisy"], **t},
+                "a: tie (the fastest of the tied) (CPU 15 us) [its own spread is wide: noisy]"),
+        "undecided": ({"backend": "a", "verdict": "undecided"}, "a: undecided (the fastest median)"),
+        "apart": ({"backend": "a", "verdict": "apart"}, "a: undecided (measured apart)"),
+        "not_ranked": ({"backend": "b", "verdict": "not_ranked", "why": "stale", "command": "normbench bench x"},
+                       "b: not ranked, stale: normbench bench x"),
+        "slower": ({"backend": "b", "verdict": "slower", "ratio": 1.234, "vs": "a", "paired": True,
+                    "ci": [1.2, 1.3], "n": 9, "time_s": 2e-3, "clock": "gpu", "host_s": 3e-3},
+                   "b: slower, 1.23x a's time [1.20, 1.30] (paired, n=9) (GPU 2 ms, host 3 ms per call)"),
+        "tie-ratio": ({"backend": "b", "verdict": "tie", "ratio": 1.05, "vs": "a", "flags": ["noisy"]},
+                      "b: tie, 1.05x a's time (medians, measured apart: no interval) [noisy record: the paired "
+                      "interval decides]"),
+        "undecided-ratio": ({"backend": "b", "verdict": "undecided", "ratio": 1.2, "vs": "a", "paired": True,
+                             "ci": [0.9, 1.5], "n": 5}, "b: undecided, 1.20x a's time [0.90, 1.50] (paired, n=5)"),
+        "apart-ratio": ({"backend": "b", "verdict": "apart", "ratio": 2.0, "vs": "a"},
+                        "b: undecided, measured apart, 2.00x a's time (medians, measured apart: no interval)"),
+    }
+    assert {k: best.backend_text(b) for k, (b, _want) in lines.items()} == {k: w for k, (_b, w) in lines.items()}
