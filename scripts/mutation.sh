@@ -76,7 +76,8 @@ CFG
   elif [ "$rc" != 0 ]; then
     tail -c 4000 "$work/run.log"; echo "mutmut failed for $mod"; exit 1
   fi
-  (cd "$work" && "$PY" "$REPO/scripts/mutation_report.py" collect "$mod" > "$REPO/scripts/mutation/$(echo "$mod" | tr / _).json")
+  out="$REPO/scripts/mutation/$(echo "$mod" | tr / _).json"   # written whole or not at all
+  (cd "$work" && "$PY" "$REPO/scripts/mutation_report.py" collect "$mod" > "$out.tmp") && mv "$out.tmp" "$out"
   rm -rf "$work"; trap - EXIT
 done
 "$PY" scripts/mutation_report.py report

@@ -75,3 +75,31 @@ def test_each_backend_line_says_its_verdict_ratio_interval_and_clock():
                         "b: undecided, measured apart, 2.00x a's time (medians, measured apart: no interval)"),
     }
     assert {k: best.backend_text(b) for k, (b, _want) in lines.items()} == {k: w for k, (_b, w) in lines.items()}
+
+
+def test_each_answer_status_has_its_headline():
+    tie = {"ratio": 1.04, "ci": [0.98, 1.07]}
+    rows = {
+        "winner": ({"status": "winner", "winner": "a", "runner_up": "b", "margin": APART},
+                   "a over b: 2.00x faster (medians, measured apart: no interval)"),
+        "only": ({"status": "only", "winner": "a"}, "a (the only eligible backend)"),
+        "tie": ({"status": "tie", "ties": ["a", "b"], "margin": tie},
+                "tie: a, b (ratio 1.04 [0.98, 1.07] inside [1/1.1, 1.1])"),
+        "tie-apart": ({"status": "tie", "ties": ["a", "b"], "margin": {"ratio": 0.95}},
+                      "tie: a, b (ratio 0.95 inside [1/1.1, 1.1])"),
+        "apart": ({"status": "undecided", "undecided_by": "measured apart", "ties": ["a", "b"],
+                   "margin": {"ratio": 0.8}, "command": "normbench bench y"},
+                  "undecided: measured apart (a vs b: medians 1.25x apart, no paired interval; a winner needs them "
+                  "timed head to head): normbench bench y"),
+        "apart-nocmd": ({"status": "undecided", "undecided_by": "measured apart", "ties": ["a", "b"],
+                         "margin": {"ratio": 0.8}},
+                        "undecided: measured apart (a vs b: medians 1.25x apart, no paired interval; a winner needs "
+                        "them timed head to head): "),
+        "undecided": ({"status": "undecided", "ties": ["a", "b"], "margin": {"ratio": 0.85, "ci": [0.7, 1.02]}},
+                      "undecided: a vs b (ratio 0.85 [0.70, 1.02] holds 1 and leaves the tie band: re-measure on a "
+                      "quieter machine)"),
+        "flagged": ({"status": "flagged", "reasons": ["a noisy", "b stale"], "command": "normbench bench z"},
+                    "no ranked record (a noisy; b stale): normbench bench z"),
+        "missing": ({"status": "missing", "command": "normbench bench w"}, "missing: normbench bench w"),
+    }
+    assert {k: best.headline(r) for k, (r, _w) in rows.items()} == {k: w for k, (_r, w) in rows.items()}
