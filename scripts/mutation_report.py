@@ -31,7 +31,6 @@ NOT_RUN = {
     "normbench/policy/recognise.py": "not run yet (its covering tests take ~30 s per run; scripts/mutation.sh)",
     "normbench/campaign.py": "not run yet (~20-30 min of a quiet 2-core machine per module; scripts/mutation.sh)",
     "normbench/results/counted.py": "not run yet (scripts/mutation.sh)",
-    "normbench/best/__init__.py": "not run yet (~20-30 min of a quiet 2-core machine per module; scripts/mutation.sh)",
     "normbench/best/command.py": "not run yet (scripts/mutation.sh)",
 }
 #: mutmut's exit codes (mutmut.stats.status_by_exit_code): a test run that failed killed the mutant.

@@ -16,6 +16,7 @@ def test_a_margin_reads_as_the_runner_ups_time_over_the_winners():
     assert best.speedup_text(None) == "" and best.speedup_text({}) == ""
     assert best.margin_text(PAIRED) == "1.25x faster [1.18, 1.33] (paired, n=21)"
     assert best.margin_text(APART) == "2.00x faster (medians, measured apart: no interval)"
+    assert best.margin_text(None) == "" and best.margin_text({}) == ""
 
 
 def test_a_row_is_described_with_every_slower_and_unranked_backend():
@@ -57,6 +58,7 @@ def test_each_backend_line_says_its_verdict_ratio_interval_and_clock():
     lines = {
         "winner": ({"backend": "a", "verdict": "winner", **t}, "a: winner (CPU 15 us)"),
         "only": ({"backend": "a", "verdict": "only"}, "a: the only ranked backend"),
+        "no-clock": ({"backend": "a", "verdict": "only", "time_s": 2e-3}, "a: the only ranked backend (CPU 2 ms)"),
         "tie": ({"backend": "a", "verdict": "tie", "flags": ["noisy"], **t},
                 "a: tie (the fastest of the tied) (CPU 15 us) [its own spread is wide: noisy]"),
         "undecided": ({"backend": "a", "verdict": "undecided"}, "a: undecided (the fastest median)"),
