@@ -30,8 +30,6 @@ NOT_RUN = {
     "normbench/measure/timers.py": "not run yet (~20-30 min of a quiet 2-core machine per module; scripts/mutation.sh)",
     "normbench/policy/recognise.py": "not run yet (its covering tests take ~30 s per run; scripts/mutation.sh)",
     "normbench/campaign.py": "not run yet (~20-30 min of a quiet 2-core machine per module; scripts/mutation.sh)",
-    "normbench/results/counted.py": "not run yet (scripts/mutation.sh)",
-    "normbench/best/command.py": "not run yet (scripts/mutation.sh)",
 }
 #: mutmut's exit codes (mutmut.stats.status_by_exit_code): a test run that failed killed the mutant.
 KILLED = {1, 3}

@@ -65,7 +65,7 @@ def test_the_context_is_refreshed_only_when_its_ceiling_is_old(monkeypatch):
 def test_a_disturbance_at_the_start_flags_only_the_groups_measured_before_the_recheck(monkeypatch, tmp_path):
     """The ceiling was unsteady when the run started and when its first group began, steady from the second on:
     only the first group's records are noisy (before, one unsteady ceiling flagged the whole run)."""
-    monkeypatch.setattr(noise, "machine_load", lambda own=0.0: {"load1": 0.0, "cores": 2,
+    monkeypatch.setattr(noise, "machine_load", lambda own=0.0, busy=None: {"load1": 0.0, "cores": 2,
                                                                "background_load_per_core": 0.0})
     monkeypatch.setattr(noise, "REL_IQR_LIMIT", float("inf"))
     monkeypatch.setattr(ceiling, "RECHECK_S", 0.0)
@@ -109,7 +109,7 @@ def test_a_ceiling_far_below_the_runs_best_flags_the_records_judged_by_it(monkey
 
 
 def test_records_carry_the_ceiling_drop(monkeypatch):
-    monkeypatch.setattr(noise, "machine_load", lambda own=0.0: {"load1": 0.0, "cores": 2,
+    monkeypatch.setattr(noise, "machine_load", lambda own=0.0, busy=None: {"load1": 0.0, "cores": 2,
                                                                "background_load_per_core": 0.0})
     monkeypatch.setattr(noise, "REL_IQR_LIMIT", float("inf"))
     case = planning.Case("dyt", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())

@@ -265,7 +265,7 @@ def test_a_full_sweep_fits_the_size_budget(tmp_path, monkeypatch):
     """Real core records, re-keyed to the size of a full GPU sweep (13,000 records, the issue's count): < 5 MB."""
     import random
 
-    monkeypatch.setattr(noise, "machine_load", lambda own=0.0: {"load1": 0.3, "cores": 16,
+    monkeypatch.setattr(noise, "machine_load", lambda own=0.0, busy=None: {"load1": 0.3, "cores": 16,
                                                                 "background_load_per_core": 0.02})
     ctx = group.Context(1e6, "device-to-device copy_ of 1024 MiB, CUDA events, median of 20; GB/s = 2·size/time",
                         results.provenance(command="normbench bench --device cuda", device="cpu"),

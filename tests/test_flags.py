@@ -74,7 +74,7 @@ def nan_norms(tmp_path, monkeypatch):
     monkeypatch.setitem(REGISTRY.specs, "nan_out", mod.NAN_OUT)
     monkeypatch.setitem(REGISTRY.specs, "nan_grad", mod.NAN_GRAD)
     # these tests are about non-finite values and ranking: a busy test machine must not add 'noisy' flags
-    monkeypatch.setattr(noise, "machine_load", lambda own=0.0: dict(QUIET))
+    monkeypatch.setattr(noise, "machine_load", lambda own=0.0, busy=None: dict(QUIET))
     monkeypatch.setattr(noise, "REL_IQR_LIMIT", float("inf"))
     yield
     sys.modules.pop("nb_nan_plugins", None)

@@ -240,7 +240,7 @@ def test_core_records_carry_impl_hash_and_flags(monkeypatch):
     from normbench.measure import noise
 
     # the machine running the tests may be busy; this test is about the hash, so the load reads quiet
-    monkeypatch.setattr(noise, "machine_load", lambda own=0.0: {"load1": 0.0, "cores": 2,
+    monkeypatch.setattr(noise, "machine_load", lambda own=0.0, busy=None: {"load1": 0.0, "cores": 2,
                                                                 "background_load_per_core": 0.0})
     monkeypatch.setattr(noise, "REL_IQR_LIMIT", float("inf"))
     cases = [planning.Case("dyt", "eager", TINY, "float32", "fwd", "cpu", "hot", torch.get_num_threads())]

@@ -152,8 +152,7 @@ def busy_warning(device: str, threads: int, busy=None) -> str | None:
     """A warning to print at the start of a run when the machine is already busy, else ``None``. A load average
     above the limit is confirmed by sampling the CPUs for half a second (:func:`busy_cores`): right after another
     run ends the load average still counts it for a minute while the cores are idle."""
-    # before the run starts, all of the load is someone else's
-    load = machine_load() if busy is None else machine_load(busy=busy)
+    load = machine_load(busy=busy)  # before the run starts, all of the load is someone else's
     bg = load["background_load_per_core"]
     if bg is None or bg <= LOAD_PER_CORE_LIMIT:
         return None
