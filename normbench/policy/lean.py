@@ -16,13 +16,14 @@ and warns where the original module runs.
 from __future__ import annotations
 
 import inspect
+import itertools
 import linecache
 import math
 import re
 
 import torch
 
-_COUNTER = [0]
+_COUNTER = itertools.count(1)   # a unique name per generated source
 
 
 def _arg_name(module) -> str | None:
@@ -109,8 +110,7 @@ def lean_forward(site):
         lines.append(f"{indent}return generic(x)")
     # the input under the original's own name (``hidden_states``, ``input``): a keyword call works as it did
     source = re.sub(r"\bx\b", arg, "\n".join(lines) + "\n")
-    _COUNTER[0] += 1
-    filename = f"<normbench policy site {site.label} #{_COUNTER[0]}>"
+    filename = f"<normbench policy site {site.label} #{next(_COUNTER)}>"
     linecache.cache.pop(site.__dict__.get("_lean_file"), None)   # this site's previous source (re-resolved)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     site.__dict__["_lean_file"] = filename
