@@ -237,10 +237,12 @@ ORPHANED_EXIT = 75
 
 
 def _first_interrupt_only(signum, frame) -> None:
-    """A worker's SIGINT handler: the first raises ``KeyboardInterrupt``, any later one is ignored."""
+    """A worker's SIGINT and SIGTERM handler: the first of either raises ``KeyboardInterrupt``, any later one is
+    ignored (the parent ends a worker that does not stop with SIGKILL, after its grace)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -271,6 +273,10 @@ def _worker_main(conn, env: dict, preload: tuple = ()) -> None:
         # passes the interruption on: it cannot know that the group's reached the worker), and a second
         # KeyboardInterrupt in the worker's exit (multiprocessing's _exit_function) printed a traceback.
         signal.signal(signal.SIGINT, _first_interrupt_only)
+        # SIGTERM (the group's: a CI runner's timeout, ``kill -- -PGID``; the parent's _kill) takes the same path: by
+        # default it ended the worker at once, leaving a file it was writing atomically as a ``.tmp`` (the check
+        # gate's cache, seen in the suites' interrupted lanes).
+        signal.signal(signal.SIGTERM, _first_interrupt_only)
         # Forked from a forkserver started with SIGINT blocked (forkserver.start): a Ctrl-C must reach a worker.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         # Whatever a norm prints belongs on stderr: stdout may be a --json document being written by the parent.

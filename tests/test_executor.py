@@ -227,3 +227,44 @@ def test_a_worker_interrupted_as_it_starts_ends_quietly(capfd):
     proc.join(60)
     err = capfd.readouterr().err
     assert proc.exitcode == 0 and "Traceback" not in err, err
+
+
+def write_atomically(path: str) -> None:
+    from normbench.records.store import atomic_write_text
+
+    atomic_write_text(path, "{}\n")
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_worker_signalled_mid_write_leaves_no_temporary_file(tmp_path, monkeypatch, signame):
+    """A worker stopped (the group's SIGTERM or Ctrl-C) while it writes a file atomically, its temporary file
+    written and not yet in place: it stops, and neither the temporary file nor a half-written target is left.
+    With SIGTERM's default action the worker died there and left ``.gate.json.<random>.tmp`` behind (CI, the
+    suites' interrupted lanes)."""
+    import signal
+    import threading
+
+    from normbench import processes
+
+    mark = tmp_path / "phase"
+    monkeypatch.setenv(processes.PHASE_ENV, "write")
+    monkeypatch.setenv(processes.PHASE_FILE_ENV, str(mark))
+    target = tmp_path / "out" / "gate.json"
+    ex = WorkerExecutor()
+    got = []
+    try:
+        t = threading.Thread(target=lambda: got.append(ex.submit(Task(write_atomically, (str(target),))).result()))
+        t.start()
+        deadline = time.monotonic() + 120
+        while not (mark.exists() and mark.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        name, pid = mark.read_text().split()
+        assert name == "write" and int(pid) != os.getpid()
+        assert [p.name for p in target.parent.iterdir() if p.name.endswith(".tmp")], "paused before its tmp file"
+        os.kill(int(pid), getattr(signal, signame))
+        t.join(30)
+        assert not t.is_alive()
+    finally:
+        ex.close()
+    assert not got[0].ok
+    assert sorted(p.name for p in target.parent.iterdir()) == []

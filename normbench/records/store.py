@@ -32,7 +32,7 @@ import gzip
 import json
 import os
 import re
-import tempfile
+import secrets
 import warnings
 import zlib
 from dataclasses import dataclass, field
@@ -257,8 +257,10 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers only ever see the old or the complete new content."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # Named before it is made, so that an interruption landing as it is created still finds it to remove.
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
