@@ -326,7 +326,7 @@ def _short(b: dict) -> str:
 
 
 def _command(model_arg: str, regime: str | None, norm: str, dtype: str, pass_: str, device: str, redo: bool) -> str:
-    parts = ["normbench", "bench", *model_arg.split(), "--norm", norm, "--dtype", dtype, "--pass", pass_,
+    parts = ["normbench", "bench", *shlex.split(model_arg), "--norm", norm, "--dtype", dtype, "--pass", pass_,
              "--device", device]
     if regime:
         parts += ["--regime", regime]
@@ -340,7 +340,8 @@ def answer(records: list[dict], targets: list[dict], *, hardware: str | None = N
     """One row per target x dtype x pass x hardware. ``targets``: dicts with site, regime, norm, layout, dims.
 
     Without ``hardware`` every hardware id with records of the targets' norms answers; without ``dtypes`` /
-    ``passes`` those the records at the targets' shapes hold (float32 and fwd where there are none)."""
+    ``passes`` those the records at the targets' shapes hold (float32 and fwd where there are none). ``model_arg``:
+    the question's own arguments as shell words (a path quoted), repeated in each row's command."""
     kernel = [r for r in records if r.get("kind") == "kernel"]
     norms = {t["norm"] for t in targets}
     pool = [r for r in kernel if r["norm"]["name"] in norms]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 
@@ -53,7 +54,9 @@ def _cmd_best(args) -> int:
         targets = [t for t in best.model_targets(model, args.regime, quick=args.quick)
                    if not args.norm or t["norm"] in args.norm]
         about = {"model": model.key, "shape": None}
-        model_arg = f"--model-config {args.model_config}" if args.model_config else f"--model {model.key}"
+        # shell words (``best._command`` splits them as a shell would): a path with a space stays one argument
+        model_arg = (f"--model-config {shlex.quote(args.model_config)}" if args.model_config
+                     else f"--model {shlex.quote(model.key)}")
     rows = best.answer(records, targets, hardware=args.device, dtypes=args.dtype, passes=args.passes,
                        model_arg=model_arg)
     if args.json:
