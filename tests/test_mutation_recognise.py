@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from normbench.policy.recognise import _eps_attr, find, probe_any
+from normbench.policy.recognise import _config_eps, _eps_attr, find, probe_any
 
 W = 64
 
@@ -142,3 +142,53 @@ def test_find_reports_each_recovered_module_with_its_width_and_form():
     assert left == []
     got = {f.path: (f.norm, f.offset, f.width, f.create) for f in found}
     assert got == {"q_norm": ("rmsnorm", True, W, {}), "out_norm": ("layernorm", False, W, {"bias": False})}
+
+
+def test_a_multimodal_configs_eps_is_read_from_its_text_config():
+    """Gemma 3's ``Gemma3Config`` keeps ``rms_norm_eps`` in its text config (``get_text_config()``); a config's own
+    ``rms_norm_eps`` comes first."""
+    tr = pytest.importorskip("transformers")
+    text = {"rms_norm_eps": 3e-6, "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "head_dim": 32, "intermediate_size": 64, "vocab_size": 128}
+    config = tr.Gemma3Config(text_config=text)
+    assert getattr(config, "rms_norm_eps", None) is None
+    got, why = probe_any(_HiddenRMSNorm(3e-6), config)
+    assert why == "" and got[2] == 3e-6   # exact: the text config's, not recovered
+
+    class Both:
+        rms_norm_eps = 1e-6
+
+        def get_text_config(self):
+            return config.get_text_config()
+
+    got, why = probe_any(_HiddenRMSNorm(1e-6), Both())
+    assert why == "" and got[2] == 1e-6
+    assert _config_eps(Both()) == 1e-6 and _config_eps(config) == 3e-6 and _config_eps(None) is None
+
+    class Neither:
+        def get_text_config(self):
+            return object()
+
+    assert _config_eps(Neither()) is None and _config_eps(object()) is None
+
+
+def test_a_recovered_eps_does_not_depend_on_the_global_random_state():
+    """The probe draws its rows from its own seeded generator: the same module is recognised with the same eps
+    whatever the caller's RNG did before (and the caller's RNG state is left as it was)."""
+    eps = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        state = torch.get_rng_state()
+        got, why = probe_any(_HiddenRMSNorm(1e-6), None)
+        assert why == "" and torch.equal(torch.get_rng_state(), state)
+        eps.append(got[2])
+    assert eps[0] == eps[1]
+
+
+def test_a_module_whose_recovered_eps_is_not_positive_is_refused_with_what_it_computes():
+    """A module computing x / sqrt(mean(x^2) - 1e-7): the eps the probe recovers is negative, so no RMSNorm form is
+    tried with it (a negative eps's square root made the probe fail instead of saying what differs)."""
+    got, why = probe_any(_HiddenRMSNorm(-1e-7, weight=False), None)
+    assert got is None
+    assert why.startswith("its output on the probe is none of RMSNorm or LayerNorm over the last dim (differs from ")
+    assert "rmsnorm" not in why
