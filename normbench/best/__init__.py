@@ -174,7 +174,7 @@ def decide(records: list[dict]) -> dict:
     for r in others:
         m = vs[r["id"]]
         if m["verdict"] == "faster":  # only when the pairings order the candidates in a cycle: no verdict stands
-            m = {**m, "verdict": "undecided"}
+            m = vs[r["id"]] = {**m, "verdict": "undecided"}   # (the runner-up is chosen from vs)
         named.append({"backend": r["config"]["backend"], "verdict": m["verdict"], "record": r["id"],
                       "flags": list(r.get("flags") or ()), "vs": ref["config"]["backend"], "ratio": m["ratio"],
                       "ci": m["ci"], "n": m["n"], "paired": m["paired"], **_times(r)})
