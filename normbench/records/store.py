@@ -257,8 +257,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers only ever see the old or the complete new content."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Named before it is made, so that an interruption landing as it is created still finds it to remove.
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"   # named before it is made: always removable
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         if hasattr(os, "fchmod"):
