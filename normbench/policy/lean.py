@@ -11,6 +11,14 @@ axis differ per site; it is kept on the function (``__source__``) and shown in t
 Every (dtype, pass) of the tables is written out, for an input of the rank the apply-time probe saw; anything else
 (another rank, a dtype or pass the policy has no answer for) goes to ``PolicyNorm.forward``, which handles every case
 and warns where the original module runs.
+
+The same body is also written out as the site's ``__call__`` (on a class of its own, a subclass of ``PolicyNorm``
+named ``PolicyNorm``): ``nn.Module.__call__`` costs two Python frames with ``*args``/``**kwargs`` and its checks, more
+than the dispatch itself. That ``__call__`` makes ``nn.Module._call_impl``'s own checks first, on one line (the
+module's and the global hooks, a compiled call from ``module.compile()``, ``torch.jit`` tracing), and where any
+holds it calls ``nn.Module.__call__``, which then runs the hooks around the lean ``forward``: with no hook a site's
+call costs less than a module call of its implementation would. Dynamo traces it as it traces any module's own
+``__call__``.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import math
 import re
 
 import torch
+from torch import nn
+from torch.nn.modules import module as nn_module
 
 _COUNTER = itertools.count(1)   # a unique name per generated source
 
@@ -36,7 +46,8 @@ def _arg_name(module) -> str | None:
     if len(params) != 1 or params[0].kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
         return None
     name = params[0].name
-    taken = name in {"generic", "grad_enabled", "P", "dt", "s", "sh", "y"} or re.fullmatch(r"[DIE]\d+", name)
+    taken = name in {"generic", "grad_enabled", "P", "dt", "s", "sh", "y", "self", "module_call", "tracing"} or \
+        re.fullmatch(r"[DIEH]\d+", name)
     return name if name.isidentifier() and not taken else None
 
 
@@ -46,8 +57,6 @@ def _direct(impl, original):
     own and none are registered globally (its hooks, where there are, keep it called as a module)."""
     if impl is not original:
         return impl
-    from torch.nn.modules import module as nn_module
-
     hooked = any(getattr(original, h) for h in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                                   "_backward_pre_hooks")) or any(
         getattr(nn_module, h) for h in ("_global_forward_hooks", "_global_forward_pre_hooks",
@@ -76,21 +85,27 @@ def _branch(lines: list, indent: str, entries, n, consts: dict, site, cast: bool
     lines.append(f"{indent}return generic(x)")
 
 
+#: ``nn.Module._call_impl``'s conditions for more than ``forward`` (hooks, a compiled call, jit tracing), on one line
+_GUARD = ("    if (self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks"
+          " or H0 or H1 or H2 or H3 or self._compiled_call_impl is not None or tracing()):"
+          " return module_call(self, x)")
+
+
 def lean_forward(site):
     """The lean ``forward`` of a resolved ``PolicyNorm`` (a plain function of the site's one input), or None where
-    the site has no tables to write out (a policy by exact shape, no probe, a forward taking other arguments)."""
+    the site has no tables to write out (a policy by exact shape, no probe, a forward taking other arguments). Its
+    ``__call__`` (the same body behind ``nn.Module``'s checks, a function of the site and its input) is kept on it as
+    ``__call__``."""
     tables = site.__dict__.get("_tables")
     arg = _arg_name(site.original)
     if not tables or site._ndim < 0 or arg is None:
         return None
     ndim, sax, bfirst, cast = site._ndim, site._sax, site._bfirst, site._cast
-    generic = type(site).forward.__get__(site)
-    consts: dict = {"generic": generic, "grad_enabled": torch.is_grad_enabled, "P": site._parameters}
+    consts = _consts(site)
     # autograd records when grad is enabled and the input or one of the site's parameters (read live) requires it
     params = "".join(f" or (P[{k!r}] is not None and P[{k!r}].requires_grad)" for k in site._parameters)
     # x.shape builds a torch.Size per read: read once
-    lines = ["def forward(x):",
-             "    sh = x.shape",
+    lines = ["    sh = x.shape",
              f"    if len(sh) != {ndim}: return generic(x)",
              "    dt = x.dtype",
              f"    if grad_enabled() and (x.requires_grad{params}):"]
@@ -108,15 +123,43 @@ def lean_forward(site):
             _branch(lines, indent + "        ", dec, "sh[0]" if bfirst else 1, consts, site, cast)
             _branch(lines, indent + "    ", pre, "s * sh[0]" if bfirst else "s", consts, site, cast)
         lines.append(f"{indent}return generic(x)")
+    return _emit(site, arg, consts, lines)
+
+
+def lean_pinned(site, impl):
+    """``apply_policy(..., pin=...)``'s ``forward``: ``impl`` called (its output cast to the input's dtype where the
+    original returns it so), written out as :func:`lean_forward`'s is (None: a forward taking other arguments)."""
+    arg = _arg_name(site.original)
+    if arg is None:
+        return None
+    consts = _consts(site)
+    consts["I0"] = impl
+    lines = ["    y = I0(x); return y if y.dtype is x.dtype else y.to(x.dtype)" if site._cast else "    return I0(x)"]
+    return _emit(site, arg, consts, lines)
+
+
+def _consts(site) -> dict:
+    return {"generic": type(site).forward.__get__(site), "grad_enabled": torch.is_grad_enabled,
+            "P": site._parameters, "module_call": nn.Module.__call__, "tracing": torch._C._get_tracing_state,
+            "H0": nn_module._global_forward_hooks, "H1": nn_module._global_forward_pre_hooks,
+            "H2": nn_module._global_backward_hooks, "H3": nn_module._global_backward_pre_hooks}
+
+
+def _emit(site, arg: str, consts: dict, lines: list):
+    """``forward(x)`` and ``__call__(self, x)`` (the same body behind :data:`_GUARD`) compiled from ``lines``."""
+    body = "\n".join(lines) + "\n"
+    text = "def forward(x):\n" + body + "\n\ndef __call__(self, x):\n" + _GUARD + "\n" + body
     # the input under the original's own name (``hidden_states``, ``input``): a keyword call works as it did
-    source = re.sub(r"\bx\b", arg, "\n".join(lines) + "\n")
+    source = re.sub(r"\bx\b", arg, text)
     filename = f"<normbench policy site {site.label} #{next(_COUNTER)}>"
     linecache.cache.pop(site.__dict__.get("_lean_file"), None)   # this site's previous source (re-resolved)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     site.__dict__["_lean_file"] = filename
     scope: dict = {}
     exec(compile(source, filename, "exec"), dict(consts), scope)
-    fn = scope["forward"]
-    fn.__source__ = source
+    fn, call = scope["forward"], scope["__call__"]
+    fn.__source__ = call.__source__ = source
     fn.__qualname__ = f"PolicyNorm[{site.label}].forward"
+    call.__qualname__ = f"PolicyNorm[{site.label}].__call__"
+    fn.__call_fn__ = call
     return fn
