@@ -11,7 +11,11 @@ computes it once). Each case is timed with ``timeit`` in ``--rounds`` interleave
 synthetic: made through ``best``'s real schema from records in which the named backend wins (this script measures the
 dispatch, not which backend is faster).
 
-    python scripts/policy_host.py [--rounds 9] [--number 2000] [--json out.json]
+``--null``: the faster backend (and its bare call) returns its input, computing nothing: what is left of each
+"fast" case is the host time of the call path alone (module call, dispatch), where a 4096-wide norm's own time and
+its noise would hide a fraction of a microsecond.
+
+    python scripts/policy_host.py [--rounds 9] [--number 2000] [--null] [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,6 +44,7 @@ from normbench.discovery import REGISTRY
 from normbench.registry import Backend, adopt_state
 
 BEFORE = "6a1db4f"
+NULL = False   # --null: the faster backend computes nothing
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -52,7 +58,13 @@ class Fast(nn.Module):
         self.__dict__["eps"] = float(eager.eps if eps is None else eps)
 
     def forward(self, x):
+        if NULL:
+            return x
         return F.rms_norm(x, self.shape, self._parameters["weight"], self.eps)
+
+
+def _null_bare(x):
+    return x
 
 
 def _before_module():
@@ -145,6 +157,8 @@ def cases(tr, before):
                 if fam == "gemma3":
                     scale = (1.0 + orig.weight.float()).detach()
                     bare = (lambda s, e, w: (lambda x: F.rms_norm(x, (w,), s, e)))(scale, 1e-6, width)
+                    if NULL:
+                        bare = _null_bare
                     out.append((f"{fam} {site} {dt}", "fast bare (cached 1 + w)", bare, x))
                 else:
                     out.append((f"{fam} {site} {dt}", "fast bare", fast, x))
@@ -180,7 +194,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--number", type=int, default=2000)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--null", action="store_true", help="the faster backend returns its input (host time alone)")
     args = ap.parse_args(argv)
+    global NULL
+    NULL = args.null
     torch.set_num_threads(1)
     tr = import_transformers()
     spec = REGISTRY.get("rmsnorm")
@@ -215,7 +232,8 @@ def main(argv=None) -> int:
         print(f"  {row['what']:<36} {row['us_per_call']:7.2f} µs")
     if args.json:
         tmp = args.json.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"rounds": args.rounds, "number": args.number, "threads": 1, "rows": rows},
+        tmp.write_text(json.dumps({"rounds": args.rounds, "number": args.number, "threads": 1, "null": args.null,
+                                   "load1": os.getloadavg()[0], "rows": rows},
                                   indent=1))
         tmp.replace(args.json)
     return 0

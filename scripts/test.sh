@@ -16,5 +16,6 @@ fi
 # Tests run in parallel processes (pytest-xdist), one per core up to 4 (NORMBENCH_TEST_WORKERS overrides; 0 runs them in
 # this process): most of the suite's time is subprocesses (ASV, bench, Ray, torchrun, Chromium) that leave a core idle.
 # worksteal hands the long tests out first and rebalances; no test asserts a timing, so sharing the cores is safe.
+# --durations=25: the long poles named at the end of every run (the suite's wall-time budget, issue #52).
 workers=${NORMBENCH_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}
-exec .venv/bin/python -m pytest -q -rs -p no:randomly -n "$workers" --dist worksteal "$@"
+exec .venv/bin/python -m pytest -q -rs -p no:randomly -n "$workers" --dist worksteal --durations=25 "$@"

@@ -203,6 +203,11 @@ class _CachedOffset(_OffsetCall):
                 m._parameters[k] = scale
         return self.module.forward(*args, **kwargs)
 
+    def inline_forward(self):
+        """The backend's ``forward`` for policy/lean.py to call after its own version check (None: run this module, as
+        a shared compiled module's slots are pointed per call and a pinned site's scale follows autograd)."""
+        return None if self.point or type(self) is not _CachedOffset else self.module.forward
+
 
 class _PinnedOffset(_CachedOffset):
     """Gemma's ``1 + weight`` for a pinned site: the cached scale without autograd, the per-call scale (so the
@@ -288,8 +293,7 @@ class PolicyNorm(nn.Module):
             pinned.train(mode)
         return self
 
-    def __setstate__(self, state):
-        # a copy (copy.deepcopy) resolves again: its implementations and lean call hold its own parameters
+    def __setstate__(self, state):   # a copy (copy.deepcopy) resolves again: its implementations hold its parameters
         super().__setstate__(state)
         if "_tables" in state:
             self._resolve()

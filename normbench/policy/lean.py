@@ -46,8 +46,8 @@ def _arg_name(module) -> str | None:
     if len(params) != 1 or params[0].kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
         return None
     name = params[0].name
-    taken = name in {"generic", "grad_enabled", "P", "dt", "s", "sh", "y", "self", "module_call", "tracing"} or \
-        re.fullmatch(r"[DIEH]\d+", name)
+    taken = name in {"generic", "grad_enabled", "P", "dt", "s", "sh", "y", "self", "module_call", "tracing", "S",
+                     "compiling"} or re.fullmatch(r"[DIEHM]\d+", name)
     return name if name.isidentifier() and not taken else None
 
 
@@ -66,23 +66,44 @@ def _direct(impl, original):
 
 def _branch(lines: list, indent: str, entries, n, consts: dict, site, cast: bool) -> None:
     """``if n <= limit: return impl(x)`` per boundary (``n`` an expression; an int known when the site resolves
-    picks its entry there), the last (unbounded) entry without a comparison."""
+    picks its entry there), the last (unbounded) entry without a comparison. Gemma's cached ``1 + weight``
+    (``_CachedOffset``) is written out in place: outside a compiled graph, the weight's version compared with the
+    scale's and the backend's ``forward`` called; inside one, the ``_CachedOffset`` (its per-call scale)."""
     for lim, impl, why in entries:
         if isinstance(n, int) and n > lim:
             continue
+        scaled = None
         if why is not None:   # the original module runs, and says why once (PolicyNorm._eager)
             name = f"E{len(consts)}"
             consts[name] = (lambda w: (lambda x: site._eager(w, (x,), {})))(why)
         else:
             name = f"I{len(consts)}"
             consts[name] = _direct(impl, site.original)
-        call = f"{name}(x)"
-        ret = f"y = {call}; return y if y.dtype is dt else y.to(dt)" if cast and why is None else f"return {call}"
-        if lim == math.inf or isinstance(n, int):
+            inline = getattr(getattr(impl, "__self__", None), "inline_forward", None)
+            scaled = inline() if inline is not None else None
+        ret = _ret(f"{name}(x)", cast and why is None)
+        last = lim == math.inf or isinstance(n, int)
+        if scaled is not None:
+            at = indent if last else indent + "    "
+            if not last:
+                lines.append(f"{indent}if {n} <= {int(lim)}:")
+            fwd = f"M{len(consts)}"
+            consts[fwd] = scaled
+            consts["S"], consts["compiling"] = site, torch.compiler.is_compiling
+            lines += [f"{at}if compiling(): {ret}",
+                      f"{at}if P['weight']._version != S._scale_ver: S._refresh_scales()",
+                      f"{at}{_ret(fwd + '(x)', cast)}"]
+        elif not last:
+            lines.append(f"{indent}if {n} <= {int(lim)}: {ret}")
+        else:
             lines.append(f"{indent}{ret}")
+        if last:
             return
-        lines.append(f"{indent}if {n} <= {int(lim)}: {ret}")
     lines.append(f"{indent}return generic(x)")
+
+
+def _ret(call: str, cast: bool) -> str:
+    return f"y = {call}; return y if y.dtype is dt else y.to(dt)" if cast else f"return {call}"
 
 
 #: ``nn.Module._call_impl``'s conditions for more than ``forward`` (hooks, a compiled call, jit tracing), on one line
