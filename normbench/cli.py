@@ -138,9 +138,18 @@ def _parse_and_run(argv: list[str] | None) -> int:
     return _run(args)
 
 
+#: commands whose records carry provenance's git commit: read when the command starts (it is cached per process), so a
+#: commit made while they run is not what their records name
+RECORDING = frozenset({"bench", "train", "sweep", "campaign", "ingest-asv"})
+
+
 def _run(args) -> int:
     from normbench.processes import WorkerDied
 
+    if getattr(args, "command", None) in RECORDING:
+        from normbench.records.provenance import git_commit
+
+        git_commit()
     try:
         if getattr(args, "json", False):
             from normbench._stdout import machine_readable

@@ -357,6 +357,49 @@ def test_git_dirty_ignores_results_but_not_code(tmp_path, monkeypatch):
         prov.git_commit.cache_clear()
 
 
+@pytest.mark.parametrize("command", ["bench", "best"])
+def test_a_measuring_command_names_the_commit_it_started_from(tmp_path, monkeypatch, command):
+    """A commit made while ``bench`` runs (its first records not yet written) is not what its records name: the
+    commit is read when a measuring command starts. A reading command (``best``) does not run git at all."""
+    import importlib
+    import subprocess
+
+    from normbench import cli
+
+    prov = importlib.import_module("normbench.records.provenance")
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "start")
+    start = git("rev-parse", "HEAD")
+    monkeypatch.setattr(prov, "_REPO", tmp_path)
+    monkeypatch.delenv(prov.GIT_COMMIT_ENV, raising=False)
+    prov.git_commit.cache_clear()
+    args = cli.build_parser().parse_args([command] + (["--norm", "rmsnorm"] if command == "bench" else []))
+    named = []
+
+    def run(_args):   # the command's work: a commit lands before its first record is written
+        (tmp_path / "code.py").write_text("x = 2\n")
+        git("commit", "-qam", "during the run")
+        named.append(prov.provenance(device="cpu")["git_commit"])
+        return 0
+
+    args.func = run
+    try:
+        assert cli._run(args) == 0
+        if command == "bench":
+            assert named == [start] and git("rev-parse", "HEAD") != start
+        else:
+            assert named == [git("rev-parse", "HEAD")]
+    finally:
+        prov.git_commit.cache_clear()
+
+
 def _edge_cases():
     """Records on which jsonschema and jsonschema-rs could differ (JSON Schema's 1.0-is-an-integer, Python objects JSON
     has not, Python's and Rust's regular expressions), each a variant of a valid record."""
