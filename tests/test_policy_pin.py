@@ -152,3 +152,28 @@ def test_fullgraph_compile_of_a_pinned_model():
     ids = torch.randint(0, 64, (1, 1))
     with torch.no_grad():
         assert _close(model(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)
+
+
+def test_gemma_pinned_traces_whole_and_follows_the_weight_compiled():
+    """Gemma pinned (its ``1 + weight`` written out in the site's call): ``torch.compile(fullgraph=True)`` traces it
+    whole, the compiled model equals the original, and after the weights change (in place, as an optimizer does) the
+    compiled model follows them: inside a graph the scale is computed per call, not read from the eager cache."""
+    model, config = tiny("gemma3")
+    model.eval()
+    ref = copy.deepcopy(model)
+    decode = next(r for r in _pol_regimes(config) if r.startswith("decode"))
+    apply_policy(model, split_policy(config), pin=decode)
+    assert {s.pinned["backend"] for s in _sites(model).values()} == {"a"}
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    ids = torch.randint(0, 64, (1, 1))
+    try:
+        with torch.no_grad():
+            assert _close(compiled(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)
+            for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+                if "norm" in n:
+                    p.add_(0.5), q.add_(0.5)
+            assert _close(compiled(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)
+            assert _close(model(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)
+    finally:
+        torch._dynamo.reset()

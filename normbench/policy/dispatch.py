@@ -204,9 +204,9 @@ class _CachedOffset(_OffsetCall):
         return self.module.forward(*args, **kwargs)
 
     def inline_forward(self):
-        """The backend's ``forward`` for policy/lean.py to call after its own version check (None: run this module, as
-        a shared compiled module's slots are pointed per call and a pinned site's scale follows autograd)."""
-        return None if self.point or type(self) is not _CachedOffset else self.module.forward
+        """The backend's ``forward`` for policy/lean.py to call after its own checks (version; a pinned site's autograd
+        state) where it writes this call out; None: run this module (a shared compiled module's slots are per call)."""
+        return None if self.point else self.module.forward
 
 
 class _PinnedOffset(_CachedOffset):

@@ -155,8 +155,20 @@ def lean_pinned(site, impl):
         return None
     consts = _consts(site)
     consts["I0"] = impl
-    lines = ["    y = I0(x); return y if y.dtype is x.dtype else y.to(x.dtype)" if site._cast else "    return I0(x)"]
-    return _emit(site, arg, consts, lines)
+
+    def ret(call):
+        return f"y = {call}; return y if y.dtype is x.dtype else y.to(x.dtype)" if site._cast else f"return {call}"
+
+    inline = getattr(getattr(impl, "__self__", None), "inline_forward", None)
+    scaled = inline() if inline is not None else None
+    if scaled is None:
+        return _emit(site, arg, consts, [f"    {ret('I0(x)')}"])
+    # Gemma's 1 + weight (_PinnedOffset): per call while autograd records or in a graph, else cached and checked
+    consts["M0"], consts["S"], consts["compiling"] = scaled, site, torch.compiler.is_compiling
+    return _emit(site, arg, consts, [
+        f"    if (grad_enabled() and P['weight'].requires_grad) or compiling(): {ret('I0(x)')}",
+        "    if P['weight']._version != S._scale_ver: S._refresh_scales()",
+        f"    {ret('M0(x)')}"])
 
 
 def _consts(site) -> dict:
