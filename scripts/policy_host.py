@@ -3,8 +3,9 @@ called bare (issue #49's table): a benchmark, never a test (tests/test_policy_se
 
 Decode calls (1 x 1 x 4096, no_grad unless marked ``grad``) of the final norm of Llama, Qwen3 and Gemma 3, and of
 Gemma 3's q_norm ((1, heads, 1, 128): the sequence axis is 2), in float32 and bfloat16, on the CPU, 1 thread. "fast"
-is a backend module calling ``F.rms_norm`` on the same Parameter (Gemma: on ``1 + weight``, cached: its bare case
-computes it once). Each case is timed with ``timeit`` in ``--rounds`` interleaved rounds of ``--number`` calls
+is a backend module calling ``F.rms_norm`` on the same Parameter (Gemma: on ``1 + weight``, cached: its bare cases
+compute it once, and call ``F.rms_norm`` from a plain function, as the issue's table did, and the backend module).
+Each case is timed with ``timeit`` in ``--rounds`` interleaved rounds of ``--number`` calls
 (the order rotated each round); the median per call is reported. "pinned" is ``apply_policy(..., pin="decode-1")``
 (chosen once, no per-call dispatch). "before" is ``normbench.policy`` as of main at
 6a1db4f (read from git), "after" this checkout's. The check gate is stubbed (as in the issue) and the policies are
@@ -160,6 +161,9 @@ def cases(tr, before):
                     if NULL:
                         bare = _null_bare
                     out.append((f"{fam} {site} {dt}", "fast bare (cached 1 + w)", bare, x))
+                    module = Fast(orig, eps=1e-6)   # the backend module on the cached scale, called as a module
+                    module._parameters["weight"] = scale
+                    out.append((f"{fam} {site} {dt}", "fast bare module (cached 1 + w)", module, x))
                 else:
                     out.append((f"{fam} {site} {dt}", "fast bare", fast, x))
                 for label, mod in (("before", before), ("after", after)):
