@@ -262,7 +262,8 @@ def test_a_site_call_is_one_python_frame_and_keeps_every_hook(split):
     """A decode call of a site is one Python frame before its implementation (the site's lean ``__call__``; a call
     through nn.Module.__call__ would add its two and the lean ``forward``). Each of nn.Module.__call__'s reasons to do
     more still gets it: a forward pre-hook (which changes the input), a forward hook, a global forward hook and a full
-    backward hook each run, and the output is what the hook asks for."""
+    backward hook each run, and the output is what the hook asks for; a ``forward`` set on the site from outside
+    (accelerate's ``add_hook_to_module``) is what a call runs."""
     model, config = tiny("llama")
     apply_policy(model, split_policy(config))
     site = model.model.norm
@@ -298,6 +299,10 @@ def test_a_site_call_is_one_python_frame_and_keeps_every_hook(split):
     assert ran == ["bwd"] and xg.grad is not None
     with torch.no_grad():   # every hook gone: one frame again
         assert _frames_to(site, x, _Same.forward.__code__) == ["__call__"]
+    inner, called = site.forward, []
+    site.forward = lambda h: called.append(1) or inner(h)   # a forward set from outside, as accelerate's hooks do
+    with torch.no_grad():
+        assert _close(site(x), plain) and called == [1], "the forward set on the site was not called"
 
 
 def test_a_deep_copy_computes_with_its_own_parameters(split):

@@ -146,10 +146,7 @@ class _StepAside(nn.Module):
 
     def __init__(self, compiled: nn.Module, inner: nn.Module, slots: dict, owner: nn.Module | None):
         super().__init__()
-        object.__setattr__(self, "compiled", compiled)
-        object.__setattr__(self, "inner", inner)
-        object.__setattr__(self, "slots", slots)
-        object.__setattr__(self, "owner", owner)
+        self.__dict__.update(compiled=compiled, inner=inner, slots=slots, owner=owner)   # not registered children
 
     def forward(self, *args, **kwargs):
         owner = self.owner
@@ -306,6 +303,8 @@ class PolicyNorm(nn.Module):
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
+        if name == "forward" and type(self) is not PolicyNorm:   # set from outside (accelerate's hooks): called
+            object.__setattr__(self, "__class__", PolicyNorm)
         if isinstance(value, (nn.Parameter, torch.Tensor)) and not self.__dict__.get("_resolving", True):
             self._resync()
 
@@ -475,8 +474,7 @@ class PolicyNorm(nn.Module):
             d["forward"] = _casting(impl) if self._cast else impl
 
     def _install(self, fn) -> bool:
-        """``fn`` (policy/lean.py) as this module's ``forward`` and its ``__call__`` on a class of this module's own
-        (a subclass of PolicyNorm, so named): a call skips nn.Module.__call__'s frames where no hook asks for them."""
+        """``fn`` (policy/lean.py) as ``forward``, its ``__call__`` on this module's own subclass of PolicyNorm."""
         if fn is None:
             return False
         self.__dict__["forward"] = fn
