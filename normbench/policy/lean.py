@@ -114,9 +114,9 @@ _GUARD = ("    if (self._forward_hooks or self._forward_pre_hooks or self._backw
 
 def lean_forward(site):
     """The lean ``forward`` of a resolved ``PolicyNorm`` (a plain function of the site's one input), or None where
-    the site has no tables to write out (a policy by exact shape, no probe, a forward taking other arguments). Its
-    ``__call__`` (the same body behind ``nn.Module``'s checks, a function of the site and its input) is kept on it as
-    ``__call__``."""
+    the site has no tables to write out (a policy by exact shape, no probe, a forward taking other arguments). The
+    site's ``__call__`` (the same body behind ``nn.Module``'s checks, a function of the site and its input) is kept on
+    it as ``__call_fn__``."""
     tables = site.__dict__.get("_tables")
     arg = _arg_name(site.original)
     if not tables or site._ndim < 0 or arg is None:
