@@ -12,9 +12,10 @@ Each case is timed with ``timeit`` in ``--rounds`` interleaved rounds of ``--num
 synthetic: made through ``best``'s real schema from records in which the named backend wins (this script measures the
 dispatch, not which backend is faster).
 
-``--null``: the faster backend (and its bare call) returns its input, computing nothing: what is left of each
-"fast" case is the host time of the call path alone (module call, dispatch), where a 4096-wide norm's own time and
-its noise would hide a fraction of a microsecond.
+``--null``: the faster backend (and its bare call) returns its input, computing nothing, and so does the original
+module once the policies are applied (the probe saw it compute its norm): what is left of each case is the host time
+of the call path alone (module call, dispatch), where a 4096-wide norm's own time and its noise would hide a fraction
+of a microsecond.
 
     python scripts/policy_host.py [--rounds 9] [--number 2000] [--null] [--json out.json]
 """
@@ -132,11 +133,14 @@ FAMILIES = {
 def cases(tr, before):
     """(label, callable, input) per case of the issue's table, both dtypes."""
     hw = after._hardware_id(torch.device("cpu"))
-    out = []
+    out, nulled, resolved = [], [], []
     for fam, (conf_name, cls_name, modname) in FAMILIES.items():
         config = getattr(tr, conf_name)(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                                         num_hidden_layers=1, vocab_size=64, intermediate_size=64)
         cls = getattr(importlib.import_module(f"transformers.models.{fam}.{modname}"), cls_name)
+        if NULL:   # computes as the original until the sites are resolved, then returns its input (below)
+            cls = type(cls_name, (cls,), {})
+            nulled.append(cls)
         heads = config.num_attention_heads
         where = [("norm", 4096, lambda b, s: (b, s, 4096), (1, 1, 4096))]
         if fam == "gemma3":
@@ -177,6 +181,7 @@ def cases(tr, before):
                         with torch.no_grad():
                             m(x)   # (before: its first call decides and memoises)
                         out.append((f"{fam} {site} {dt}", f"{label}: PolicyNorm {what}", m, x))
+                        resolved.append(m)
                         if dtype == torch.float32 and fam == "llama":
                             out.append((f"{fam} {site} {dt} grad", f"{label}: PolicyNorm {what}", m, x))
                     if label == "after":   # chosen once (apply_policy(..., pin=...)): no per-call dispatch
@@ -190,7 +195,16 @@ def cases(tr, before):
                 if dtype == torch.float32 and fam == "llama":
                     out.append((f"{fam} {site} {dt} grad", "original", orig, x))
                     out.append((f"{fam} {site} {dt} grad", "fast bare", fast, x))
+    for c in nulled:   # --null: the original returns its input too (after the probe confirmed what it computed)
+        c.forward = _null_forward
+    for m in resolved if nulled else ():
+        if hasattr(m, "_resolve"):
+            m._resolve()   # (after: its lean call holds the original's forward as it was when resolved)
     return out
+
+
+def _null_forward(self, hidden_states):
+    return hidden_states
 
 
 def main(argv=None) -> int:
