@@ -3,8 +3,8 @@ a partner, tie, undecided by interval, measured apart, a cycle of pairings), and
 pairing read from the partner's side, the reference a pairing outranks medians for, the error tolerance). The
 records are a committed record (results/kernel/cpu-amd-epyc-2c) with its backend, time (and what is derived from
 it), flags with their reasons and pairings in the writer's form set per case, each passing the schema as a written
-record does: no measurement gives a chosen cycle of pairings on demand. Expected answers are written out by hand from the rules in the
-docstrings (TIE_FACTOR 1.1: a paired interval inside [1/1.1, 1.1] is a tie)."""
+record does: no measurement gives a chosen cycle of pairings on demand. Expected answers are written out by hand
+from the rules in the docstrings (TIE_FACTOR 1.1: a paired interval inside [1/1.1, 1.1] is a tie)."""
 
 from __future__ import annotations
 
