@@ -420,3 +420,197 @@ def test_interleaved_time_passes_everything_to_the_timer(fake_seam):
 
 def test_spin_cycles_round_up():
     assert spin_cycles(1.5e-9, 1e9) == math.ceil(1.5) == 2
+
+
+def test_the_warm_up_runs_the_settings_count_of_timed_units_and_at_least_one():
+    """Calls of ``fn`` in all, for warm-ups of 0 to 3 (the rest of the timing the same on a fresh fake each time):
+    one warm-up unit for 0 and 1, then one more per warm-up."""
+    calls = []
+    for warmup in range(4):
+        gpu, n = FakeGPU(), _Counter()
+        work = gpu.call(host_s=5 * US, gpu_s=20 * US)
+
+        def fn(work=work, n=n):
+            n()
+            work()
+
+        cuda_timing(fn, TimerSettings(warmup=warmup, min_reps=8, max_reps=8, min_time=0.0), "cuda", cold=False,
+                    ops=gpu)
+        calls.append(n.n)
+    assert [b - a for a, b in zip(calls, calls[1:])] == [0, 1, 1]
+
+
+def test_the_host_bound_reason_names_the_limit_in_force(monkeypatch):
+    monkeypatch.setattr(timers, "HOST_SHARE_LIMIT", 0.75)
+    assert "at least 75% of the 20.0 µs" in host_bound_reason([20 * US], [15 * US], None)
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """Each KeepAhead made: the host time per unit it first plans for, and the units of every respin."""
+    seen = {"per_unit_s": [], "respins": []}
+
+    class Spy(KeepAhead):
+        def __init__(self, ops, per_unit_s=timers.MIN_HOST_S, clock=None):
+            seen["per_unit_s"].append(per_unit_s)
+            super().__init__(ops, per_unit_s, clock)
+
+        def respin(self, units, factor=timers.SPIN_FACTOR):
+            seen["respins"].append(units)
+            return super().respin(units, factor)
+
+    monkeypatch.setattr(timers, "KeepAhead", Spy)
+    return seen
+
+
+def test_the_first_spin_plans_for_one_warm_up_units_host_time(planned):
+    """200 µs of host time per call: the warm-up's last unit (its call, two event records, a launch) took a little
+    more, and that, not the time since the timing began, is what the first batch's spin is planned on."""
+    gpu = FakeGPU()
+    cuda_timing(gpu.call(host_s=200 * US, gpu_s=20 * US), TimerSettings(warmup=3, min_reps=8, max_reps=8,
+                min_time=0.0), "cuda", cold=False, ops=gpu)
+    [first] = planned["per_unit_s"]
+    assert 200 * US <= first <= 250 * US
+
+
+# --- the stop rule -------------------------------------------------------------------------------------------------
+
+def test_done_at_each_limit_included():
+    s = TimerSettings(min_reps=5, max_reps=10, min_time=1.0, max_time=4.0)
+    assert s.done(10, 0.0) and not s.done(9, 0.0)          # max_reps
+    assert s.done(5, 1.0) and not s.done(4, 1.0) and not s.done(5, 0.99)   # min_reps and min_time together
+    assert s.done(3, 4.0) and not s.done(2, 4.0) and not s.done(3, 3.99)   # a slow call: 3 reps of max_time
+
+
+class _FakeTime:
+    """``time`` for the CPU timers: ``perf_counter`` reads a clock that only ``fn`` moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_the_cpu_timer_accumulates_the_calls_time(monkeypatch):
+    clock = _FakeTime()
+    monkeypatch.setattr(timers, "time", clock)
+
+    def fn():
+        clock.now += 0.25
+
+    # 0.25 s per call, min_time 1 s: 4 calls, not max_reps
+    assert timers.cpu_time(fn, TimerSettings(warmup=0, min_reps=1, max_reps=100, min_time=1.0)) == [0.25] * 4
+
+
+# --- interleaved timing ----------------------------------------------------------------------------------------------
+
+def _orders(seed, rounds, keys):
+    rng, out = random.Random(seed), []
+    for _ in range(rounds):
+        o = list(keys)
+        rng.shuffle(o)
+        out.append(o)
+    return out
+
+
+def test_interleaved_on_the_cpu_warms_up_as_asked_and_runs_each_pre(monkeypatch):
+    clock = _FakeTime()
+    monkeypatch.setattr(timers, "time", clock)
+    calls = {"a": 0, "b": 0, "pre": 0}
+
+    def work(k, s):
+        def fn():
+            calls[k] += 1
+            clock.now += s
+        return fn
+
+    def pre():
+        calls["pre"] += 1
+
+    s = TimerSettings(warmup=0, min_reps=1000, max_reps=1000, min_time=0.0, max_time=0.0)
+    order: list = []
+    t = timers.interleaved_timing({"a": work("a", 0.5), "b": work("b", 0.25)}, s, {"a": pre}, order_log=order)
+    assert t.samples == {"a": [0.5] * 3, "b": [0.25] * 3}                 # slow_rounds 3 by default
+    assert calls == {"a": 3, "b": 3, "pre": 3}                            # no warm-up: warmup 0
+    assert order == _orders(0, 3, "ab")                                   # seed 0 by default
+    assert t.host_s == {} and t.keep_ahead is None and t.failed_by_key is None
+    assert t.clock is None and t.low_clock() is None and t.l2_flush is None
+    t = timers.interleaved_timing({"a": work("a", 0.5)}, TimerSettings(warmup=2, min_reps=2, max_reps=2,
+                                  min_time=0.0), {"a": pre})
+    assert calls["a"] == 3 + 2 + 2 and calls["pre"] == 3 + 2 + 2
+
+
+def test_cold_interleaved_timing_on_the_cpu_is_refused():
+    with pytest.raises(ValueError, match=r"^cold timing \(L2 flushed before each call\) needs CUDA; CPU timing is "
+                                         r"hot$"):
+        timers.interleaved_timing({"a": lambda: None}, TimerSettings(), cold=True)
+
+
+def test_interleaved_on_cuda_flushes_runs_pre_and_logs_its_seeded_order(fake_seam):
+    gpu = fake_seam
+    pre = _Counter()
+    fns = {"a": gpu.call(host_s=5 * US, gpu_s=30 * US), "b": gpu.call(host_s=5 * US, gpu_s=10 * US)}
+    order: list = []
+    s = TimerSettings(warmup=1, min_reps=6, max_reps=6, min_time=0.0, flush="rw")
+    t = timers.interleaved_timing(fns, s, {"a": pre}, "cuda", seed=5, order_log=order, cold=True)
+    assert order == _orders(5, 6, "ab") and gpu.kinds == ["rw"] and t.l2_flush == "rw"
+    assert gpu.flushes >= 2 * 6 and pre.n >= 6
+    assert _exact(t.samples["a"], 30 * US) and _exact(t.samples["b"], 10 * US)
+    assert t.failed_by_key == {"a": 0, "b": 0}
+
+
+def test_interleaved_on_cuda_warms_up_at_least_one_round():
+    calls = []
+    for warmup in range(4):
+        gpu, n = FakeGPU(), _Counter()
+        work = gpu.call(host_s=5 * US, gpu_s=20 * US)
+
+        def fn(work=work, n=n):
+            n()
+            work()
+
+        timers.interleaved_timing({"a": fn}, TimerSettings(warmup=warmup, min_reps=4, max_reps=4, min_time=0.0),
+                                  ops=gpu)
+        calls.append(n.n)
+    assert [b - a for a, b in zip(calls, calls[1:])] == [0, 1, 1]
+
+
+def test_interleaved_plans_its_first_spin_on_a_warm_up_round(planned):
+    gpu = FakeGPU()
+    fns = {"a": gpu.call(host_s=200 * US, gpu_s=20 * US), "b": gpu.call(host_s=200 * US, gpu_s=20 * US)}
+    timers.interleaved_timing(fns, TimerSettings(warmup=3, min_reps=4, max_reps=4, min_time=0.0), ops=gpu)
+    [first] = planned["per_unit_s"]
+    assert 400 * US <= first <= 500 * US      # one round: two calls of 200 µs, their events and launches
+
+
+def test_a_key_that_drains_the_queue_gets_the_calls_after_it_a_spin_for_what_is_left(planned):
+    """``a`` waits for the GPU in every call: the calls after it in a round get a fresh spin sized for the share of
+    the round left (none when ``a`` is last); each round fails and is retried once, with the same order."""
+    gpu = FakeGPU()
+    fns = {"a": gpu.call(host_s=20 * US, gpu_s=10 * US, waits=True), "b": gpu.call(host_s=5 * US, gpu_s=10 * US),
+           "c": gpu.call(host_s=5 * US, gpu_s=10 * US)}
+    order: list = []
+    t = timers.interleaved_timing(fns, TimerSettings(warmup=1, min_reps=8, max_reps=8, min_time=0.0), ops=gpu,
+                                  seed=3, order_log=order)
+    want = []
+    for o in order:
+        i = o.index("a")
+        if i + 1 < 3:
+            want += [(3 - i - 1) / 3] * 2            # the attempt and its retry
+    assert planned["respins"] == want and want        # some round had ``a`` before another key
+    assert t.failed_by_key["a"] == 8 and t.failed_by_key["b"] == t.failed_by_key["c"] == 0
+
+
+def test_an_interleaved_keys_host_info_is_its_own():
+    ahead = {"batches": 5, "retries": 1, "failed": 9, "spin_clock_hz": 2e9, "spin_s": 1e-3}
+    t = Interleaved({"a": [20 * US] * 3, "b": [1.0]}, {"a": [30 * US] * 3, "b": [0.0]}, ahead, {"a": 2},
+                    _Clock(), "zero")
+    assert t.host_info("a") == {"host_s": 30 * US, "keep_ahead": {**ahead, "failed": 2}, "host_bound": RAN_DRY,
+                                "clock": {"max_mhz": 1980.0}, "low_clock": "the GPU was not at its clock",
+                                "l2_flush": "zero"}
+    t = Interleaved({"a": [20 * US]}, {"a": [10 * US]}, None, None, None, None)
+    assert t.host_info("a") == {"host_s": 10 * US, "keep_ahead": None,
+                                "host_bound": NO_KEEP_AHEAD.format(h="10.0 µs", g="20.0 µs"), "clock": None,
+                                "low_clock": None, "l2_flush": None}
+    assert t.host_info("b") is None
