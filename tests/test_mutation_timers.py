@@ -614,3 +614,23 @@ def test_an_interleaved_keys_host_info_is_its_own():
                                 "host_bound": NO_KEEP_AHEAD.format(h="10.0 µs", g="20.0 µs"), "clock": None,
                                 "low_clock": None, "l2_flush": None}
     assert t.host_info("b") is None
+
+
+def test_the_real_ops_time_on_the_device_asked_for(monkeypatch):
+    """Through the seam's real CUDA device (``CudaOps``, torch.cuda's calls pointed at the fake GPU by
+    ``fake_gpu.install``): each timing makes the device it was given current, ``cuda:1`` here, not the default."""
+    import contextlib
+
+    import torch
+    from fake_gpu import install
+
+    monkeypatch.delenv(seam.REHEARSE_ENV, raising=False)
+    gpu = FakeGPU()
+    install(monkeypatch, gpu)
+    made_current: list = []
+    monkeypatch.setattr(torch.cuda, "device", lambda d: made_current.append(d) or contextlib.nullcontext())
+    s = TimerSettings(warmup=1, min_reps=4, max_reps=4, min_time=0.0)
+    samples, _ = cuda_time(gpu.call(host_s=5 * US, gpu_s=20 * US), s, "cuda:1", cold=False)
+    assert _exact(samples, 20 * US) and made_current == [torch.device("cuda:1")]
+    got = interleaved_time({"a": gpu.call(host_s=5 * US, gpu_s=20 * US)}, s, device="cuda:1")
+    assert _exact(got["a"], 20 * US) and made_current == [torch.device("cuda:1")] * 2
