@@ -634,3 +634,7 @@ def test_the_real_ops_time_on_the_device_asked_for(monkeypatch):
     assert _exact(samples, 20 * US) and made_current == [torch.device("cuda:1")]
     got = interleaved_time({"a": gpu.call(host_s=5 * US, gpu_s=20 * US)}, s, device="cuda:1")
     assert _exact(got["a"], 20 * US) and made_current == [torch.device("cuda:1")] * 2
+
+
+def test_times_in_the_reasons_are_in_microseconds_to_a_tenth():
+    assert host_bound_reason([0.15], [0.1], None) == NO_KEEP_AHEAD.format(h="100000.0 µs", g="150000.0 µs")
