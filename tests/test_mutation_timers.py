@@ -448,11 +448,12 @@ def test_the_host_bound_reason_names_the_limit_in_force(monkeypatch):
 @pytest.fixture
 def planned(monkeypatch):
     """Each KeepAhead made: the host time per unit it first plans for, and the units of every respin."""
-    seen = {"per_unit_s": [], "respins": []}
+    seen = {"per_unit_s": [], "respins": [], "made": []}
 
     class Spy(KeepAhead):
         def __init__(self, ops, per_unit_s=timers.MIN_HOST_S, clock=None):
             seen["per_unit_s"].append(per_unit_s)
+            seen["made"].append(self)
             super().__init__(ops, per_unit_s, clock)
 
         def respin(self, units, factor=timers.SPIN_FACTOR):
@@ -638,3 +639,61 @@ def test_the_real_ops_time_on_the_device_asked_for(monkeypatch):
 
 def test_times_in_the_reasons_are_in_microseconds_to_a_tenth():
     assert host_bound_reason([0.15], [0.1], None) == NO_KEEP_AHEAD.format(h="100000.0 µs", g="150000.0 µs")
+
+
+def test_interleaved_rounds_stop_by_the_settings_each_limit_included(monkeypatch):
+    """On a fake ``perf_counter``: ``a`` takes 0.5 s, ``b`` 0.25 s or 0.5 s; a round adds the mean of its calls."""
+    clock = _FakeTime()
+    monkeypatch.setattr(timers, "time", clock)
+
+    def work(s):
+        def fn():
+            clock.now += s
+        return fn
+
+    def rounds(b, slow_rounds=3, **kw):
+        s = TimerSettings(**{"warmup": 0, "min_reps": 1000, "max_reps": 50, "min_time": 1e9, "max_time": 1e9, **kw})
+        return len(timers.interleaved_timing({"a": work(0.5), "b": work(b)}, s, slow_rounds=slow_rounds).samples["a"])
+
+    assert rounds(0.25, min_reps=1, min_time=1.0) == 3       # 0.375 s a round: 0.375, 0.75, 1.125
+    assert rounds(0.5, min_reps=1, min_time=1.0) == 2        # 0.5 s a round: min_time reached exactly
+    assert rounds(0.5, min_reps=2, min_time=0.0) == 2        # min_reps reached, max_time far
+    assert rounds(0.5, min_reps=5, min_time=0.0) == 5
+    assert rounds(0.5, max_time=1.5) == 3                    # slow: max_time reached exactly at the 3rd round
+    assert rounds(0.5, max_time=1.5, slow_rounds=5) == 5
+    assert rounds(0.5, max_reps=0) == 0
+
+
+def test_interleaved_on_cuda_accounts_for_every_call_and_keeps_its_clock_check(planned):
+    """Each key runs once per warm-up round, per clock warm-up batch and per timed attempt; the clock check knows the
+    device's maximum clock (the fake's NVML) and each attempt's clock; the spin is planned on a whole round's host
+    time."""
+    gpu = FakeGPU()
+    n = {"a": 0, "b": 0}
+
+    def counted(k, work):
+        def fn():
+            n[k] += 1
+            work()
+        return fn
+
+    fns = {k: counted(k, gpu.call(host_s=200 * US, gpu_s=20 * US)) for k in n}
+    t = timers.interleaved_timing(fns, TimerSettings(warmup=2, min_reps=6, max_reps=6, min_time=0.0), ops=gpu)
+    ka = t.keep_ahead
+    assert n["a"] == n["b"] == 2 + len(t.clock.warm_clocks) + ka["batches"] + ka["retries"] and ka["batches"] == 6
+    assert t.clock.info()["max_source"] == "nvml" and t.clock.info()["max_mhz"] == gpu.nvml_hz / 1e6
+    assert len(t.clock.batch_clocks) == ka["batches"] + ka["retries"]
+    [made] = planned["made"]
+    assert made.per_unit_s >= 400 * US                       # the last round's two calls of 200 µs
+
+
+def test_cuda_timing_accounts_for_every_call():
+    gpu, n = FakeGPU(), _Counter()
+    work = gpu.call(host_s=5 * US, gpu_s=20 * US)
+
+    def fn():
+        n()
+        work()
+
+    t = cuda_timing(fn, TimerSettings(warmup=3, min_reps=16, max_reps=16, min_time=0.0), "cuda", cold=False, ops=gpu)
+    assert t.keep_ahead["retries"] == 0 and n.n == 3 + len(t.clock.warm_clocks) + len(t.samples) == 3 + 2 + 16
