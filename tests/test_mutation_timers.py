@@ -697,3 +697,10 @@ def test_cuda_timing_accounts_for_every_call():
 
     t = cuda_timing(fn, TimerSettings(warmup=3, min_reps=16, max_reps=16, min_time=0.0), "cuda", cold=False, ops=gpu)
     assert t.keep_ahead["retries"] == 0 and n.n == 3 + len(t.clock.warm_clocks) + len(t.samples) == 3 + 2 + 16
+
+
+def test_no_graph_unless_asked_even_where_one_can_be_captured():
+    gpu = FakeGPU(graphs=True)
+    t = cuda_timing(gpu.call(host_s=5 * US, gpu_s=20 * US), TimerSettings(warmup=1, min_reps=4, max_reps=4,
+                    min_time=0.0), "cuda", ops=gpu)
+    assert t.used_graph is False and gpu.captures == 0
