@@ -704,3 +704,27 @@ def test_no_graph_unless_asked_even_where_one_can_be_captured():
     t = cuda_timing(gpu.call(host_s=5 * US, gpu_s=20 * US), TimerSettings(warmup=1, min_reps=4, max_reps=4,
                     min_time=0.0), "cuda", ops=gpu)
     assert t.used_graph is False and gpu.captures == 0
+
+
+def test_a_round_that_ran_dry_after_its_last_call_is_held_against_that_call(monkeypatch):
+    """The host stops for 3 s after enqueuing each round and before checking it (longer than any spin, which
+    MAX_SPIN_S caps at 2 s): no call saw the queue dry, yet every round, retry included, fails; the round's last key
+    is the one that counts it (three keys: not the first, nor the last two)."""
+    gpu = FakeGPU()
+
+    class Paused(KeepAhead):
+        def _attempt(self, units, enqueue, factor):
+            def late(n):
+                out = enqueue(n)
+                gpu.host += 3.0
+                return out
+            return super()._attempt(units, late, factor)
+
+    monkeypatch.setattr(timers, "KeepAhead", Paused)
+    fns = {k: gpu.call(host_s=5 * US, gpu_s=10 * US) for k in "abc"}
+    order: list = []
+    t = timers.interleaved_timing(fns, TimerSettings(warmup=1, min_reps=12, max_reps=12, min_time=0.0), ops=gpu,
+                                  seed=2, order_log=order)
+    assert t.keep_ahead["failed"] == t.keep_ahead["batches"] == 12
+    assert t.failed_by_key == {k: sum(o[-1] == k for o in order) for k in "abc"}
+    assert len({o[-1] for o in order}) > 1 and len({o[0] for o in order}) > 1
