@@ -516,8 +516,9 @@ def _run_command(cmd, out: Path, deadline: float) -> dict:
     try:
         proc = subprocess.run([sys.executable, "-m", *cmd], capture_output=True, text=True, env=env, timeout=timeout)
         text, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        text, rc = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out after {timeout:.0f}s", 124
+    except subprocess.TimeoutExpired as exc:   # its output is bytes whatever text= said
+        got = "".join(b.decode(errors="replace") if isinstance(b, bytes) else b or "" for b in (exc.stdout, exc.stderr))
+        text, rc = f"{got}\ntimed out after {timeout:.0f}s", 124
     from normbench.records.store import atomic_write_text
 
     atomic_write_text(out / "gpu-tests.log", text[-2_000_000:])
