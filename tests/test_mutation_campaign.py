@@ -80,12 +80,16 @@ def test_a_gpu_test_command_runs_without_the_interpreter_and_logs_its_output(pro
     out.mkdir()
     monkeypatch.setenv("N", "3000")
     monkeypatch.setenv("RC", "3")
-    got = campaign._run_command(["envprobe"], out, time.monotonic() + 120)
+    got = campaign._run_command(["envprobe", "--an-argument"], out, time.monotonic() + 120)
     log = (out / "gpu-tests.log").read_text()
-    assert got["command"] == "envprobe" and got["returncode"] == 3
+    assert got["command"] == "envprobe --an-argument" and got["returncode"] == 3
     assert log == "TRITON_INTERPRET=0\n" + "x" * 3000 + "<end>\n"
     assert got["tail"] == log[-2000:] and len(got["tail"]) == 2000
     assert 0 <= got["wall_s"] < 120 and got["wall_s"] == round(got["wall_s"], 1)
+    monkeypatch.setenv("N", "2000100")   # the log keeps the output's last 2,000,000 characters
+    campaign._run_command(["envprobe"], out, time.monotonic() + 120)
+    full = "TRITON_INTERPRET=0\n" + "x" * 2_000_100 + "<end>\n"
+    assert (out / "gpu-tests.log").read_text() == full[-2_000_000:]
     got = campaign._run_command(["envprobe_not_there"], out, time.monotonic() + 120)
     assert got["returncode"] == 1 and "No module named envprobe_not_there" in got["tail"]
     assert "No module named envprobe_not_there" in (out / "gpu-tests.log").read_text()
