@@ -45,6 +45,18 @@ class _Counter:
         self.n += 1
 
 
+def _counted_call():
+    """A fresh fake GPU, a counter and a call (5 µs of host, 20 µs of GPU) that counts itself."""
+    gpu, n = FakeGPU(), _Counter()
+    work = gpu.call(host_s=5 * US, gpu_s=20 * US)
+
+    def fn():
+        n()
+        work()
+
+    return gpu, n, fn
+
+
 class _KindsGPU(FakeGPU):
     """The fake GPU, keeping the L2 flush kind each timing asked for."""
 
@@ -427,12 +439,7 @@ def test_the_warm_up_runs_the_settings_count_of_timed_units_and_at_least_one():
     one warm-up unit for 0 and 1, then one more per warm-up."""
     calls = []
     for warmup in range(4):
-        gpu, n = FakeGPU(), _Counter()
-        work = gpu.call(host_s=5 * US, gpu_s=20 * US)
-
-        def fn(work=work, n=n):
-            n()
-            work()
+        gpu, n, fn = _counted_call()
 
         cuda_timing(fn, TimerSettings(warmup=warmup, min_reps=8, max_reps=8, min_time=0.0), "cuda", cold=False,
                     ops=gpu)
@@ -564,12 +571,7 @@ def test_interleaved_on_cuda_flushes_runs_pre_and_logs_its_seeded_order(fake_sea
 def test_interleaved_on_cuda_warms_up_at_least_one_round():
     calls = []
     for warmup in range(4):
-        gpu, n = FakeGPU(), _Counter()
-        work = gpu.call(host_s=5 * US, gpu_s=20 * US)
-
-        def fn(work=work, n=n):
-            n()
-            work()
+        gpu, n, fn = _counted_call()
 
         timers.interleaved_timing({"a": fn}, TimerSettings(warmup=warmup, min_reps=4, max_reps=4, min_time=0.0),
                                   ops=gpu)
