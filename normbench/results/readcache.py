@@ -21,10 +21,11 @@ the user's own build cache, as trusted as the code that wrote it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
-import tempfile
+import secrets
 from pathlib import Path
 
 from normbench.versions import dist_version
@@ -113,6 +114,9 @@ class PickleDir:
         self.dir = None if directory is None else Path(directory)
         self.namespace = namespace
         self.used: set[str] = set()
+        if self.dir is not None:
+            _DIRS.add(self.dir)
+            _sweep(self.dir)   # what a writer killed by SIGKILL (no clean-up at all) left in an earlier run
 
     def _name(self, key) -> str:
         return hashlib.sha256(f"{self.namespace}\0{key!r}".encode("utf-8", "surrogatepass")).hexdigest() + ".pkl"
@@ -139,13 +143,16 @@ class PickleDir:
         name = self._name(key)
         self.used.add(name)
         self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+        # named before it is made (an interruption between the two leaves nothing unnamed), with the writer's pid:
+        # a pool worker ended by SIGTERM's default action skips the ``except`` below, and ``sweep_orphans`` in the
+        # process that ran the pool removes what such a writer left
+        tmp = self.dir / f".tmp-{os.getpid()}-{secrets.token_hex(4)}"
         try:
-            with os.fdopen(fd, "wb") as f:
+            with open(tmp, "xb") as f:
                 pickle.dump(((self.namespace, key), value), f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.dir / name)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
 
     def prune(self, keep: set[str] | None = None) -> int:
@@ -162,6 +169,40 @@ class PickleDir:
                 except OSError:
                     pass
         return n
+
+
+#: Every ``PickleDir`` directory this process opened (and its forked workers inherited): ``sweep_orphans`` looks there.
+_DIRS: set[Path] = set()
+
+
+def _gone(pid: int) -> bool:
+    """Whether no process ``pid`` exists (a zombie, not yet reaped, still does: a pool's teardown joins first)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:   # another user's process: not ours, so not gone
+        return False
+    return False
+
+
+def _sweep(directory: Path) -> int:
+    n = 0
+    with contextlib.suppress(OSError):
+        for p in directory.glob(".tmp-*"):
+            pid = p.name.split("-")[1]
+            if pid.isdigit() and int(pid) != os.getpid() and _gone(int(pid)):
+                p.unlink(missing_ok=True)
+                n += 1
+    return n
+
+
+def sweep_orphans() -> int:
+    """Remove the temporary files that writers no longer alive left in this process's ``PickleDir`` directories
+    (a forked pool worker killed mid-``put``: SIGTERM's default action, SIGKILL); how many. Called by the process
+    that ran the pool once its workers are joined (``site build``, after its judging pool and its page pool); a
+    ``PickleDir`` opened on a directory sweeps it too."""
+    return sum(_sweep(d) for d in list(_DIRS))
 
 
 def record_head(rec: dict) -> tuple:

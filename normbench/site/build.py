@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from normbench.processes import Pool, can_fork, held, phase
-from normbench.results.readcache import PickleDir
+from normbench.results.readcache import PickleDir, sweep_orphans
 from normbench.site import fmt
 from normbench.site.pages import NAV, Site, SiteInfo, norm_file, read_docs
 from normbench.site.records import Rejected, load_results
@@ -237,6 +237,8 @@ def _render_all(site, env, common, tmp: Path, n_jobs: int, cache=None, glob: str
                     take(res)
         finally:
             _WORK = None
+            if cache is not None:   # a worker killed mid-write (an interruption) leaves its temporary file
+                sweep_orphans()
     else:
         for job in jobs:
             phase("render")
@@ -323,7 +325,11 @@ def _build(results: Path, out: Path, docs, charts: bool, jobs: int | None, cache
         cache_dir = default_cache(out) if cache is True else Path(cache)
         store = incremental.SiteCache(cache_dir)
     n_jobs = _jobs(jobs)
-    loaded = load_results(results, cache=store.reads if store is not None else None, jobs=n_jobs)
+    try:
+        loaded = load_results(results, cache=store.reads if store is not None else None, jobs=n_jobs)
+    finally:
+        if store is not None:   # a judging worker killed mid-write (an interruption) leaves its temporary file
+            sweep_orphans()
     docs_dir = Path(docs) if docs is not None else (results.resolve().parent / "docs")
     if docs is not None and not docs_dir.is_dir():
         raise FileNotFoundError(f"--docs {docs}: no such directory")
