@@ -39,7 +39,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -301,14 +300,10 @@ class SiteCache:
 
     def finish(self, jobs: dict[str, list]) -> None:
         """Record this build's jobs (only these: the cache holds one site) and drop what no job uses."""
-        fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=self.dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"key": self.key, "jobs": jobs}, f, separators=(",", ":"))
-            os.replace(tmp, self.dir / MANIFEST)
-        except BaseException:  # an interruption mid-write leaves no partial file behind
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from normbench.records.store import atomic_write_text
+
+        # an interruption mid-write leaves no partial file behind (the temporary file is named before it is made)
+        atomic_write_text(self.dir / MANIFEST, json.dumps({"key": self.key, "jobs": jobs}, separators=(",", ":")))
         used = {sha for files in jobs.values() for _rel, sha, _size in files}
         for sub in self.blobs.iterdir() if self.blobs.is_dir() else ():
             for blob in sub.iterdir():
