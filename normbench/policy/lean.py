@@ -90,9 +90,7 @@ def _branch(lines: list, indent: str, entries, n, consts: dict, site, cast: bool
             fwd = f"M{len(consts)}"
             consts[fwd] = scaled
             consts["S"], consts["compiling"] = site, torch.compiler.is_compiling
-            lines += [f"{at}if compiling(): {ret}",
-                      f"{at}if P['weight']._version != S._scale_ver: S._refresh_scales()",
-                      f"{at}{_ret(fwd + '(x)', cast)}"]
+            lines += [f"{at}if compiling(): {ret}", f"{at}{_REFRESH}", f"{at}{_ret(fwd + '(x)', cast)}"]
         elif not last:
             lines.append(f"{indent}if {n} <= {int(lim)}: {ret}")
         else:
@@ -102,8 +100,13 @@ def _branch(lines: list, indent: str, entries, n, consts: dict, site, cast: bool
     lines.append(f"{indent}return generic(x)")
 
 
-def _ret(call: str, cast: bool) -> str:
-    return f"y = {call}; return y if y.dtype is dt else y.to(dt)" if cast else f"return {call}"
+def _ret(call: str, cast: bool, dt: str = "dt") -> str:
+    """``return call``, its output cast to ``dt`` (the input's dtype) where ``cast`` (the original returns it so)."""
+    return f"y = {call}; return y if y.dtype is {dt} else y.to({dt})" if cast else f"return {call}"
+
+
+#: Gemma's cached ``1 + weight`` made again where the weight changed since (``PolicyNorm._refresh_scales``)
+_REFRESH = "if P['weight']._version != S._scale_ver: S._refresh_scales()"
 
 
 #: ``nn.Module._call_impl``'s conditions for more than ``forward`` (hooks, a compiled call, jit tracing), on one line
@@ -155,20 +158,16 @@ def lean_pinned(site, impl):
         return None
     consts = _consts(site)
     consts["I0"] = impl
-
-    def ret(call):
-        return f"y = {call}; return y if y.dtype is x.dtype else y.to(x.dtype)" if site._cast else f"return {call}"
-
+    cast = site._cast
     inline = getattr(getattr(impl, "__self__", None), "inline_forward", None)
     scaled = inline() if inline is not None else None
     if scaled is None:
-        return _emit(site, arg, consts, [f"    {ret('I0(x)')}"])
+        return _emit(site, arg, consts, [f"    {_ret('I0(x)', cast, 'x.dtype')}"])
     # Gemma's 1 + weight (_PinnedOffset): per call while autograd records or in a graph, else cached and checked
     consts["M0"], consts["S"], consts["compiling"] = scaled, site, torch.compiler.is_compiling
     return _emit(site, arg, consts, [
-        f"    if (grad_enabled() and P['weight'].requires_grad) or compiling(): {ret('I0(x)')}",
-        "    if P['weight']._version != S._scale_ver: S._refresh_scales()",
-        f"    {ret('M0(x)')}"])
+        f"    if (grad_enabled() and P['weight'].requires_grad) or compiling(): {_ret('I0(x)', cast, 'x.dtype')}",
+        f"    {_REFRESH}", f"    {_ret('M0(x)', cast, 'x.dtype')}"])
 
 
 def _consts(site) -> dict:
