@@ -153,7 +153,7 @@ def test_at_most_two_call_events_to_the_implementation(family, dtype, split):
     forward through at most 2 Python calls (the issue's bound): none, or ``nn.Module.__call__``'s own two to an original
     module that has hooks. (Gemma's ``1 + weight`` while autograd records is computed per call by the implementation
     the policy runs, ``_OffsetCall``: it is differentiated through; without autograd it is cached, and the lean call
-    checks the weight's version counter itself, after ``torch.compiler.is_compiling()``: its 2 calls, then the
+    checks the weight's version counter itself, after ``torch.compiler.is_dynamo_compiling()``: 1 call, then the
     backend's forward.)"""
     model, config = tiny(family)
     model.to(dtype)
@@ -167,8 +167,8 @@ def test_at_most_two_call_events_to_the_implementation(family, dtype, split):
                 code, want = impl_code, 0
                 if seq == 1 and site.found.offset and grad:   # Gemma's 1 + weight, per call
                     code = _OffsetCall.forward.__code__
-                elif seq == 1 and site.found.offset:   # cached: is_compiling() (and its is_scripting()) first
-                    want = 2
+                elif seq == 1 and site.found.offset:   # cached: is_dynamo_compiling() first
+                    want = 1
                 with torch.set_grad_enabled(grad):
                     n = _events_between(site, x, code)
                 # the site's lean call (policy/lean.py) calls a backend's forward, or the original's (it has no
@@ -231,9 +231,9 @@ def test_a_decode_call_runs_at_most_ten_lines_before_its_implementation(family, 
             shape[site.seq_axis] = 1
             with torch.no_grad():
                 n = _lines_before(site, torch.randn(shape, dtype=dtype), _Same.forward.__code__)
-            # Gemma's cached 1 + weight: torch.compiler.is_compiling() (3 lines of torch's), the weight's version
-            # check and the branch's block, 6 more (through _CachedOffset.forward, 7 more and a frame)
-            limit = 10 + 6 * bool(site.found.offset)
+            # Gemma's cached 1 + weight: torch.compiler.is_dynamo_compiling() (1 line of torch's), the weight's
+            # version check and the branch's block, 4 more (through _CachedOffset.forward, 7 more and a frame)
+            limit = 10 + 4 * bool(site.found.offset)
             assert n is not None and n <= limit, f"{name} {dtype}: {n} lines"
             x = torch.randn(shape, dtype=dtype)   # called by the original's keyword, as a model may call it
             arg = next(iter(inspect.signature(site.original.forward).parameters))
