@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 import sys
 from collections import Counter
@@ -303,6 +304,38 @@ def test_a_site_call_is_one_python_frame_and_keeps_every_hook(split):
     site.forward = lambda h: called.append(1) or inner(h)   # a forward set from outside, as accelerate's hooks do
     with torch.no_grad():
         assert _close(site(x), plain) and called == [1], "the forward set on the site was not called"
+
+
+def test_a_forward_set_from_outside_survives_a_re_resolve(split):
+    """accelerate's ``add_hook_to_module`` keeps the forward it found as ``_old_forward`` and sets a wrapper as
+    ``forward``. After ``.to(torch.bfloat16)`` (the site resolves again: new implementations, new generated
+    dispatch) the wrapper still runs (a re-resolve dropped it), and what it wraps is the new dispatch: the function it
+    holds took the new code and constants, so it reaches the site's current implementations, not the ones before."""
+    model, config = tiny("llama")
+    model.eval()
+    ref = copy.deepcopy(model).to(torch.bfloat16)
+    apply_policy(model, split_policy(config))
+    site = model.model.norm
+    called = []
+    site._old_forward = site.forward
+    site.forward = functools.update_wrapper(
+        functools.partial(lambda m, h: called.append(1) or m._old_forward(h), site), site._old_forward)
+    before = {id(m) for m in site._impls.values()}
+    model.to(torch.bfloat16)
+    now = {id(m) for m in site._impls.values()}
+    reached = {id(v.__self__) for v in site._old_forward.__globals__.values()
+               if isinstance(getattr(v, "__self__", None), _Same)}
+    assert reached and reached <= now and not reached & before
+    shape = list(site.probe_shape)
+    shape[site.seq_axis] = 1
+    x = torch.randn(shape, dtype=torch.bfloat16)
+    SEEN.clear()
+    with torch.no_grad():
+        y = site(x)
+    assert called == [1], "the forward set from outside was dropped when the site resolved again"
+    assert SEEN == {"a": 1} and y.dtype == torch.bfloat16
+    with torch.no_grad():
+        assert _close(y, ref.model.norm(x), tol=1e-2)
 
 
 def test_a_deep_copy_computes_with_its_own_parameters(split):

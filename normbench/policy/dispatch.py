@@ -371,16 +371,24 @@ class PolicyNorm(nn.Module):
         self._pin()
 
     def _pin(self) -> None:
-        """``apply_policy(..., pin=REGIME)``: this module's ``forward`` becomes the implementation the policy names for
-        that regime at the module's dtype (pass ``fwd``), so a call costs what that implementation called bare
-        costs (vLLM's CustomOp: chosen once, nothing checked per call). Every implementation computes the same
-        function (the check gate), so a call of another shape, dtype or with autograd recording is still right;
-        only its speed is the pinned regime's. No usable answer: the original module, and ``pinned`` says why."""
+        """This site's ``forward`` and ``__call__`` made again (:meth:`_choose_forward`); one set from outside kept."""
         d = self.__dict__
-        d.pop("forward", None)
+        outside, mine = d.pop("forward", None), d.pop("_own_forward", None)
         d["pinned"] = None
         if type(self) is not PolicyNorm:
             object.__setattr__(self, "__class__", PolicyNorm)
+        self._choose_forward()
+        if outside is not None and outside is not mine:
+            self._keep_outside(outside, mine)
+
+    def _choose_forward(self) -> None:
+        """The policy's tables written out as this site's ``forward`` and ``__call__``; or, with
+        ``apply_policy(..., pin=REGIME)``, the implementation the policy names for that regime at the module's dtype
+        (pass ``fwd``), so a call costs what that implementation called bare costs (vLLM's CustomOp: chosen once,
+        nothing checked per call). Every implementation computes the same function (the check gate), so a call of
+        another shape, dtype or with autograd recording is still right; only its speed is the pinned regime's. No
+        usable answer: the original module, and ``pinned`` says why."""
+        d = self.__dict__
         regime = self._plan.pin
         if regime is None:   # the tables written out as this site's own forward and __call__ (policy/lean.py)
             self._install(lean_forward(self))
@@ -396,7 +404,7 @@ class PolicyNorm(nn.Module):
             impl, why = self._entry(choice, regime, dtype_name, "fwd", self._hw,
                                     self._plan.refusals(f.norm, self._device()), False)
         if impl is None or impl is self.original:
-            d["forward"] = self.original
+            d["forward"] = d["_own_forward"] = self.original
             d["pinned"] = {"regime": regime, "backend": "eager", "dtype": dtype_name, "why": why}
             return
         owner = getattr(impl, "__self__", None)
@@ -404,13 +412,33 @@ class PolicyNorm(nn.Module):
             impl = _PinnedOffset(owner.module, owner.slots, self, owner.point).train(self.training).forward
         d["pinned"] = {"regime": regime, "backend": choice.backend, "dtype": dtype_name, "why": None}
         if not self._install(lean_pinned(self, impl)):
-            d["forward"] = _casting(impl) if self._cast else impl
+            d["forward"] = d["_own_forward"] = _casting(impl) if self._cast else impl
+
+    def _keep_outside(self, outside, mine) -> None:
+        """A ``forward`` set on this site from outside (accelerate's hooks: a wrapper of the one it found, kept as
+        ``_old_forward``) stays across a re-resolve: the generated function it wraps takes the new one's code and
+        constants, so the wrapper runs the new dispatch. Where either is not a generated function, the wrapper
+        still runs, but may call what this site ran before: said."""
+        d = self.__dict__
+        new = d.get("_own_forward")
+        if hasattr(mine, "__call_fn__") and hasattr(new, "__call_fn__"):
+            mine.__code__ = new.__code__
+            mine.__globals__.clear()
+            mine.__globals__.update(new.__globals__)
+            mine.__source__, d["_own_forward"] = new.__source__, mine
+        elif mine is not new:
+            warnings.warn(f"normbench policy: {self.label}: the forward set on it from outside is kept, but what it "
+                          "wraps was not made again when the site resolved again; set it after .to()/.half()",
+                          PolicyFallbackWarning, stacklevel=3)
+        d["forward"] = outside
+        if type(self) is not PolicyNorm:
+            object.__setattr__(self, "__class__", PolicyNorm)
 
     def _install(self, fn) -> bool:
         """``fn`` (policy/lean.py) as ``forward``, its ``__call__`` on this module's own subclass of PolicyNorm."""
         if fn is None:
             return False
-        self.__dict__["forward"] = fn
+        self.__dict__["forward"] = self.__dict__["_own_forward"] = fn
         object.__setattr__(self, "__class__", type("PolicyNorm", (PolicyNorm,), {
             "__call__": fn.__call_fn__, "__module__": __name__, "__qualname__": "PolicyNorm"}))
         return True
