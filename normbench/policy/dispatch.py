@@ -1,7 +1,7 @@
 """``PolicyNorm``: a norm module run by a policy, everything decided when it resolves (at apply time, again on
 ``.to()``, ``train()``/``eval()``, ``load_state_dict`` and parameter assignment), nothing in a call but a dtype and
-pass look-up and a comparison per regime boundary; and the small modules it runs a backend through (the ``compile``
-backend stepping aside inside an outer compile, Gemma's ``1 + weight``). :func:`normbench.apply_policy` builds them.
+pass look-up and a comparison per regime boundary (the small modules it runs a backend through are in
+``policy/wrappers.py``). :func:`normbench.apply_policy` builds them.
 """
 
 from __future__ import annotations
