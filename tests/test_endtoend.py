@@ -172,20 +172,20 @@ def test_transformers_models_are_built_from_a_config_and_their_norms_found(monke
 
 # --- the By-model page --------------------------------------------------------------------------------------------
 
-def _e2e_record(ratio, lo, hi, share=0.2):
+def _e2e_record(ratio, lo, hi, share=0.2, context=128, **prov):
     import test_site_support as sup
 
     from normbench.records.schema import make_record
 
     cfg = {"model": sup.MODEL, "built": {"architecture": "transformers LlamaForCausalLM", "num_hidden_layers": 2},
-           "regime": "decode-8", "batch": 8, "tokens": 1, "context": 128, "pass": "fwd", "dtype": "float32",
+           "regime": "decode-8", "batch": 8, "tokens": 1, "context": context, "pass": "fwd", "dtype": "float32",
            "device": "cpu", "threads": 8, "policy": {"source": "test"}}
     met = {"time_original_s": 1e-2, "time_policy_s": 1e-2 * ratio, "paired": {"ratio": ratio, "ci": [lo, hi],
                                                                                 "n": 20, "verdict": "faster"},
            "norm_share_original": share, "norm_share_policy": share / 2, "norm_time_original_s": 2e-3,
            "norm_time_policy_s": 1e-3, "rounds": 20, "same_outputs": {"max_abs": 0.0}}
     return make_record("endtoend", sup.norm_meta("rmsnorm", title="RMSNorm"), cfg, met,
-                       sup.prov(sup.CPU_HW, sup.MODEL_HW))
+                       sup.prov(sup.CPU_HW, sup.MODEL_HW, **prov))
 
 
 @pytest.mark.parametrize("ci,agree", [((0.88, 0.92), "yes"), ((0.99, 1.01), "no")])
@@ -210,6 +210,34 @@ def test_the_model_page_shows_the_measurement_beside_the_estimate_and_says_when_
     assert row and row.group(1) == agree
     assert "1.111x (norms 2.00x faster at decode-8)" in row.group(2)
     assert ("disagrees with the measurement" in row.group(2)) == (agree == "no")
+
+
+def test_the_model_page_leads_with_the_newest_measurement_of_each_step(tmp_path):
+    """Two decode-8 fwd records (an older dispatch's at 64 cached tokens, disagreeing; today's at 128, agreeing):
+    the table holds the newest, each row says when and by which commit it was measured, and the older one is under
+    "Earlier measurements" (it was shown beside the newer as if both were current)."""
+    import re
+
+    import test_site_support as sup
+
+    from normbench.results import write_records
+    from normbench.site import build_site
+    from normbench.site.bymodel import model_file
+
+    old = _e2e_record(1.0, 0.99, 1.01, context=64, ts="2026-11-27T07:55:52Z", git_commit="162561e7" + "0" * 32)
+    new = _e2e_record(0.9, 0.88, 0.92, ts="2026-11-29T05:12:35Z", git_commit="4ee2ce69" + "0" * 32)
+    write_records(sup.model_records() + [old, new], tmp_path / "results")
+    build_site(tmp_path / "results", tmp_path / "site", charts=False, jobs=1, cache=False)
+    html = (tmp_path / "site" / model_file(sup.MODEL, sup.MODEL_HW)).read_text(encoding="utf-8")
+    main, _, rest = html.partition('<details class="bm-e2e-earlier">')
+    rows = re.findall(r'<tr data-regime="decode-8" data-pass="fwd" data-agree="(\w*)">(.*?)</tr>', main, re.S)
+    assert [a for a, _ in rows] == ["yes"] and "2026-11-29 · 4ee2ce6" in rows[0][1]
+    assert "over 128 cached" in rows[0][1]
+    assert "Earlier measurements (1)" in rest
+    earlier = re.findall(r'<tr data-regime="decode-8" data-pass="fwd" data-agree="(\w*)">(.*?)</tr>',
+                         rest.partition("</details>")[0], re.S)
+    assert [a for a, _ in earlier] == ["no"] and "2026-11-27 · 162561e" in earlier[0][1]
+    assert "over 64 cached" in earlier[0][1]
 
 
 def test_the_end_to_end_command_refuses_what_it_cannot_measure(tmp_path, capsys):

@@ -299,7 +299,7 @@ def e2e_view(rec: dict, predicted_norm_ratio: float | None, regime: str | None) 
     measurement agrees: the estimate's norm-time ratio (:func:`policy_ratio` at the catalog regime) scaled by the
     measured norm share gives a predicted whole-step ratio ``1 - share x (1 - ratio)``; it *disagrees* when that lies
     outside the measured paired interval."""
-    m, c = rec["metrics"], rec["config"]
+    m, c, prov = rec["metrics"], rec["config"], rec["provenance"]
     p = m["paired"]
     share = m.get("norm_share_original")
     out = {"regime": c["regime"], "pass": c["pass"], "catalog_regime": regime or "",
@@ -313,7 +313,9 @@ def e2e_view(rec: dict, predicted_norm_ratio: float | None, regime: str | None) 
            "share": f"{100 * share:.1f}%" if share is not None else "?",
            "share_policy": (f"{100 * m['norm_share_policy']:.1f}%" if m.get("norm_share_policy") is not None
                             else "?"),
-           "measured_norm": "", "predicted": "", "agree": None, "id": rec["id"]}
+           "measured_norm": "", "predicted": "", "agree": None, "id": rec["id"],
+           # when and by which code: a row measured by an earlier dispatch is read as such
+           "when": f"{(prov.get('timestamp') or '')[:10]} · {(prov.get('git_commit') or '?')[:7]}"}
     no, np_ = m.get("norm_time_original_s"), m.get("norm_time_policy_s")
     if no and np_:
         out["measured_norm"] = f"{no / np_:.2f}x"
@@ -324,23 +326,26 @@ def e2e_view(rec: dict, predicted_norm_ratio: float | None, regime: str | None) 
     return out
 
 
-def e2e_rows(bm: "ByModel", key: str, hw: str) -> list[dict]:
+def e2e_rows(bm: "ByModel", key: str, hw: str) -> tuple[list[dict], list[dict]]:
     """The model's endtoend records on ``hw`` with the estimate's prediction (from ``best``'s answers at the catalog
     regime, the record's dtype and pass; the kernel pass ``fwd`` for a ``fwd`` step, ``fwd+bwd`` for a training
-    step)."""
+    step): (the newest record of each step, pass and dtype; the earlier ones, newest first), an earlier one being
+    what an older dispatch or other settings measured."""
     m = bm.model(key)
     plain = [s for s in m.sites if not fused(s)]
-    out = []
-    for e in sorted(bm.e2e.get((key, hw), []), key=lambda e: (e.rec["config"]["regime"],
-                                                             PASS_ORDER.get(e.rec["config"]["pass"], 9))):
+    latest, earlier, seen = [], [], set()
+    recs = sorted(bm.e2e.get((key, hw), []), key=lambda e: e.rec["provenance"].get("timestamp") or "", reverse=True)
+    for e in sorted(recs, key=lambda e: (e.rec["config"]["regime"], PASS_ORDER.get(e.rec["config"]["pass"], 9))):
         rec = e.rec
         reg = catalog_regime(m.family, rec)
         ratio = None
         if reg:
             rows = bm.answer(key, hw, rec["config"]["dtype"], rec["config"]["pass"])
             ratio = policy_ratio(rows, plain, reg)
-        out.append({**e2e_view(rec, ratio, reg), "href": e.href})
-    return out
+        step = (rec["config"]["regime"], rec["config"]["pass"], rec["config"]["dtype"])
+        (earlier if step in seen else latest).append({**e2e_view(rec, ratio, reg), "href": e.href})
+        seen.add(step)
+    return latest, earlier
 
 
 # --- the pages' contexts ----------------------------------------------------------------------------------------------
@@ -369,7 +374,7 @@ def page_context(bm: ByModel, key: str, hw: str, up: str) -> dict:
                        "counts": counts, "estimate": est,
                        "best_command": f"normbench best --model {key} --device {hw} --dtype {dtype} --pass {pass_}"})
     return {"key": key, "name": m.name, "family": m.family, "config_url": m.config_url, "hw": hw,
-            "endtoend": e2e_rows(bm, key, hw),
+            "endtoend": (e2e := e2e_rows(bm, key, hw))[0], "endtoend_earlier": e2e[1],
             "regimes": [(r, regime_unit(m.family, r)) for r in regimes], "combos": combos,
             "plain_sites": ", ".join(s.name for s in plain), "fused_sites": ", ".join(s.name for s in fusd),
             "sites": [{"site": s.name, "norm": s.norm, "width": s.width, "count": s.count,
