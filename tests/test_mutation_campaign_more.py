@@ -504,6 +504,11 @@ def test_the_campaign_command_runs_with_its_arguments_and_reports_problems(monke
                                "problems": entry["problems"]}
     assert err == ("normbench campaign: 2 problem(s) (campaign-log.json, 'problems'):\n"
                    "  tier 1: 1 case(s) failed\n  tier 1 wrote no records\n")
+    assert campaign.command(args) == 1   # the same without the diversion: the problems still go to stderr alone
+    out, err = capsys.readouterr()
+    assert json.loads(out)["problems"] == entry["problems"] and len(out.splitlines()) == 1
+    assert err.splitlines() == ["normbench campaign: 2 problem(s) (campaign-log.json, 'problems'):",
+                                "  tier 1: 1 case(s) failed", "  tier 1 wrote no records"]
     entry["problems"] = []
     assert campaign.command(p.parse_args([])) == 0
     assert calls[-1] == ((1,), {"out": "campaign-out", "resume": [], "budget_s": campaign.DEFAULT_BUDGET_S,
