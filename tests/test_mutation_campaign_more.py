@@ -818,7 +818,7 @@ def _records_n(n, pad=0):
 def test_tiers_are_parsed_with_spaces_and_empty_items_and_anything_else_is_refused():
     assert campaign.parse_tiers(" all ") == (1, 4, 2, 3)
     assert campaign.parse_tiers("1, 2,,3") == (1, 2, 3) and campaign.parse_tiers("4") == (4,)
-    assert campaign.parse_tiers("models,2") == (4, 2)
+    assert campaign.parse_tiers("models,2") == (4, 2) and campaign.parse_tiers("1, models ") == (1, 4)
     for bad in ("", ",", "0", "1,5", "x", "all,1", "ALL"):
         with pytest.raises(ValueError, match=r"^--tier takes 1, 2, 3, 4 or models \(comma-separated\) or all, got "
                                              + repr(bad).replace("(", r"\(") + "$"):
