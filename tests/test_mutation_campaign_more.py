@@ -395,6 +395,8 @@ def _real_records(n):
 
 
 def test_unpack_reads_several_folders_and_single_files_and_names_a_bad_file(tmp_path):
+    from normbench.records.schema import validate_record
+
     recs = _real_records(3)
     campaign.pack(recs[:2], tmp_path / "a")
     campaign.pack(recs[2:], tmp_path / "b", prefix="more")
@@ -408,8 +410,11 @@ def test_unpack_reads_several_folders_and_single_files_and_names_a_bad_file(tmp_
         campaign.unpack([tmp_path / "text.json.gz"])
     second_bad = [recs[0], {"id": "x"}]
     (tmp_path / "bad.json.gz").write_bytes(gzip.compress(json.dumps(second_bad).encode()))
-    with pytest.raises(ValueError, match=r"bad\.json\.gz: record 1 is invalid: \S"):
+    with pytest.raises(ValueError) as bad:
         campaign.unpack([tmp_path / "bad.json.gz"])
+    problems = validate_record({"id": "x"})   # the store's own reasons, each named
+    assert len(problems) > 1 and str(bad.value) == f"{tmp_path / 'bad.json.gz'}: record 1 is invalid: " + "; ".join(
+        problems)
 
 
 def test_the_smoke_step_prefers_a_forward_at_the_smallest_shape_in_any_order():
@@ -667,6 +672,7 @@ def test_setup_is_paid_once_per_group_by_its_backend_and_the_check_once_per_norm
 def test_every_planned_case_is_a_cold_single_thread_campaign_case_on_the_device_asked():
     from normbench.measure import baselines
 
+    assert {c.device for c in campaign.plan_tiers()[0].cases} == {"cuda"}   # planned for the GPU by default
     for device in ("cuda", "cpu"):
         tiers = campaign.plan_tiers(device)
         assert [t.number for t in tiers] == [1, 2, 3, 4]
