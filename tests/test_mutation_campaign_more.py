@@ -698,7 +698,8 @@ def test_the_tiers_titles_and_tier_3s_gpu_test_command():
     assert t1.commands == t2.commands == t4.commands == []
 
 
-def test_tier_3_is_asvs_small_grid():
+def test_tier_3_is_asvs_small_grid(monkeypatch):
+    monkeypatch.setenv("NORMBENCH_ASV_GRID", "quick")   # whatever ASV's own runs are set to
     t3 = campaign.plan_tiers("cuda")[2]
     assert {(c.backend, c.shape.label, c.dtype, c.pass_) for c in t3.cases} == {
         ("eager", "quick-8x128x512", "float32", "fwd+bwd")}
@@ -751,7 +752,7 @@ def test_a_baselines_layouts_dtypes_and_forward_only_limit_its_cases(monkeypatch
     monkeypatch.setitem(baselines.REGISTRY, ("fo", "rmsnorm"), fo)
     monkeypatch.setattr(baselines, "backends_for", lambda norm: ("fo",) if norm == "rmsnorm" else ())
     got = campaign._cases(("rmsnorm",), ("llm-4096x1024", "images-2x8x4x4"), ("bfloat16", "float32"),
-                          ("eager", "fo", "nope"), "cuda")
+                          ("fo", "nope", "eager"), "cuda")   # one left out for its layout, one unknown: the rest go on
     assert [(c.backend, c.shape.layout, c.dtype, c.pass_) for c in got if c.backend == "fo"] == [
         ("fo", "tokens", "float32", "fwd")]
     eager = {(c.shape.label, c.dtype, c.pass_) for c in got if c.backend == "eager"}
@@ -763,10 +764,13 @@ def test_a_baselines_layouts_dtypes_and_forward_only_limit_its_cases(monkeypatch
     assert {c.mode for c in modes} == {"eval"} and len(modes) == 3
 
 
-def test_the_models_tier_takes_each_llm_sites_shapes_once_in_catalog_order():
+def test_the_models_tier_takes_each_llm_sites_shapes_once_in_catalog_order(monkeypatch):
     from normbench import catalog
     from normbench.measure.shapes import shape_from_dims
 
+    others_first = sorted(catalog.models(), key=lambda m: m.family == "llm")
+    assert others_first[0].family != "llm"
+    monkeypatch.setattr(catalog, "models", lambda: others_first)
     got = campaign.model_shapes()
     want: dict = {}
     for m in catalog.models():
