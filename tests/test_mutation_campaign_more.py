@@ -178,6 +178,7 @@ def test_a_tiers_gpu_test_commands_run_in_turn_and_a_failed_one_is_a_problem(com
                                                                            ("bad_cmd --x", 1, "bad --x\n")]
     assert entry["problems"] == ["tier 3 wrote no records (0 planned, 0 already done)", "tier 3: bad_cmd --x exited 1"]
     assert "not_run" not in entry and (tmp_path / "out" / "gpu-tests.log").read_text() == "bad --x\n"
+    assert all(isinstance(d["wall_s"], float) and d["wall_s"] == round(d["wall_s"], 1) for d in done)   # a tenth
     assert _log_file(tmp_path / "out")["commands"] == done
 
 
