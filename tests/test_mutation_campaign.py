@@ -70,6 +70,8 @@ def probe_module(tmp_path, monkeypatch):
     for name, stream in (("only_out", "sys.stdout"), ("only_err", "sys.stderr")):
         (tmp_path / f"{name}.py").write_text(
             f"import sys, time\nprint('<{name}>', file={stream}, flush=True)\ntime.sleep(60)\n")
+    (tmp_path / "bad_bytes.py").write_text(   # a byte that is not UTF-8, then <bad_bytes>
+        "import sys, time\nsys.stdout.buffer.write(b'\\xff<bad_bytes>\\n')\nsys.stdout.flush()\ntime.sleep(60)\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     return tmp_path
@@ -96,20 +98,20 @@ def test_a_gpu_test_command_runs_without_the_interpreter_and_logs_its_output(pro
 
 
 def test_a_gpu_test_command_past_its_deadline_gets_ten_seconds_then_reads_timed_out(probe_module, tmp_path):
-    """Each stream's output before the kill is kept, and an empty stream adds nothing (both cases at once: two
-    commands in two threads, ten seconds in all)."""
+    """Each stream's output before the kill is kept (a byte that is not UTF-8 replaced), and an empty stream adds
+    nothing (the cases at once: three commands in three threads, ten seconds in all)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    outs = {name: tmp_path / name for name in ("only_out", "only_err")}
+    outs = {name: tmp_path / name for name in ("only_out", "only_err", "bad_bytes")}
     for d in outs.values():
         d.mkdir()
     t0 = time.monotonic()
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(3) as pool:
         got = dict(zip(outs, pool.map(lambda kv: campaign._run_command([kv[0]], kv[1], time.monotonic() - 100),
                                       outs.items())))
     assert time.monotonic() - t0 < 50
     for name, d in outs.items():
-        want = f"<{name}>\n\ntimed out after 10s"
+        want = ("\ufffd" if name == "bad_bytes" else "") + f"<{name}>\n\ntimed out after 10s"
         assert got[name]["returncode"] == 124 and got[name]["tail"] == want, got[name]
         assert (d / "gpu-tests.log").read_text() == want
 
