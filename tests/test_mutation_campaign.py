@@ -105,11 +105,9 @@ def test_a_gpu_test_command_past_its_deadline_gets_ten_seconds_then_reads_timed_
     outs = {name: tmp_path / name for name in ("only_out", "only_err", "bad_bytes")}
     for d in outs.values():
         d.mkdir()
-    t0 = time.monotonic()
     with ThreadPoolExecutor(3) as pool:
         got = dict(zip(outs, pool.map(lambda kv: campaign._run_command([kv[0]], kv[1], time.monotonic() - 100),
                                       outs.items())))
-    assert time.monotonic() - t0 < 50
     for name, d in outs.items():
         want = ("\ufffd" if name == "bad_bytes" else "") + f"<{name}>\n\ntimed out after 10s"
         assert got[name]["returncode"] == 124 and got[name]["tail"] == want, got[name]

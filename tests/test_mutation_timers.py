@@ -690,13 +690,7 @@ def test_interleaved_on_cuda_accounts_for_every_call_and_keeps_its_clock_check(p
 
 
 def test_cuda_timing_accounts_for_every_call():
-    gpu, n = FakeGPU(), _Counter()
-    work = gpu.call(host_s=5 * US, gpu_s=20 * US)
-
-    def fn():
-        n()
-        work()
-
+    gpu, n, fn = _counted_call()
     t = cuda_timing(fn, TimerSettings(warmup=3, min_reps=16, max_reps=16, min_time=0.0), "cuda", cold=False, ops=gpu)
     assert t.keep_ahead["retries"] == 0 and n.n == 3 + len(t.clock.warm_clocks) + len(t.samples) == 3 + 2 + 16
 

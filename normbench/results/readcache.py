@@ -183,6 +183,8 @@ def _gone(pid: int) -> bool:
         return True
     except OSError:   # another user's process: not ours, so not gone
         return False
+    except OverflowError:   # no process has such a number
+        return True
     return False
 
 
