@@ -3,6 +3,7 @@
 #
 #   bash scripts/mutation.sh [MODULE ...]     # default: every module of MODULES below
 #   MUTATION_TIME_LIMIT=600 bash scripts/mutation.sh MODULE   # stop after 600 s: a partial report
+#   MUTATION_RESUME=1 bash scripts/mutation.sh MODULE        # only the mutants its last run left unchecked
 #
 # Each module is mutated alone, against the test files that cover it (TESTS below; mutmut's own stats phase then
 # runs, per mutant, only the tests that reach the mutated function), in a throw-away copy of this tree (git's tracked
@@ -67,17 +68,27 @@ process_isolation = forkserver
 use_git_change_detection = False
 CFG
   echo "== $mod against $tests"
+  out="$REPO/scripts/mutation/$(echo "$mod" | tr / _).json"   # written whole or not at all
+  # MUTATION_RESUME=1: the mutants the last run did not reach (same module source, else an error), merged into it
+  names=() merge=()
+  if [ -n "${MUTATION_RESUME:-}" ]; then
+    list=$("$PY" scripts/mutation_report.py unchecked "$mod")   # fails (and stops) when the module changed
+    [ -z "$list" ] || mapfile -t names <<<"$list"
+    [ ${#names[@]} -gt 0 ] || { echo "$mod: every mutant of its last run was checked"; rm -rf "$work"; continue; }
+    cp "$out" "$work/previous.json"; merge=(--merge "$work/previous.json")
+    echo "resuming: ${#names[@]} unchecked mutants"
+  fi
   # MUTATION_TIME_LIMIT (seconds): stop mutmut then and report what it checked (the rest "not checked")
   rc=0
   (cd "$work" && env -u PYTHONPATH timeout --signal=INT "${MUTATION_TIME_LIMIT:-0}" nice -n 10 "$MUTMUT" run \
-     --max-children 2 >"$work/run.log" 2>&1) || rc=$?
+     --max-children 2 "${names[@]}" >"$work/run.log" 2>&1) || rc=$?
   if [ "$rc" = 124 ] && [ -f "$work/mutants/$mod.meta" ]; then
     echo "time limit: $mod partly checked"
   elif [ "$rc" != 0 ]; then
     tail -c 4000 "$work/run.log"; echo "mutmut failed for $mod"; exit 1
   fi
-  out="$REPO/scripts/mutation/$(echo "$mod" | tr / _).json"   # written whole or not at all
-  (cd "$work" && "$PY" "$REPO/scripts/mutation_report.py" collect "$mod" > "$out.tmp") && mv "$out.tmp" "$out"
+  (cd "$work" && "$PY" "$REPO/scripts/mutation_report.py" collect "$mod" "${merge[@]}" > "$out.tmp") \
+    && mv "$out.tmp" "$out"
   rm -rf "$work"; trap - EXIT
 done
 "$PY" scripts/mutation_report.py report

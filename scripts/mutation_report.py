@@ -3,6 +3,12 @@
 ``python scripts/mutation_report.py collect MODULE [TESTS]`` (in mutmut's work tree, after ``mutmut run``): the module's
 mutants and their statuses as JSON on stdout, each survivor with its diff (``mutmut show``) and the module's sha256.
 
+``collect MODULE [TESTS] --merge OLD.json`` (a resumed run, ``MUTATION_RESUME=1``): the mutants this run did not
+check keep their status from OLD.json, an earlier run of the same module source.
+
+``python scripts/mutation_report.py unchecked MODULE``: the names of the module's mutants its last run did not check
+(scripts/mutation/<module>.json), one a line, for a resumed run; exit 1 when that run mutated other source.
+
 ``python scripts/mutation_report.py report``: merges scripts/mutation/*.json with the equivalent mutants named in
 scripts/mutation/equivalent.json (``{mutant: one-line reason}``) and the survivors killed since by a new test in
 scripts/mutation/killed.json (``{mutant: the test}``, each checked by applying the mutant by hand) into
@@ -70,6 +76,37 @@ def collect(module: str, tests: str | None = None) -> dict:
             show = subprocess.run([str(Path(sys.executable).parent / "mutmut"), "show", name], capture_output=True,
                                   text=True)
             out["survivors"][name] = show.stdout.strip()
+    return out
+
+
+def _module_json(module: str) -> Path:
+    return RESULTS / (module.replace("/", "_") + ".json")
+
+
+def unchecked(module: str) -> list[str]:
+    """The mutants of ``module`` its last run left unchecked; an error when that run mutated other source (the
+    mutants' names are numbered within each function, so another source's names would mean other mutants)."""
+    f = _module_json(module)
+    if not f.exists():
+        raise SystemExit(f"no earlier run of {module} ({f}): run without MUTATION_RESUME")
+    data = json.loads(f.read_text())
+    if data["sha256"] != sha256(ROOT / module):
+        raise SystemExit(f"{module} changed since its last run: its mutants are other mutants now; run it whole "
+                         "(without MUTATION_RESUME)")
+    return sorted(k for k, v in data["mutants"].items() if v == "not checked")
+
+
+def merge(new: dict, old: dict) -> dict:
+    """``new`` (a run of some of the module's mutants) with each mutant it did not check keeping ``old``'s status
+    (and survivor's diff); the two runs must have mutated the same source."""
+    if new["sha256"] != old["sha256"]:
+        raise SystemExit(f"{new['module']}: the earlier run mutated other source; cannot merge")
+    out = {**new, "mutants": dict(new["mutants"]), "survivors": dict(new["survivors"])}
+    for name, status in old["mutants"].items():
+        if out["mutants"].get(name, "not checked") == "not checked":
+            out["mutants"][name] = status
+            if name in old["survivors"]:
+                out["survivors"][name] = old["survivors"][name]
     return out
 
 
@@ -145,8 +182,18 @@ def _markdown(doc: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["collect"] and len(argv) in (2, 3):
+    if argv[:1] == ["collect"] and "--merge" in argv[:-1]:
+        i = argv.index("--merge")
+        old = json.loads(Path(argv[i + 1]).read_text())
+        argv = argv[:i] + argv[i + 2:]
+        if len(argv) in (2, 3):
+            print(json.dumps(merge(collect(*argv[1:]), old), indent=1, sort_keys=True))
+            return 0
+    elif argv[:1] == ["collect"] and len(argv) in (2, 3):
         print(json.dumps(collect(*argv[1:]), indent=1, sort_keys=True))
+        return 0
+    if argv[:1] == ["unchecked"] and len(argv) == 2:
+        print("\n".join(unchecked(argv[1])))
         return 0
     if argv == ["report"]:
         doc = report()
