@@ -21,8 +21,21 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
-from scipy import special as _sp
-from scipy import stats as _st
+
+
+def _st():
+    """scipy.stats, imported when a statistic is first computed: it takes ~1.2 s to import, which every ``normbench``
+    command paid at start (its subcommands' modules import this one) whether it computed a statistic or not."""
+    from scipy import stats
+
+    return stats
+
+
+def _sp():
+    from scipy import special
+
+    return special
+
 
 #: Metrics aggregated on a log scale (geometric mean, interval on log values).
 LOG_METRICS = ("perplexity", "ppl", "steps_to_target")
@@ -99,7 +112,7 @@ def summarize(values: Iterable, *, log: bool = False, confidence: float = CONFID
         centre = float(arr[0])
         return Summary(n, back(centre), 0.0, back(centre), back(centre), log, confidence)
     std = float(arr.std(ddof=1))
-    lo, hi = _st.t.interval(confidence, n - 1, loc=centre, scale=std / math.sqrt(n))
+    lo, hi = _st().t.interval(confidence, n - 1, loc=centre, scale=std / math.sqrt(n))
     return Summary(n, back(centre), std, back(float(lo)), back(float(hi)), log, confidence)
 
 
@@ -118,7 +131,7 @@ def welch_p(a: Sequence[float], b: Sequence[float], *, delta: float = 0.0, alter
         d = float(a[0] - b[0] - delta)
         side = {"greater": d > 0, "less": d < 0, "two-sided": d != 0}[alternative]
         return 0.0 if side else 1.0
-    return float(_st.ttest_ind(a - delta, b, equal_var=False, alternative=alternative).pvalue)
+    return float(_st().ttest_ind(a - delta, b, equal_var=False, alternative=alternative).pvalue)
 
 
 def mann_whitney(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
@@ -126,7 +139,7 @@ def mann_whitney(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
     a, b = np.asarray(a, float), np.asarray(b, float)
     if np.all(np.concatenate([a, b]) == a[0]):
         return len(a) * len(b) / 2.0, 1.0
-    r = _st.mannwhitneyu(a, b, alternative="two-sided")
+    r = _st().mannwhitneyu(a, b, alternative="two-sided")
     return float(r.statistic), float(r.pvalue)
 
 
@@ -182,7 +195,7 @@ def difference(a: Iterable, b: Iterable, *, log: bool = False, confidence: float
         df, lo, hi = float(len(xa) + len(xb) - 2), eff, eff
         p = 1.0 if eff == 0 else 0.0
     else:
-        r = _st.ttest_ind(xa, xb, equal_var=False)
+        r = _st().ttest_ind(xa, xb, equal_var=False)
         ci = r.confidence_interval(confidence)
         t, df, p, lo, hi = float(r.statistic), float(r.df), float(r.pvalue), float(ci.low), float(ci.high)
     u, up = mann_whitney(xa, xb)
@@ -205,12 +218,12 @@ def one_sample_p(y: Sequence[float], *, popmean: float = 0.0, alternative: str =
     n = len(y)
     t = (float(y.mean()) - popmean) / (float(y.std(ddof=1)) / math.sqrt(n))
     if alternative == "greater":
-        return float(_sp.stdtr(n - 1, -t))
+        return float(_sp().stdtr(n - 1, -t))
     if alternative == "less":
-        return float(_sp.stdtr(n - 1, t))
+        return float(_sp().stdtr(n - 1, t))
     if alternative != "two-sided":
         raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
-    return float(2.0 * _sp.stdtr(n - 1, -abs(t)))
+    return float(2.0 * _sp().stdtr(n - 1, -abs(t)))
 
 
 def wilcoxon_p(y: Sequence[float], popmean: float = 0.0) -> float:
@@ -218,12 +231,12 @@ def wilcoxon_p(y: Sequence[float], popmean: float = 0.0) -> float:
     d = np.asarray(y, float) - popmean
     if np.all(d == 0):
         return 1.0
-    return float(_st.wilcoxon(d, zero_method="zsplit").pvalue)
+    return float(_st().wilcoxon(d, zero_method="zsplit").pvalue)
 
 
 def fisher_worse(fail_a: int, n_a: int, fail_b: int, n_b: int) -> float:
     """One-sided Fisher exact p-value that ``a`` fails (diverges) more often than ``b``."""
-    return float(_st.fisher_exact([[fail_a, n_a - fail_a], [fail_b, n_b - fail_b]], alternative="greater").pvalue)
+    return float(_st().fisher_exact([[fail_a, n_a - fail_a], [fail_b, n_b - fail_b]], alternative="greater").pvalue)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -46,3 +46,23 @@ def test_each_command_module_comment_names_the_commands_it_registers():
             words = i.split()
             if len(words) == 2 and not words[1].startswith("--"):
                 assert words[1] in _subcommands(sub.choices[words[0]]), (mod_name, i)
+
+
+def test_starting_the_command_imports_no_heavy_module_it_does_not_use():
+    """Every ``normbench`` command builds the whole parser, so each command module is imported at every start: what
+    they import at the top is paid by every command. scipy (~1.2 s, a third of ``normbench --help``) is imported by
+    the first statistic computed (``normbench.stats``), not at start; transformers, timm, ray and triton likewise.
+    Run in a fresh interpreter (this one has imported everything)."""
+    import subprocess
+    import sys
+
+    heavy = ("scipy", "transformers", "timm", "ray", "triton", "datasets", "pandas", "matplotlib", "altair")
+    r = subprocess.run([sys.executable, "-c", (
+        "import sys, contextlib, io\n"
+        "from normbench import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    cli.main(['validate', '--help'])\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))\n")],
+        capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout
