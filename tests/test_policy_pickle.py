@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import io
+import warnings
 
 import pytest
 import torch
@@ -59,3 +60,17 @@ def test_a_policy_applied_model_saves_and_loads_as_the_original(family, split): 
     with torch.no_grad():
         assert _close(dup(ids, use_cache=False).logits, ref(ids, use_cache=False).logits)
     assert SEEN
+
+
+def test_pickling_warns_once_not_once_per_site(split):  # noqa: F811
+    """A 2-layer Llama has 5 sites; under Python's default warning filter pickling it says so once (it said it 5 times:
+    each site's message named the site)."""
+    model, config = tiny("llama")
+    apply_policy(model, split_policy(config))
+    assert len(_sites(model)) > 1
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        torch.save(model, io.BytesIO())
+    said = [w for w in seen if issubclass(w.category, PolicyFallbackWarning)]
+    assert len(said) == 1, [str(w.message) for w in said]
+    assert "LlamaRMSNorm sites pickle as the original modules" in str(said[0].message)

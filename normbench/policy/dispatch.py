@@ -221,8 +221,9 @@ class PolicyNorm(nn.Module):
         """Pickled (``torch.save(model)``, a process pool, a Ray task) as the original module, with this module's
         parameters and buffers: what loads computes the same function without the policy, whose backends and tables
         belong to this process (compiled code, Triton launchers, generated calls); ``apply_policy`` again there."""
-        warnings.warn(f"{self.label}: pickled as its original {type(self.original).__name__} (the policy's backends "
-                      "do not pickle); after loading, call normbench.apply_policy on the model again",
+        # one text for every site of a class: Python shows it once, not once per site (a 32-layer Llama has 65)
+        warnings.warn(f"normbench policy: its {type(self.original).__name__} sites pickle as the original modules (the "
+                      "policy's backends do not pickle); after loading, call normbench.apply_policy on the model again",
                       PolicyFallbackWarning, stacklevel=2)
         self._resync()
         orig = self.original   # (copyreg.__newobj__ would be refused: the pickler checks it against this object)
