@@ -13,11 +13,9 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "[test] chromium not found and not root: the browser test will be skipped (apt-get install chromium)" >&2
   fi
 fi
-# Tests run in parallel processes (pytest-xdist), one more than the cores up to 4 (NORMBENCH_TEST_WORKERS overrides; 0
-# runs them in this process): many tests wait on what they start (ASV's installs, a Ray head, torchrun's rendezvous,
-# Chromium, a time limit running out), so one worker per core left the cores partly idle (docs/testing.md, "Wall
-# time"); the extra worker takes up that time. worksteal hands the long tests out first and rebalances; no test
-# asserts a timing, so sharing the cores is safe.
+# Tests run in parallel processes (pytest-xdist), one per core up to 4 (NORMBENCH_TEST_WORKERS overrides; 0 runs them in
+# this process): most of the suite's time is subprocesses (ASV, bench, Ray, torchrun, Chromium) that leave a core idle.
+# worksteal hands the long tests out first and rebalances; no test asserts a timing, so sharing the cores is safe.
 # --durations=25: the long poles named at the end of every run (the suite's wall-time budget, issue #52).
-workers=${NORMBENCH_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0)) + 1))')}
+workers=${NORMBENCH_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}
 exec .venv/bin/python -m pytest -q -rs -p no:randomly -n "$workers" --dist worksteal --durations=25 "$@"
