@@ -623,6 +623,8 @@ def test_bytes_moved_per_case_by_pass_dtype_and_kind():
     assert campaign._case_bytes(_cuda("add_rmsnorm", "eager", "llm-4096x1024")) == 2 * 2 * 2 * n   # residual: twice
     assert campaign._case_bytes(_cuda("qk_norm", "eager", "llm-4096x1024", pass_="bwd")) == 2 * 3 * 2 * n
     assert campaign._case_bytes(_cuda("layernorm", "eager", "images-2x8x4x4")) == 2 * 2 * (2 * 8 * 4 * 4)
+    # an attention norm sees (batch, heads, seq, head_dim): width 1000 is 15 heads of 64, 960 of its 1000 columns
+    assert campaign._case_bytes(_cuda("qk_norm", "eager", "8x1000")) == 2 * 2 * 2 * (8 * 15 * 64)
 
 
 def test_the_estimate_of_one_case_is_its_repetitions_setup_and_checks():
