@@ -1,0 +1,289 @@
+"""#52: ``normbench.measure.group`` where its full mutation run left survivors (docs/mutation-report.md): what
+``measure_group`` hands each record (saved bytes only with a backward pass, each pass's own peak memory, the machine
+load read right after timing, the compile report of each case's own window, the graph flag), its refused cases, a
+weight-kind norm's FLOPs, and the same-size copy reference a record is compared with.
+
+Everything runs through ``measure_group`` on this CPU (or the rehearsal's simulated CUDA device) on one tiny shape,
+and each record is checked against an expectation derived here (the shape's bytes, the layer's multiply-adds, a
+planted load average), never against a timing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from test_mutation_headtohead import FAST, SHAPE, _case, _ctx, rehearsal  # noqa: F401  (fixtures)
+
+from normbench.measure import baselines, group, noise, reference
+from normbench.measure.shapes import Shape
+
+N = 4 * 8 * 64          # SHAPE's elements
+F32 = 4                 # bytes per float32 element
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+# --- one group at a time ----------------------------------------------------------------------------------------------
+
+def test_cases_of_two_groups_are_refused_with_the_rule_in_the_message():
+    with pytest.raises(AssertionError, match=r"^measure_group needs cases of one group$"):
+        group.measure_group([_case("eager"), _case("native")], _ctx())
+
+
+# --- saved bytes: only a group with a backward pass measures them -----------------------------------------------------
+
+def test_a_forward_only_group_has_no_saved_bytes_and_a_group_with_a_backward_has_them():
+    """What a forward saves for backward matters only where a backward runs: a group of ``fwd`` cases records None; a
+    group with ``bwd`` (or ``fwd+bwd``) records the bytes, at least the input RMSNorm's backward needs (its whole
+    float32 input), for every case of the group."""
+    [fwd] = group.measure_group([_case("eager", pass_="fwd")], _ctx())
+    assert fwd["metrics"]["saved_bytes"] is None
+    [bwd] = group.measure_group([_case("eager", pass_="bwd")], _ctx())
+    assert isinstance(bwd["metrics"]["saved_bytes"], int) and bwd["metrics"]["saved_bytes"] >= N * F32
+    both = group.measure_group([_case("eager", pass_="fwd"), _case("eager", pass_="fwd+bwd")], _ctx())
+    assert [r["config"]["pass"] for r in both] == ["fwd", "fwd+bwd"]
+    assert all(r["metrics"]["saved_bytes"] >= N * F32 for r in both)
+
+
+# --- each pass's own peak memory, and the graph flag of a CPU timing --------------------------------------------------
+
+def test_each_record_carries_the_peak_memory_of_its_own_pass():
+    """On a CPU every pass has a peak: the forward's holds at least its output; a fwd+bwd holds the forward's
+    output while its backward writes the input gradient, so it is above the forward's peak; a CPU timing is never a
+    CUDA graph (``graph_used`` False, not unknown)."""
+    recs = group.measure_group([_case("eager", pass_=p) for p in ("fwd", "bwd", "fwd+bwd")], _ctx())
+    peak = {r["config"]["pass"]: r["metrics"]["peak_mem_bytes"] for r in recs}
+    assert all(isinstance(v, int) for v in peak.values()), peak
+    assert peak["fwd"] >= N * F32 and peak["bwd"] >= N * F32   # the output; the input gradient
+    assert peak["fwd+bwd"] > peak["fwd"] and peak["fwd+bwd"] >= peak["bwd"]
+    assert [r["metrics"]["graph_used"] for r in recs] == [False, False, False]
+
+
+# --- the machine load: read right after timing, with the load the benchmark adds by itself ----------------------------
+
+def test_the_machine_load_is_read_right_after_each_timing_before_its_peak_memory(monkeypatch):
+    """The load average kept in a record covers the minute its samples were taken in: it is read after the case's
+    timing and before anything else runs for that case (the peak-memory pass)."""
+    from normbench.measure import memory
+
+    log: list[str] = []
+    real_time, real_peak = group.cpu_time, memory.peak_above
+
+    def timed(*a, **kw):
+        log.append("time")
+        return real_time(*a, **kw)
+
+    def peak(*a, **kw):
+        log.append("peak")
+        return real_peak(*a, **kw)
+
+    def load():
+        log.append("load")
+        return 0.25
+
+    monkeypatch.setattr(group, "cpu_time", timed)
+    monkeypatch.setattr(memory, "peak_above", peak)
+    monkeypatch.setattr(noise, "load_average", load)
+    recs = group.measure_group([_case("eager", pass_="fwd"), _case("eager", pass_="bwd")], _ctx())
+    assert log == ["time", "load", "peak"] * 2
+    assert all(r["metrics"]["noise"]["load1"] == 0.25 for r in recs)
+
+
+def test_a_gpu_record_takes_one_core_of_the_load_as_its_own(monkeypatch, rehearsal):  # noqa: F811
+    """On a GPU the benchmark adds one to the load average (its one host thread), whatever the case's CPU threads:
+    a planted load average of 1.5 on "cuda" with 2 threads leaves 0.5 of background load; the same on the CPU
+    leaves none (the 2 compute threads are the benchmark's own)."""
+    import os
+
+    monkeypatch.setattr(noise, "load_average", lambda: 1.5)
+    cores = os.cpu_count() or 1
+    [gpu] = group.measure_group([dataclasses.replace(_case("eager", device="cuda"), threads=2)], _ctx(1000.0, "cuda"))
+    assert gpu["metrics"]["noise"]["load1"] == 1.5
+    assert gpu["metrics"]["noise"]["background_load_per_core"] == pytest.approx(0.5 / cores)
+    [cpu] = group.measure_group([dataclasses.replace(_case("eager"), threads=2)], _ctx())
+    assert cpu["metrics"]["noise"]["background_load_per_core"] == 0.0
+
+
+# --- the compile backend: each record carries the report of its own timing window -------------------------------------
+
+@pytest.fixture
+def dynamo_without_inductor(monkeypatch):
+    """The compile backend as it is (Dynamo tracing, ``CompileWatch`` counting every call of the compiled graph), with
+    Dynamo's ``eager`` compiler behind the watch instead of Inductor: no C++ build, so a group compiles in about a
+    second here."""
+    from torch._dynamo.backends.debugging import eager
+
+    from normbench.kernels import compile_watch
+
+    monkeypatch.setattr(compile_watch.CompileWatch, "_compiler", lambda self: eager)
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_each_compiled_record_reports_the_calls_of_its_own_timing_window(dynamo_without_inductor):
+    """A compile group of three passes: each record's ``metrics.compile`` counts the forward calls of its own timing
+    only (the timer's warm-up and repetitions: the error check and the other passes before it are not in it), all
+    of them ran compiled code, and no record is flagged ``fell_back``; its load is a machine-load report."""
+    recs = group.measure_group([_case("compile", pass_=p) for p in ("fwd", "bwd", "fwd+bwd")], _ctx())
+    assert [r["config"]["pass"] for r in recs] == ["fwd", "bwd", "fwd+bwd"]
+    for r in recs:
+        comp = r["metrics"]["compile"]
+        assert comp["forward_calls"] == FAST.warmup + r["metrics"]["reps"] == 4, comp
+        assert comp["compiled_calls"] == comp["forward_calls"] and comp["stayed_compiled"] is True
+        assert comp["frames_failed"] == comp["graph_breaks"] == 0
+        assert "fell_back" not in r["flags"]
+        assert set(r["metrics"]["noise"]) >= {"load1", "cores", "background_load_per_core"}
+
+
+# --- refused cases: the group's other passes still run ----------------------------------------------------------------
+
+@pytest.fixture
+def forward_only_native(monkeypatch):
+    """``native`` (``F.rms_norm``, real on a CPU) declared forward-only, as flashinfer's kernels are."""
+    b = baselines.REGISTRY[("native", "rmsnorm")]
+    monkeypatch.setitem(baselines.REGISTRY, ("native", "rmsnorm"), dataclasses.replace(b, forward_only=True))
+
+
+def test_a_forward_only_baselines_backward_cases_are_refused_and_its_forward_is_measured(forward_only_native):
+    cases = [_case("native", pass_="bwd"), _case("native", pass_="fwd"), _case("native", pass_="fwd+bwd")]
+    refused: list = []
+    recs = group.measure_group(cases, _ctx(), refused)
+    assert [r["config"]["pass"] for r in recs] == ["fwd"]
+    why = "native's rmsnorm is forward-only (no autograd)"
+    assert refused == [(cases[0], why), (cases[2], why)]
+    # without a list to collect them, the first refusal is raised
+    with pytest.raises(group.Unsupported, match=r"^native's rmsnorm is forward-only \(no autograd\)$"):
+        group.measure_group(cases, _ctx())
+
+
+def test_a_bandwidth_far_above_the_ceiling_is_refused_not_recorded():
+    """A ceiling of 1e-6 GB/s: every case's bandwidth is far above it, a broken timing: with ``refused`` given, the
+    group returns no record and names each case with the reason; without it, the first is raised."""
+    cases = [_case("eager", pass_="fwd"), _case("eager", pass_="bwd")]
+    refused: list = []
+    assert group.measure_group(cases, _ctx(1e-6), refused) == []
+    assert [c for c, _ in refused] == cases
+    for _, why in refused:
+        assert "the measured ceiling 1e-06 GB/s: a broken timing, not recorded" in why
+    with pytest.raises(group.FarAboveCeiling, match="a broken timing, not recorded"):
+        group.measure_group(cases, _ctx(1e-6))
+
+
+# --- a weight-kind norm's FLOPs ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout, dims", [("images", (2, 8, 4, 4)), ("tokens", (4, 8, 16))])
+def test_a_weight_norms_flops_are_twice_its_layers_multiply_adds_per_pass(layout, dims):
+    """A weight-kind norm wraps a Linear (tokens) or a 3x3 Conv2d (images): its forward costs 2 FLOPs per
+    multiply-add of that layer (each output element: in-channels x kernel area of them), a backward twice that
+    (input and weight gradients), fwd+bwd three times. Counted here from the layer's weight and output."""
+    from normbench.discovery import REGISTRY
+
+    shape = Shape(f"tiny-{layout}", layout, dims, "quick")
+    cases = [_case("eager", norm="weight_norm", pass_=p) for p in ("fwd", "bwd", "fwd+bwd")]
+    cases = [dataclasses.replace(c, shape=shape) for c in cases]
+    recs = group.measure_group(cases, _ctx(1e6))
+    layer = REGISTRY.get("weight_norm").create(dims[1] if layout == "images" else dims[-1], layout=layout).layer
+    x = torch.zeros(dims)
+    macs = layer(x).numel() * layer.weight[0].numel()
+    fwd = 2 * macs
+    assert {r["config"]["pass"]: r["metrics"]["flops"] for r in recs} == {"fwd": fwd, "bwd": 2 * fwd,
+                                                                         "fwd+bwd": 3 * fwd}
+    for r in recs:
+        m = r["metrics"]
+        assert m["tflops"] == pytest.approx(m["flops"] / m["time_median_s"] / 1e12)
+
+
+# --- the same-size copy reference -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def copies(monkeypatch):
+    """No reference timed before, and every copy timed from now on: (nbytes, dtype) of each."""
+    monkeypatch.setattr(reference, "_REFERENCES", {})
+    timed: list = []
+    real = reference.measure_copy
+
+    def spy(nbytes, dtype, case, settings):
+        timed.append((nbytes, dtype))
+        return real(nbytes, dtype, case, settings)
+
+    monkeypatch.setattr(reference, "measure_copy", spy)
+    return timed
+
+
+def test_the_copy_reference_is_shared_within_a_run_and_timed_anew_in_another(copies):
+    """Two cases of one size in one run share one timed copy; a new run (a new context: a new run id) times its own."""
+    first = _ctx()
+    a = group.cache_metrics(_case("eager"), 8192, True, first)
+    b = group.cache_metrics(_case("eager"), 8192, True, first)
+    assert copies == [(8192, "float32")] and a["copy_same_size"] == b["copy_same_size"]
+    group.cache_metrics(_case("eager"), 8192, True, _ctx())
+    assert copies == [(8192, "float32")] * 2
+
+
+def test_the_copy_reference_of_a_bfloat16_case_copies_bfloat16(copies):
+    """The reference copies the case's dtype (a bfloat16 case's same-size copy is of bfloat16 elements, and it is not
+    the float32 case's copy of the same bytes); the record keeps its GB/s beside, not inside, its description."""
+    ctx = _ctx()
+    bf16 = group.cache_metrics(dataclasses.replace(_case("eager"), dtype="bfloat16"), 8192, True, ctx)
+    f32 = group.cache_metrics(_case("eager"), 8192, True, ctx)
+    assert copies == [(8192, "bfloat16"), (8192, "float32")]
+    assert "copy_ of 4096 bytes (bfloat16)" in bf16["copy_same_size"]["method"]
+    assert "copy_ of 4096 bytes (float32)" in f32["copy_same_size"]["method"]
+    for m in (bf16, f32):
+        assert m["copy_same_size_gbps"] > 0 and "gbps" not in m["copy_same_size"]
+        assert m["copy_same_size"]["bytes_moved"] == 8192 and m["working_set_bytes"] == 8192
+
+
+def test_a_gpu_cases_cache_is_the_gpus_l2(rehearsal):  # noqa: F811
+    """On (simulated) CUDA the cache a case's working set is compared with is the device's L2, not the host CPU's."""
+    from normbench import device as seam
+
+    got = group.cache_metrics(_case("eager", device="cuda"), 8192, True, _ctx(1000.0, "cuda"))
+    l2 = seam.get().l2_bytes("cuda")
+    assert got["cache_bytes"]["l2_bytes"] == got["cache_bytes"]["llc_bytes"] == l2
+    assert "L2_cache_size" in got["cache_bytes"]["source"]
+
+
+PLANTED_COPY = {"gbps": 100.0, "method": "a planted copy reference"}
+
+
+def test_a_cold_gpu_pass_reads_dram_unless_its_backward_can_reuse_what_its_forward_left_in_l2(rehearsal):  # noqa: F811
+    """(Simulated) CUDA, 8 KiB, far below any L2: a cold timing flushes L2 before each call, so a single pass (fwd,
+    bwd) reads from DRAM (``none``), while fwd+bwd can re-read in its backward what its forward left in L2; a hot
+    timing keeps it in L2. A given copy reference is kept as given, its GB/s beside its description."""
+    ctx = _ctx(1000.0, "cuda")
+
+    def resident(pass_, timing):
+        got = group.cache_metrics(_case("eager", pass_=pass_, device="cuda", timing=timing), 8192, True, ctx,
+                                  dict(PLANTED_COPY))
+        assert got["copy_same_size_gbps"] == 100.0
+        assert got["copy_same_size"] == {"method": "a planted copy reference"}
+        return got["cache_resident"]
+
+    assert [resident(p, "cold") for p in ("fwd", "bwd", "fwd+bwd")] == ["none", "none", "L2"]
+    assert resident("fwd", "hot") == "L2"
+
+
+def test_a_cpu_case_fits_one_l2_per_thread_then_the_last_level_cache(monkeypatch):
+    """Planted CPU caches (1 MiB L2 per core, 8 MiB last level): 1.5 MiB fits the L2s of two threads but not one
+    thread's (then the LLC); 16 MiB fits neither. The record keeps the working set and the caches it was judged by."""
+    caches = {"l2_bytes": 2**20, "llc_bytes": 8 * 2**20, "source": "planted"}
+    monkeypatch.setattr(reference, "cache_sizes", lambda device="cpu": dict(caches))
+    ctx = _ctx()
+
+    def metrics(nbytes, threads):
+        return group.cache_metrics(dataclasses.replace(_case("eager"), threads=threads), nbytes, True, ctx,
+                                   dict(PLANTED_COPY))
+
+    two = metrics(3 * 2**19, 2)
+    assert two["cache_resident"] == "L2"
+    assert two["working_set_bytes"] == 3 * 2**19 and two["cache_bytes"] == caches
+    assert metrics(3 * 2**19, 1)["cache_resident"] == "LLC"
+    assert metrics(16 * 2**20, 2)["cache_resident"] == "none"
