@@ -287,3 +287,111 @@ def test_a_cpu_case_fits_one_l2_per_thread_then_the_last_level_cache(monkeypatch
     assert two["working_set_bytes"] == 3 * 2**19 and two["cache_bytes"] == caches
     assert metrics(3 * 2**19, 1)["cache_resident"] == "LLC"
     assert metrics(16 * 2**20, 2)["cache_resident"] == "none"
+
+
+# --- the error check: the eager module of the same state, in float64, on the same inputs -----------------------------
+
+def _float64_errors(prep):
+    """The errors of ``prep``'s outputs and gradients against the eager module, computed here the plain way: that
+    module built again, given the state ``prep`` was built with, in float64 on float64 copies of its inputs."""
+    from normbench.measure.error import compare
+
+    ref = prep.spec.create(prep.num_features, layout=prep.shape.layout)
+    ref.load_state_dict(prep.state)
+    ref = ref.double().train(prep.mode == "train")
+    xs = [x.detach().double().requires_grad_(True) for x in prep.inputs]
+    y = ref(*xs)
+    y = [y] if isinstance(y, torch.Tensor) else list(y)
+    out = prep.forward()
+    gouts = [torch.randn(o.shape, generator=torch.Generator().manual_seed(1)) for o in out][:1]
+    params = [p for p in ref.parameters() if p.requires_grad]
+    want = torch.autograd.grad(y[:1], xs + params, [g.double() for g in gouts], allow_unused=True)
+    got = torch.autograd.grad(out[:1], prep.targets, gouts, allow_unused=True)
+    k = len(xs)
+    return {"y": compare(out, y), "dx": compare(got[:k], want[:k]), "dw": compare(got[k:], want[k:])}
+
+
+@pytest.mark.parametrize("norm, layout, dims, mode", [
+    ("weight_norm", "tokens", (4, 8, 16), "train"),     # a Linear of random initial weights: the state matters
+    ("rmsnorm", "images", (2, 8, 4, 4), "train"),       # normalised over the channels (dim 1), not the last dim
+    ("batchnorm", "images", (4, 8, 2, 2), "train"),     # batch statistics
+    ("batchnorm", "images", (4, 8, 2, 2), "eval"),      # running statistics
+])
+def test_the_error_check_is_against_the_eager_module_of_the_same_state_in_float64(norm, layout, dims, mode):
+    """A float32 module's output and gradients differ from float64's by rounding only: above zero (so the reference
+    really ran in float64), far below 1e-4 relative (so it is the same function: same state, layout and mode); each
+    part is that of its own tensors (the input gradient alone in ``dx``), as computed here."""
+    from normbench.discovery import REGISTRY
+
+    shape = Shape(f"tiny-{layout}", layout, dims, "quick")
+    prep = group.Prepared(REGISTRY.get(norm), "eager", shape, "float32", "cpu", mode=mode)
+    err = prep.errors()
+    assert set(err) == {"y", "dx", "dw"}
+    want = _float64_errors(prep)
+    for part in ("y", "dx", "dw"):
+        assert 0 < err[part]["max_rel"] < 1e-4, (part, err)
+        assert err[part]["max_abs"] == pytest.approx(want[part]["max_abs"], rel=1e-6), part
+
+
+def test_the_error_check_skips_a_parameter_the_output_does_not_use():
+    """A module with a parameter its output never uses (the unused bias): no gradient reaches it, in float32 or in
+    float64; the check compares the others and does not fail."""
+    from test_mutation_group import _UnusedBias
+
+    from normbench.discovery import REGISTRY
+
+    spec = dataclasses.replace(REGISTRY.get("rmsnorm"), factory=lambda c, layout="tokens", **kw: _UnusedBias(c))
+    prep = group.Prepared(spec, "eager", SHAPE, "float32", "cpu")
+    err = prep.errors()
+    for part in ("y", "dx", "dw"):
+        assert 0 < err[part]["max_rel"] < 1e-4, (part, err)
+
+
+def _inplace_rmsnorm(eager):
+    """An in-place, forward-only rmsnorm kernel (as flashinfer's): it writes the result into its input."""
+    from normbench.measure.adapters._base import _Adapter
+
+    def call(m, x):
+        with torch.no_grad():
+            x.copy_(torch.nn.functional.rms_norm(x, (m.num_features,), m.weight, m.eps))
+        return x
+
+    return _Adapter(eager, call)
+
+
+@pytest.fixture
+def inplace_native(monkeypatch):
+    b = baselines.REGISTRY[("native", "rmsnorm")]
+    monkeypatch.setitem(baselines.REGISTRY, ("native", "rmsnorm"),
+                        dataclasses.replace(b, build=_inplace_rmsnorm, inplace_inputs=True, forward_only=True))
+
+
+def test_an_inplace_kernels_error_check_runs_it_on_copies_and_has_no_gradients(inplace_native):
+    """The in-place kernel's output is checked (rounding only against float64), it has no gradients to check, and the
+    inputs it would overwrite are the ones the reference saw, unchanged, after the check."""
+    from normbench.discovery import REGISTRY
+
+    prep = group.Prepared(REGISTRY.get("rmsnorm"), "native", SHAPE, "float32", "cpu")
+    before = [x.detach().clone() for x in prep.inputs]
+    err = prep.errors()
+    assert set(err) == {"y", "dx", "dw"} and err["dx"] is None and err["dw"] is None
+    assert 0 < err["y"]["max_rel"] < 1e-4
+    assert len(prep.inputs) == len(before)
+    for x, b in zip(prep.inputs, before, strict=True):
+        assert torch.equal(x.detach(), b)
+
+
+def test_an_inplace_kernel_is_timed_on_the_same_data_every_repetition(inplace_native):
+    """Its forward pass restores the inputs, untimed, before each repetition: every call normalises the data the
+    module was built with (the rmsnorm of the original inputs, not of the last output)."""
+    from normbench.discovery import REGISTRY
+
+    prep = group.Prepared(REGISTRY.get("rmsnorm"), "native", SHAPE, "float32", "cpu")
+    x0 = prep.inputs[0].detach().clone()
+    want = torch.nn.functional.rms_norm(x0, (64,), prep.module.weight.detach(), prep.module.eps)
+    fn, pre = prep.pass_fns("fwd")
+    assert pre is not None
+    for _ in range(3):
+        pre()
+        [y] = fn()
+        assert torch.equal(y.detach(), want)
