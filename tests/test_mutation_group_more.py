@@ -395,3 +395,103 @@ def test_an_inplace_kernel_is_timed_on_the_same_data_every_repetition(inplace_na
         pre()
         [y] = fn()
         assert torch.equal(y.detach(), want)
+
+
+# --- the timing label: a record says what the timer did ---------------------------------------------------------------
+
+def test_a_timing_is_recorded_only_under_the_label_of_what_the_timer_did():
+    """cold needs the timer's report of the planned L2 flush; a flushed timing is never hot. The refusals name the case
+    and what was planned against what was done."""
+    cold = _case("eager", device="cuda", timing="cold")          # plans the "zero" flush
+    hot = _case("eager", device="cuda", timing="hot")
+    assert cold.flush == "zero"
+    for ok_case, host in ((cold, {"l2_flush": "zero"}), (hot, None), (hot, {}), (hot, {"l2_flush": None})):
+        group.check_timing_label(ok_case, host)                 # nothing raised
+    with pytest.raises(group.MislabelledTiming) as no_flush:
+        group.check_timing_label(cold, {"host_s": 1e-5})
+    name = "rmsnorm/eager/tokens-4x8x64/float32/fwd"
+    assert str(no_flush.value) == (f"{name}/cold: planned cold (L2 flushed before each call) but the timer flushed "
+                                   "nothing: a hot timing is never recorded as cold")
+    with pytest.raises(group.MislabelledTiming) as no_host:
+        group.check_timing_label(cold, None)
+    assert str(no_host.value) == str(no_flush.value)
+    with pytest.raises(group.MislabelledTiming) as other:
+        group.check_timing_label(cold, {"l2_flush": "rand"})
+    assert str(other.value) == f"{name}/cold: planned the 'zero' flush, the timer ran 'rand'"
+    with pytest.raises(group.MislabelledTiming) as flushed:
+        group.check_timing_label(hot, {"l2_flush": "zero"})
+    assert str(flushed.value) == f"{name}/hot: planned hot but the timer flushed L2 (zero)"
+
+
+# --- what a norm returns, and the inputs it is given ------------------------------------------------------------------
+
+def test_a_norm_returning_something_other_than_tensors_is_named_by_its_type():
+    assert group._tensors((torch.ones(1), "x", torch.zeros(2)))[1].shape == (2,)
+    with pytest.raises(TypeError, match=r"^a norm must return a tensor or a tuple of tensors, got int$"):
+        group._tensors(5)
+
+
+@pytest.mark.parametrize("norm, n", [("rmsnorm", 1), ("add_rmsnorm", 2), ("qk_norm", 2)])
+def test_a_residual_or_attention_norm_gets_two_inputs_and_the_others_one(norm, n):
+    """A residual norm takes (x, residual), an attention norm (q, k); each input has the case's shape and dtype and
+    is a leaf the backward differentiates."""
+    from normbench.discovery import REGISTRY
+
+    spec = REGISTRY.get(norm)
+    prep = group.Prepared(spec, "eager", SHAPE, "bfloat16", "cpu")
+    assert len(prep.inputs) == n
+    for x in prep.inputs:
+        assert x.shape == prep.dims and x.dtype == torch.bfloat16 and x.is_leaf and x.requires_grad
+    assert prep.targets[:n] == prep.inputs
+
+
+# --- the upstream gradient: one fixed sample per group ----------------------------------------------------------------
+
+def test_the_upstream_gradient_is_the_same_whatever_the_global_random_state():
+    """Two groups built alike get the same upstream gradient, so the same input gradient, whatever else drew from the
+    global random generator in between: the comparison of two backends' backward passes is of the same work."""
+    from normbench.discovery import REGISTRY
+
+    spec = REGISTRY.get("rmsnorm")
+    first = group.Prepared(spec, "eager", SHAPE, "float32", "cpu")
+    a = first.backward(first.forward())
+    torch.randn(1000)                                            # the global generator moves on
+    second = group.Prepared(spec, "eager", SHAPE, "float32", "cpu")
+    torch.manual_seed(123)
+    b = second.backward(second.forward())
+    assert torch.equal(first.inputs[0], second.inputs[0])
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y)
+    again = first.backward(first.forward())                      # and the same one on every call of one group
+    assert torch.equal(again[0], a[0])
+
+
+class _NoGrad(torch.nn.Module):
+    """A norm computed without autograd (as an inference kernel is)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(c))
+
+    def forward(self, x):
+        with torch.no_grad():
+            return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def test_a_norm_whose_output_needs_no_gradient_has_no_backward_pass_and_says_so():
+    from normbench.discovery import REGISTRY
+
+    spec = dataclasses.replace(REGISTRY.get("rmsnorm"), factory=lambda c, layout="tokens", **kw: _NoGrad(c))
+    prep = group.Prepared(spec, "eager", SHAPE, "float32", "cpu")
+    with pytest.raises(group.Unsupported, match=r"^no output of this norm requires grad, so it has no backward pass$"):
+        prep.backward(prep.forward())
+    err = prep.errors()                                          # the output is still checked, the gradients not
+    assert err["y"]["max_rel"] < 1e-4 and err["dx"] is None and err["dw"] is None
+
+
+def test_a_rehearsal_measures_no_gpu_memory(rehearsal):  # noqa: F811
+    """On the rehearsal's simulated GPU there is no GPU allocator to read: the record's peak memory is None, not the
+    CPU's the modules run on (what the forward saves for backward is counted from the tensors themselves)."""
+    [rec] = group.measure_group([_case("eager", pass_="fwd+bwd", device="cuda")], _ctx(1000.0, "cuda"))
+    assert rec["metrics"]["peak_mem_bytes"] is None
+    assert rec["metrics"]["saved_bytes"] >= N * F32
