@@ -495,3 +495,41 @@ def test_a_rehearsal_measures_no_gpu_memory(rehearsal):  # noqa: F811
     [rec] = group.measure_group([_case("eager", pass_="fwd+bwd", device="cuda")], _ctx(1000.0, "cuda"))
     assert rec["metrics"]["peak_mem_bytes"] is None
     assert rec["metrics"]["saved_bytes"] >= N * F32
+
+
+# --- a backward repetition's untimed forward --------------------------------------------------------------------------
+
+def test_a_backward_repetition_drops_the_last_forwards_outputs_before_the_next_forward():
+    """``bwd`` runs a forward untimed before each timed backward: the previous repetition's outputs (and the graph
+    they hold) are released before that forward runs, so one repetition's graph is alive at a time."""
+    import weakref
+
+    from normbench.discovery import REGISTRY
+
+    prep = group.Prepared(REGISTRY.get("rmsnorm"), "eager", SHAPE, "float32", "cpu")
+    real, outs, alive = prep.forward, [], []
+
+    def forward():
+        alive.append([r() is not None for r in outs])
+        out = real()
+        outs.append(weakref.ref(out[0]))
+        return out
+
+    prep.forward = forward
+    fn, pre = prep.pass_fns("bwd")
+    for _ in range(3):
+        pre()
+        grads = fn()
+        assert grads[0].shape == prep.dims
+    assert alive == [[], [False], [False, False]]
+
+
+def test_a_call_that_waits_for_the_gpu_is_flagged_host_sync_in_its_record(rehearsal):  # noqa: F811
+    """PowerNorm's forward reads a value back to the host (a synchronisation the probe finds): its record on
+    (simulated) CUDA names the operators and carries the ``host_sync`` flag; RMSNorm's carries neither."""
+    [sync] = group.measure_group([_case("eager", norm="powernorm", device="cuda")], _ctx(1000.0, "cuda"))
+    assert sync["metrics"]["host_syncs"] and "host_sync" in sync["flags"]
+    assert all(op in sync["flag_reasons"]["host_sync"] for op in sync["metrics"]["host_syncs"])
+    [plain] = group.measure_group([_case("eager", device="cuda")], _ctx(1000.0, "cuda"))
+    assert plain["metrics"]["host_syncs"] == {} and "host_sync" not in plain["flags"]
+
