@@ -533,3 +533,150 @@ def test_a_call_that_waits_for_the_gpu_is_flagged_host_sync_in_its_record(rehear
     [plain] = group.measure_group([_case("eager", device="cuda")], _ctx(1000.0, "cuda"))
     assert plain["metrics"]["host_syncs"] == {} and "host_sync" not in plain["flags"]
 
+
+
+# --- building a group: what cannot run here is refused with the reason -----------------------------------------------
+
+def test_a_group_that_cannot_run_here_is_refused_with_its_reason(monkeypatch):
+    """A layout the norm lacks, a backend it does not have, a baseline's own limits (its dtypes, its layouts, a CUDA
+    library on a CPU) and a backend whose availability probe says no: each an ``Unsupported`` naming why."""
+    from normbench.discovery import REGISTRY
+    from normbench.registry import Backend
+
+    rms = REGISTRY.get("rmsnorm")
+    images = Shape("tiny-images", "images", (2, 8, 4, 4), "quick")
+
+    def refused(spec, backend, shape=SHAPE, dtype="float32"):
+        with pytest.raises(group.Unsupported) as exc:
+            group.Prepared(spec, backend, shape, dtype, "cpu")
+        return str(exc.value)
+
+    assert refused(REGISTRY.get("groupnorm"), "eager") == "groupnorm does not support the tokens layout"
+    assert refused(rms, "nope") == "rmsnorm has no backend 'nope'"
+    assert refused(rms, "flashinfer") == ("backend flashinfer unavailable: flashinfer's rmsnorm supports bfloat16, "
+                                          "float16, not float32")
+    assert refused(rms, "native", images) == ("backend native unavailable: native's rmsnorm supports the tokens "
+                                              "layout only")
+    b = baselines.REGISTRY[("native", "rmsnorm")]
+    monkeypatch.setitem(baselines.REGISTRY, ("native", "rmsnorm"), dataclasses.replace(b, requires_cuda=True))
+    assert refused(rms, "native") == ("backend native unavailable: native kernels need a CUDA device (this run is "
+                                      "on cpu)")
+    probe = Backend("planted", build=lambda eager, spec=None: eager, available=lambda: "no planted device here")
+    planted = dataclasses.replace(rms, extra_backends=(probe,))
+    assert refused(planted, "planted") == "backend planted unavailable: no planted device here"
+    ok = dataclasses.replace(rms, extra_backends=(dataclasses.replace(probe, available=lambda: None),))
+    assert group.Prepared(ok, "planted", SHAPE, "float32", "cpu").module is not None
+
+
+# --- the bytes model: what a pass must move, from the built module ---------------------------------------------------
+
+IMAGES = Shape("tiny-images", "images", (2, 8, 4, 4), "quick")
+
+
+@pytest.mark.parametrize("norm, shape, dtype, mode, want", [
+    # statistics per row of features: 4x8 rows of 64, one (RMS) or two (mean, variance) per row
+    ("rmsnorm", SHAPE, "float32", "train", dict(formula="rowwise", n_elements=N, inputs=1, elem_bytes=4,
+                                                 param_bytes=64 * 4, stat_rows=32, stats_per_row=1)),
+    ("rmsnorm", SHAPE, "bfloat16", "train", dict(formula="rowwise", n_elements=N, inputs=1, elem_bytes=2,
+                                                  param_bytes=64 * 2, stat_rows=32, stats_per_row=1)),
+    ("layernorm", SHAPE, "float32", "train", dict(formula="rowwise", n_elements=N, inputs=1, elem_bytes=4,
+                                                   param_bytes=2 * 64 * 4, stat_rows=32, stats_per_row=2)),
+    # q and k: each its own 32 rows
+    ("qk_norm", SHAPE, "float32", "train", dict(formula="rowwise", n_elements=N, inputs=2, elem_bytes=4,
+                                                 param_bytes=4, stat_rows=2 * 32, stats_per_row=1)),
+    # x + residual normalised once: 32 rows of statistics for two inputs
+    ("add_rmsnorm", SHAPE, "float32", "train", dict(formula="residual_rowwise", n_elements=N, inputs=2,
+                                                     elem_bytes=4, param_bytes=64 * 4, stat_rows=32, stats_per_row=1)),
+    # 8 groups of each of the 2 images
+    ("groupnorm", IMAGES, "float32", "train", dict(formula="groupwise", n_elements=256, inputs=1, elem_bytes=4,
+                                                    param_bytes=2 * 8 * 4, stat_rows=2 * 8, stats_per_row=2)),
+    # batch statistics per channel in training; none in eval (the running ones are used), which the model says
+    ("batchnorm", IMAGES, "float32", "train", dict(formula="channelwise", n_elements=256, inputs=1, elem_bytes=4,
+                                                    param_bytes=2 * 8 * 4, stat_rows=8, stats_per_row=2,
+                                                    running_values=2 * 8)),
+    ("batchnorm", IMAGES, "float32", "eval", dict(formula="channelwise", n_elements=256, inputs=1, elem_bytes=4,
+                                                   param_bytes=2 * 8 * 4, stat_rows=0, stats_per_row=2,
+                                                   running_values=2 * 8, eval_mode=1)),
+    # eval of a norm without running statistics is the same computation as training
+    ("rmsnorm", SHAPE, "float32", "eval", dict(formula="rowwise", n_elements=N, inputs=1, elem_bytes=4,
+                                                param_bytes=64 * 4, stat_rows=32, stats_per_row=1)),
+    ("dyt", SHAPE, "float32", "train", dict(formula="pointwise", n_elements=N, inputs=1, elem_bytes=4,
+                                             param_bytes=(2 * 64 + 1) * 4, stat_rows=0, stats_per_row=0)),
+    ("weight_norm", SHAPE, "float32", "train", dict(formula="weight_reparam", n_elements=N, inputs=1, elem_bytes=4,
+                                                     param_bytes=(64 * 64 + 64 + 64) * 4, stat_rows=0,
+                                                     stats_per_row=0, memory_bound=False)),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_the_bytes_model_counts_the_inputs_parameters_and_statistics_of_the_built_module(norm, shape, dtype, mode,
+                                                                                        want):
+    from normbench.discovery import REGISTRY
+
+    want = dict(want)
+    formula, memory_bound = want.pop("formula"), want.pop("memory_bound", True)
+    params = {"running_values": 0, **want}
+    prep = group.Prepared(REGISTRY.get(norm), "eager", shape, dtype, "cpu", mode=mode)
+    assert prep.bytes_model() == {"formula": formula, "params": params, "memory_bound": memory_bound}
+
+
+def test_a_group_is_built_in_training_mode_unless_told_otherwise():
+    from normbench.discovery import REGISTRY
+
+    prep = group.Prepared(REGISTRY.get("batchnorm"), "eager", IMAGES, "float32", "cpu")
+    assert prep.mode == "train" and prep.module.training
+    assert "eval_mode" not in prep.bytes_model()["params"]
+    assert not group.Prepared(REGISTRY.get("batchnorm"), "eager", IMAGES, "float32", "cpu", mode="eval").module.training
+
+
+def test_each_compile_group_starts_with_a_fresh_compile_cache(dynamo_without_inductor):
+    """Dynamo's recompile limit set to 1: two compile groups of different widths would share one cache entry list
+    and the second would run eagerly; each group starts afresh, so both stay compiled."""
+    import torch._dynamo.config as dconfig
+
+    with dconfig.patch(recompile_limit=1):
+        for width in (32, 48):
+            shape = Shape(f"tiny-{width}", "tokens", (8, width), "quick")
+            [rec] = group.measure_group([dataclasses.replace(_case("compile"), shape=shape)], _ctx())
+            assert rec["metrics"]["compile"]["stayed_compiled"] and "fell_back" not in rec["flags"], width
+
+
+# --- refreshing the ceiling during a sweep -------------------------------------------------------------------------
+
+@pytest.fixture
+def new_ceilings(monkeypatch):
+    """``ceiling.measure`` answering the next planted ceiling (measured 10 s before), with what it was asked."""
+    import time
+
+    from normbench.measure import ceiling
+
+    asked: list = []
+    values = iter([80.0, 200.0, 90.0])
+
+    def measure(device="cpu", fresh=False):
+        asked.append((device, fresh))
+        return ceiling.Ceiling(next(values), "a planted fresh ceiling", str(device), spread=0.01, attempt=1,
+                               measured_at=time.time() - 10.0)
+
+    monkeypatch.setattr(ceiling, "measure", measure)
+    return asked
+
+
+def test_the_ceiling_is_measured_again_only_once_it_is_older_than_the_limit(new_ceilings):
+    """A context whose ceiling was measured at t=1000 s: still fresh at exactly 1000 + every_s (the same context
+    back), measured again (fresh, not from the cache) one second later. The new context keeps everything but the
+    ceiling: its value, method, spread, when it was measured (10 s before it was asked for), and the best so far."""
+    from normbench.measure import ceiling
+
+    ctx = dataclasses.replace(_ctx(100.0), ceiling_at=1000.0, impl_hashes={"x": "h"})
+    assert group.refresh_context(ctx, "cpu", every_s=60.0, now=lambda: 1060.0) is ctx
+    assert group.refresh_context(ctx, "cpu", now=lambda: 1000.0 + ceiling.RECHECK_S) is ctx   # the default limit
+    assert new_ceilings == []
+    new = group.refresh_context(ctx, "cpu", every_s=60.0, now=lambda: 1061.0)
+    assert new_ceilings == [("cpu", True)]
+    assert (new.ceiling_gbps, new.ceiling_method, new.ceiling_spread) == (80.0, "a planted fresh ceiling", 0.01)
+    assert new.ceiling_at == pytest.approx(1051.0, abs=5.0)
+    assert new.ceiling_best_gbps == 100.0                       # the first measurement stays the best
+    assert (new.run_id, new.provenance, new.impl_hashes, new.settings) == (ctx.run_id, ctx.provenance,
+                                                                           ctx.impl_hashes, ctx.settings)
+    later = group.refresh_context(new, "cuda", now=lambda: 1061.0 + ceiling.RECHECK_S + 1.0)
+    assert new_ceilings[-1] == ("cuda", True) and later.ceiling_gbps == 200.0 and later.ceiling_best_gbps == 200.0
+    last = group.refresh_context(later, "cpu", every_s=0.0, now=lambda: 1e6)
+    assert last.ceiling_gbps == 90.0 and last.ceiling_best_gbps == 200.0
