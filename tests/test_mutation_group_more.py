@@ -680,3 +680,168 @@ def test_the_ceiling_is_measured_again_only_once_it_is_older_than_the_limit(new_
     assert new_ceilings[-1] == ("cuda", True) and later.ceiling_gbps == 200.0 and later.ceiling_best_gbps == 200.0
     last = group.refresh_context(later, "cpu", every_s=0.0, now=lambda: 1e6)
     assert last.ceiling_gbps == 90.0 and last.ceiling_best_gbps == 200.0
+
+
+# --- build_record: a record from planted samples, references and reports ----------------------------------------------
+# The samples are given, so every number of the record follows from them: 4.8, 4.9, 5.0, 5.1, 5.2 µs (median 5 µs,
+# quartiles 4.9 and 5.1 µs by linear interpolation), and the bytes RMSNorm's rowwise model moves for the pass.
+
+SAMPLES = [5.2e-6, 4.8e-6, 5.0e-6, 5.1e-6, 4.9e-6]
+RMS_PARAMS = {"n_elements": N, "inputs": 1, "elem_bytes": 4, "param_bytes": 64 * 4, "stat_rows": 32,
+              "stats_per_row": 1, "running_values": 0}
+QUIET = {"load1": 0.25, "cores": 2, "background_load_per_core": 0.0}
+
+
+@pytest.fixture
+def planted_caches(monkeypatch):
+    """CPU caches of 1 MiB (L2) and 8 MiB: RMSNorm's few KiB are L2-resident."""
+    caches = {"l2_bytes": 2**20, "llc_bytes": 8 * 2**20, "source": "planted"}
+    monkeypatch.setattr(reference, "cache_sizes", lambda device="cpu": dict(caches))
+    return caches
+
+
+def _prep(norm="rmsnorm", backend="eager", shape=SHAPE):
+    from normbench.discovery import REGISTRY
+
+    return group.Prepared(REGISTRY.get(norm), backend, shape, "float32", "cpu")
+
+
+def _build(case, ctx, *, prep=None, samples=SAMPLES, err=None, copy_gbps=20.0, load=QUIET, **kw):
+    copy_ref = {"gbps": copy_gbps, "method": "a planted copy"} if copy_gbps else None
+    err = err if err is not None else {"y": {"max_abs": 1e-7, "max_rel": 1e-7}, "dx": {"max_abs": 2e-7, "max_rel":
+                                       2e-7}, "dw": {"max_abs": 3e-7, "max_rel": 3e-7}}
+    return group.build_record(prep or _prep(), case, ctx, list(samples), False, err, kw.pop("peak", 1234),
+                              kw.pop("saved", 5678), dict(load), copy_ref=copy_ref, **kw)
+
+
+def test_a_records_metrics_follow_from_its_samples_its_ceiling_and_its_references(planted_caches):
+    from normbench.measure import bytes_model as bm
+
+    ctx = dataclasses.replace(_ctx(50.0), datasheet_peak_gbps=100.0, ceiling_spread=0.02, ceiling_best_gbps=60.0)
+    case = _case("eager", pass_="fwd+bwd")
+    rec = _build(case, ctx)
+    m = rec["metrics"]
+    nbytes = bm.bytes_moved("rowwise", "fwd+bwd", RMS_PARAMS)
+    gbps = nbytes / 5.0e-6 / 1e9
+    assert rec["config"]["bytes_model"] == {"formula": "rowwise", "params": RMS_PARAMS, "memory_bound": True}
+    assert m["time_median_s"] == pytest.approx(5.0e-6) and m["time_min_s"] == pytest.approx(4.8e-6)
+    assert (m["time_q25_s"], m["time_q75_s"]) == (pytest.approx(4.9e-6), pytest.approx(5.1e-6))
+    assert m["time_iqr_s"] == pytest.approx(0.2e-6) and m["reps"] == 5
+    assert m["bytes_moved"] == nbytes and m["gbps"] == pytest.approx(gbps)
+    assert (m["ceiling_gbps"], m["ceiling_method"], m["datasheet_peak_gbps"]) == (50.0, "test ceiling", 100.0)
+    assert m["pct_of_ceiling"] == pytest.approx(100.0 * gbps / 50.0)
+    assert m["pct_of_datasheet"] == pytest.approx(100.0 * gbps / 100.0)
+    assert m["copy_same_size_gbps"] == 20.0 and m["copy_same_size"] == {"method": "a planted copy"}
+    assert m["pct_of_same_size_copy"] == pytest.approx(100.0 * gbps / 20.0)
+    assert (m["working_set_bytes"], m["cache_bytes"], m["cache_resident"]) == (nbytes, planted_caches, "L2")
+    assert (m["peak_mem_bytes"], m["saved_bytes"], m["graph_used"]) == (1234, 5678, False)
+    assert m["err"] == {"y": {"max_abs": 1e-7, "max_rel": 1e-7}, "dx": {"max_abs": 2e-7, "max_rel": 2e-7},
+                        "dw": {"max_abs": 3e-7, "max_rel": 3e-7}}
+    assert m["err_reference"] == "eager module in float64 on the same inputs"
+    assert m["noise"] == {**QUIET, "ceiling_spread": 0.02, "ceiling_drop": pytest.approx(1.0 - 50.0 / 60.0),
+                          "rel_iqr": pytest.approx(0.2 / 5.0)}
+    assert rec["flags"] == [] and rec["flag_reasons"] == {}
+    assert "host_s" not in m and "flops" not in m and "compile" not in m and "page_faults_per_rep" not in m
+    assert rec["impl_hash"] == baselines.impl_hash(_prep().spec, "eager") and "baseline" not in rec["provenance"]
+    assert rec["provenance"]["timestamp"] and rec["provenance"]["command"] == "pytest"
+
+
+def test_a_forward_records_error_has_no_gradients_and_a_compute_bound_record_no_percentages(planted_caches):
+    """A forward pass computes no gradient: its record's dx and dw are None whatever the group's check found. A norm
+    whose cost is its matmul (weight_norm) is not memory-bound: no percentage of any bandwidth, and never suspect."""
+    ctx = dataclasses.replace(_ctx(1e-3), datasheet_peak_gbps=100.0)
+    fwd = _build(_case("eager", pass_="fwd"), _ctx())
+    assert fwd["metrics"]["err"] == {"y": {"max_abs": 1e-7, "max_rel": 1e-7}, "dx": None, "dw": None}
+    wn = _build(_case("eager", norm="weight_norm", pass_="fwd"), ctx, prep=_prep("weight_norm"))
+    m = wn["metrics"]
+    assert (m["pct_of_ceiling"], m["pct_of_datasheet"], m["pct_of_same_size_copy"]) == (None, None, None)
+    assert m["gbps"] > 1000 * ctx.ceiling_gbps and "suspect" not in wn["flags"]
+
+
+def test_a_bandwidth_above_the_copy_ceiling_or_the_same_size_copy_is_flagged_suspect_with_both_numbers(monkeypatch):
+    """Past DRAM (no cache holds the working set): judged by the copy ceiling (a hot timing says so); in L2: by the
+    same-size copy timed in the same place."""
+    from normbench.measure import bytes_model as bm
+
+    gbps = bm.bytes_moved("rowwise", "fwd", RMS_PARAMS) / 5.0e-6 / 1e9      # 3.3 GB/s
+    tiny = {"l2_bytes": 1024, "llc_bytes": 2048, "source": "planted"}
+    monkeypatch.setattr(reference, "cache_sizes", lambda device="cpu": dict(tiny))
+    hot = _build(_case("eager"), _ctx(1.0))
+    assert hot["metrics"]["cache_resident"] == "none" and hot["flags"] == ["suspect"]
+    assert hot["flag_reasons"]["suspect"] == (f"{gbps:.3g} GB/s is above the measured copy ceiling 1 GB/s: the data "
+                                              "was likely cache-resident (hot timing)")
+    cold = _build(_case("eager", timing="cold"), _ctx(1.0), host={"l2_flush": "zero"})
+    assert cold["flag_reasons"]["suspect"] == (f"{gbps:.3g} GB/s is above the measured copy ceiling 1 GB/s: the "
+                                               "data was likely cache-resident")
+    assert "suspect" not in _build(_case("eager"), _ctx(gbps * 1.01))["flags"]
+    monkeypatch.setattr(reference, "cache_sizes", lambda device="cpu": {"l2_bytes": 2**20, "llc_bytes": 2**23})
+    l2 = _build(_case("eager"), _ctx(50.0), copy_gbps=2.0)
+    assert l2["flag_reasons"]["suspect"] == (f"{gbps:.3g} GB/s is above a copy of the same bytes timed in the same "
+                                             "place (2 GB/s, L2-resident): more than a copy's speed means a broken "
+                                             "timing or skipped work")
+    assert "suspect" not in _build(_case("eager"), _ctx(50.0), copy_gbps=gbps * 1.01)["flags"]
+
+
+def test_a_nonfinite_output_or_gradient_flags_the_record_naming_each_part(planted_caches):
+    bad = {"max_abs": None, "max_rel": None, "nonfinite": True}
+    ok = {"max_abs": 1e-7, "max_rel": 1e-7}
+    y = _build(_case("eager", pass_="fwd+bwd"), _ctx(), err={"y": bad, "dx": ok, "dw": ok})
+    assert y["flags"] == ["non_finite"]
+    assert y["flag_reasons"]["non_finite"] == ("the output contain NaN or inf: the timing is of a broken computation, "
+                                               "not a result")
+    grads = _build(_case("eager", pass_="bwd"), _ctx(), err={"y": ok, "dx": bad, "dw": bad})
+    assert grads["flag_reasons"]["non_finite"].startswith("the input gradient and the parameter gradient contain NaN")
+    # a forward pass computes no gradient: a NaN there is not this record's
+    assert "non_finite" not in _build(_case("eager", pass_="fwd"), _ctx(), err={"y": ok, "dx": bad, "dw": bad})["flags"]
+
+
+def test_a_busy_machine_a_spread_timing_or_a_fallen_ceiling_flags_the_record_noisy(planted_caches):
+    busy = {"load1": 3.0, "cores": 2, "background_load_per_core": 1.0}
+    rec = _build(_case("eager"), _ctx(), load=busy)
+    assert rec["flags"] == ["noisy"] and rec["metrics"]["noise"]["background_load_per_core"] == 1.0
+    assert rec["flag_reasons"]["noisy"] == "background load 1.00 per core (load average 3.00 on 2 cores) is above 0.5"
+    spread = _build(_case("eager"), _ctx(), samples=[1e-6, 2e-6, 5e-6, 8e-6, 9e-6])    # IQR 6 µs over a 5 µs median
+    assert spread["metrics"]["noise"]["rel_iqr"] == pytest.approx(6.0 / 5.0)
+    assert "spread by 120% of the median" in spread["flag_reasons"]["noisy"]
+    fell = _build(_case("eager"), dataclasses.replace(_ctx(10.0), ceiling_best_gbps=40.0))
+    assert fell["metrics"]["noise"]["ceiling_drop"] == pytest.approx(0.75)
+    assert "75% below the run's best" in fell["flag_reasons"]["noisy"]
+    assert _build(_case("eager"), dataclasses.replace(_ctx(), ceiling_best_gbps=0.0))["metrics"]["noise"][
+        "ceiling_drop"] is None
+
+
+def test_a_gpu_records_host_report_becomes_its_metrics_and_flags(rehearsal):  # noqa: F811
+    """What the CUDA timer reported of the host: its time per call, the keep-ahead check, the clock, the operators
+    that synchronise, and the host-bound / low-clock / host-sync verdicts as flags; a rehearsal says so; a GPU record
+    is judged by the GPU's spread limit (5 %)."""
+    host = {"host_s": 2e-6, "keep_ahead": {"batches": 2, "failed": 0}, "clock": {"sm_hz": 1.0}, "host_syncs": {},
+            "host_bound": "planted host-bound reason", "low_clock": "planted low-clock reason",
+            "host_sync": "planted host-sync reason", "l2_flush": "zero"}
+    rec = _build(_case("eager", device="cuda", timing="cold"), _ctx(1000.0, "cuda"), host=host,
+                 samples=[100e-6, 101e-6, 106e-6, 110e-6, 112e-6])
+    m = rec["metrics"]
+    assert (m["host_s"], m["keep_ahead"], m["clock"], m["host_syncs"]) == (2e-6, {"batches": 2, "failed": 0},
+                                                                           {"sm_hz": 1.0}, {})
+    for flag in ("host_bound", "low_clock", "host_sync"):
+        assert rec["flag_reasons"][flag] == f"planted {flag.replace('_', '-')} reason"
+    assert "rehearsal" in rec["flags"] and "noisy" in rec["flags"]              # 8.5 % spread: above the GPU's 5 %
+    plain = _build(_case("eager", device="cuda"), _ctx(1000.0, "cuda"), host={"host_s": 1e-6})
+    assert "clock" not in plain["metrics"] and "host_syncs" not in plain["metrics"]
+    assert not {"host_bound", "low_clock", "host_sync"} & set(plain["flags"])
+
+
+def test_page_faults_a_baselines_provenance_and_a_compile_fallback_reach_the_record(planted_caches, monkeypatch):
+    from normbench.kernels.compile_watch import CompileReport
+
+    rec = _build(_case("eager"), _ctx(), faults=[3, 7, 4])
+    assert rec["metrics"]["page_faults_per_rep"] == 4
+    assert rec["metrics"]["page_fault_bytes_per_rep"] == 4 * group.PAGE_BYTES
+    native = _build(_case("native"), _ctx(), prep=_prep(backend="native"))
+    assert native["provenance"]["baseline"] == baselines.get("native", "rmsnorm").provenance()
+    assert native["impl_hash"] == baselines.impl_hash(_prep().spec, "native")
+    fell = CompileReport(forward_calls=4, compiled_calls=1, graphs=1, frames_failed=0, graph_breaks=0)
+    comp = _build(_case("eager"), _ctx(), compile_report=fell)
+    assert comp["metrics"]["compile"] == fell.to_dict() and comp["flags"] == ["fell_back"]
+    assert comp["flag_reasons"]["fell_back"] == fell.reason()
+    stayed = CompileReport(forward_calls=4, compiled_calls=4, graphs=1, frames_failed=0, graph_breaks=0)
+    assert _build(_case("eager"), _ctx(), compile_report=stayed)["flags"] == []
