@@ -845,3 +845,18 @@ def test_page_faults_a_baselines_provenance_and_a_compile_fallback_reach_the_rec
     assert comp["flag_reasons"]["fell_back"] == fell.reason()
     stayed = CompileReport(forward_calls=4, compiled_calls=4, graphs=1, frames_failed=0, graph_breaks=0)
     assert _build(_case("eager"), _ctx(), compile_report=stayed)["flags"] == []
+
+
+def test_a_groups_module_and_inputs_live_where_the_device_seam_puts_them(monkeypatch):
+    """The device seam names where a case's tensors live (a GPU's own device; a rehearsal's CPU). A seam answering
+    PyTorch's ``meta`` device (the one device besides the CPU this machine has): the module's parameters and buffers,
+    the inputs and the forward's outputs are all there, none left on the CPU."""
+    from normbench import device as seam
+    from normbench.discovery import REGISTRY
+
+    monkeypatch.setattr(seam, "tensor_device", lambda device: "meta")
+    for norm in ("rmsnorm", "add_rmsnorm"):
+        prep = group.Prepared(REGISTRY.get(norm), "eager", SHAPE, "float32", "cuda")
+        assert prep.tdev == "meta"
+        tensors = [*prep.inputs, *prep.module.parameters(), *prep.module.buffers(), *prep.forward()]
+        assert tensors and {t.device.type for t in tensors} == {"meta"}, norm
