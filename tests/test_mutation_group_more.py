@@ -660,23 +660,23 @@ def new_ceilings(monkeypatch):
 
 
 def test_the_ceiling_is_measured_again_only_once_it_is_older_than_the_limit(new_ceilings):
-    """A context whose ceiling was measured at t=1000 s: still fresh at exactly 1000 + every_s (the same context
-    back), measured again (fresh, not from the cache) one second later. The new context keeps everything but the
+    """A context whose ceiling was measured at t=1000 s: with a limit of 30 s (half the default) still fresh at exactly
+    1030 s (the same context back), measured again (fresh, not from the cache) one second later. The new context keeps everything but the
     ceiling: its value, method, spread, when it was measured (10 s before it was asked for), and the best so far."""
     from normbench.measure import ceiling
 
     ctx = dataclasses.replace(_ctx(100.0), ceiling_at=1000.0, impl_hashes={"x": "h"})
-    assert group.refresh_context(ctx, "cpu", every_s=60.0, now=lambda: 1060.0) is ctx
+    assert group.refresh_context(ctx, "cpu", every_s=30.0, now=lambda: 1030.0) is ctx
     assert group.refresh_context(ctx, "cpu", now=lambda: 1000.0 + ceiling.RECHECK_S) is ctx   # the default limit
     assert new_ceilings == []
-    new = group.refresh_context(ctx, "cpu", every_s=60.0, now=lambda: 1061.0)
+    new = group.refresh_context(ctx, "cpu", every_s=30.0, now=lambda: 1031.0)
     assert new_ceilings == [("cpu", True)]
     assert (new.ceiling_gbps, new.ceiling_method, new.ceiling_spread) == (80.0, "a planted fresh ceiling", 0.01)
-    assert new.ceiling_at == pytest.approx(1051.0, abs=5.0)
+    assert new.ceiling_at == pytest.approx(1021.0, abs=5.0)
     assert new.ceiling_best_gbps == 100.0                       # the first measurement stays the best
     assert (new.run_id, new.provenance, new.impl_hashes, new.settings) == (ctx.run_id, ctx.provenance,
                                                                            ctx.impl_hashes, ctx.settings)
-    later = group.refresh_context(new, "cuda", now=lambda: 1061.0 + ceiling.RECHECK_S + 1.0)
+    later = group.refresh_context(new, "cuda", now=lambda: 1031.0 + ceiling.RECHECK_S + 1.0)
     assert new_ceilings[-1] == ("cuda", True) and later.ceiling_gbps == 200.0 and later.ceiling_best_gbps == 200.0
     last = group.refresh_context(later, "cpu", every_s=0.0, now=lambda: 1e6)
     assert last.ceiling_gbps == 90.0 and last.ceiling_best_gbps == 200.0
