@@ -661,8 +661,9 @@ def new_ceilings(monkeypatch):
 
 def test_the_ceiling_is_measured_again_only_once_it_is_older_than_the_limit(new_ceilings):
     """A context whose ceiling was measured at t=1000 s: with a limit of 30 s (half the default) still fresh at exactly
-    1030 s (the same context back), measured again (fresh, not from the cache) one second later. The new context keeps everything but the
-    ceiling: its value, method, spread, when it was measured (10 s before it was asked for), and the best so far."""
+    1030 s (the same context back), measured again (fresh, not from the cache) one second later. The new context
+    keeps everything but the ceiling: its value, method, spread, when it was measured (10 s before it was asked for),
+    and the best so far."""
     from normbench.measure import ceiling
 
     ctx = dataclasses.replace(_ctx(100.0), ceiling_at=1000.0, impl_hashes={"x": "h"})
@@ -860,3 +861,29 @@ def test_a_groups_module_and_inputs_live_where_the_device_seam_puts_them(monkeyp
         assert prep.tdev == "meta"
         tensors = [*prep.inputs, *prep.module.parameters(), *prep.module.buffers(), *prep.forward()]
         assert tensors and {t.device.type for t in tensors} == {"meta"}, norm
+
+
+@pytest.mark.parametrize("norm, kwargs, groups", [
+    ("groupnorm", {"num_groups": 2}, 2),      # the module's own group count, not the default's
+    ("instancenorm", {}, 8),                  # one group per channel (8 channels)
+])
+def test_a_group_norms_statistics_are_one_row_per_sample_and_group(norm, kwargs, groups):
+    from normbench.discovery import REGISTRY
+
+    spec = REGISTRY.get(norm)
+    spec = dataclasses.replace(spec, default_kwargs={**dict(spec.default_kwargs), **kwargs})
+    prep = group.Prepared(spec, "eager", IMAGES, "float32", "cpu")
+    model = prep.bytes_model()
+    assert model["formula"] == "groupwise" and model["params"]["stat_rows"] == 2 * groups
+
+
+@pytest.mark.xfail(strict=True, reason="group.py: _num_groups falls back to min(32, C) for a module that names no "
+                                       "group count, so InstanceNorm over more than 32 channels is modelled with 32 "
+                                       "statistics rows per sample instead of one per channel (reported to the lead)")
+def test_an_instance_norm_over_more_than_32_channels_keeps_one_statistics_row_per_channel():
+    """InstanceNorm normalises each (sample, channel) over H x W: 64 channels, 2 samples: 128 rows of statistics."""
+    from normbench.discovery import REGISTRY
+
+    shape = Shape("tiny-images-64", "images", (2, 64, 2, 2), "quick")
+    prep = group.Prepared(REGISTRY.get("instancenorm"), "eager", shape, "float32", "cpu")
+    assert prep.bytes_model()["params"]["stat_rows"] == 2 * 64
