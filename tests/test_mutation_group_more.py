@@ -466,6 +466,19 @@ def test_the_upstream_gradient_is_the_same_whatever_the_global_random_state():
     assert torch.equal(again[0], a[0])
 
 
+def test_the_upstream_gradient_has_each_outputs_shape_dtype_and_device():
+    """A bfloat16 group's backward receives a bfloat16 upstream gradient, as a bfloat16 training step's would (not a
+    float32 one cast by autograd): one per output, of its shape, on its device."""
+    from normbench.discovery import REGISTRY
+
+    prep = group.Prepared(REGISTRY.get("add_rmsnorm"), "eager", SHAPE, "bfloat16", "cpu")
+    outs = prep.forward()
+    prep.backward(outs)
+    assert len(prep._gouts) == len(outs) == 2
+    for g, o in zip(prep._gouts, outs, strict=True):
+        assert (g.shape, g.dtype, g.device) == (o.shape, torch.bfloat16, o.device)
+
+
 class _NoGrad(torch.nn.Module):
     """A norm computed without autograd (as an inference kernel is)."""
 
