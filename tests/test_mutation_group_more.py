@@ -741,7 +741,7 @@ def test_a_records_metrics_follow_from_its_samples_its_ceiling_and_its_reference
     assert m["time_median_s"] == pytest.approx(5.0e-6) and m["time_min_s"] == pytest.approx(4.8e-6)
     assert (m["time_q25_s"], m["time_q75_s"]) == (pytest.approx(4.9e-6), pytest.approx(5.1e-6))
     assert m["time_iqr_s"] == pytest.approx(0.2e-6) and m["reps"] == 5
-    assert m["bytes_moved"] == nbytes and m["gbps"] == pytest.approx(gbps)
+    assert m["bytes_moved"] == nbytes and m["gbps"] == nbytes / m["time_median_s"] / 1e9 == pytest.approx(gbps)
     assert (m["ceiling_gbps"], m["ceiling_method"], m["datasheet_peak_gbps"]) == (50.0, "test ceiling", 100.0)
     assert m["pct_of_ceiling"] == pytest.approx(100.0 * gbps / 50.0)
     assert m["pct_of_datasheet"] == pytest.approx(100.0 * gbps / 100.0)
@@ -766,7 +766,7 @@ def test_a_forward_records_error_has_no_gradients_and_a_compute_bound_record_no_
     ctx = dataclasses.replace(_ctx(1e-3), datasheet_peak_gbps=100.0)
     fwd = _build(_case("eager", pass_="fwd"), _ctx())
     assert fwd["metrics"]["err"] == {"y": {"max_abs": 1e-7, "max_rel": 1e-7}, "dx": None, "dw": None}
-    wn = _build(_case("eager", norm="weight_norm", pass_="fwd"), ctx, prep=_prep("weight_norm"))
+    wn = _build(_case("eager", norm="weight_norm", pass_="fwd"), ctx, prep=_prep("weight_norm"), copy_gbps=1e-3)
     m = wn["metrics"]
     assert (m["pct_of_ceiling"], m["pct_of_datasheet"], m["pct_of_same_size_copy"]) == (None, None, None)
     assert m["gbps"] > 1000 * ctx.ceiling_gbps and "suspect" not in wn["flags"]
@@ -900,3 +900,43 @@ def test_an_instance_norm_over_more_than_32_channels_keeps_one_statistics_row_pe
     shape = Shape("tiny-images-64", "images", (2, 64, 2, 2), "quick")
     prep = group.Prepared(REGISTRY.get("instancenorm"), "eager", shape, "float32", "cpu")
     assert prep.bytes_model()["params"]["stat_rows"] == 2 * 64
+
+
+def test_a_memory_bound_record_without_a_given_copy_reference_times_its_own(planted_caches, copies):
+    """Given no copy reference, a memory-bound case's is timed here, in the case's timing mode and under the run's
+    id; a compute-bound case's is not timed at all."""
+    from normbench.measure import bytes_model as bm
+
+    ctx = _ctx()
+    rec = _build(_case("eager"), ctx, copy_gbps=None)
+    nbytes = bm.bytes_moved("rowwise", "fwd", RMS_PARAMS)
+    assert copies == [(nbytes, "float32")]
+    m = rec["metrics"]
+    assert m["copy_same_size_gbps"] > 0 and m["copy_same_size"]["bytes_moved"] == nbytes
+    assert "timed as the case (hot: perf_counter, nothing flushed, 1 threads)" in m["copy_same_size"]["method"]
+    wn = _build(_case("eager", norm="weight_norm"), ctx, prep=_prep("weight_norm"), copy_gbps=None)
+    assert copies == [(nbytes, "float32")] and wn["metrics"]["copy_same_size_gbps"] is None
+
+
+def test_a_bandwidth_of_exactly_ten_times_the_ceiling_is_recorded_and_more_is_refused(planted_caches):
+    """The far-above rule refuses a bandwidth more than ``FAR_ABOVE_CEILING`` (10) times the ceiling: exactly 10 times
+    is recorded (suspect), a hair more is refused, naming both numbers. The samples are chosen so that the record's
+    bandwidth is exactly 10 GB/s; the ceiling is 1 GB/s, then a hair below."""
+    import math
+
+    from normbench.measure import bytes_model as bm
+
+    nbytes = bm.bytes_moved("rowwise", "fwd", RMS_PARAMS)
+    t = nbytes / 1e10
+    for _ in range(100):
+        g = nbytes / t / 1e9
+        if g == 10.0:
+            break
+        t = math.nextafter(t, math.inf if g > 10.0 else 0.0)
+    assert group.FAR_ABOVE_CEILING == 10.0 and nbytes / t / 1e9 == 10.0
+    exact = _build(_case("eager"), _ctx(1.0), samples=[t] * 3, copy_gbps=1e-3)
+    assert exact["metrics"]["gbps"] == 10.0 and exact["flags"] == ["suspect"]
+    below = math.nextafter(1.0, 0.0)
+    with pytest.raises(group.FarAboveCeiling) as exc:
+        _build(_case("eager"), _ctx(below), samples=[t] * 3, copy_gbps=1e-3)
+    assert str(exc.value) == "10 GB/s is more than 10x the measured ceiling 1 GB/s: a broken timing, not recorded"
