@@ -940,3 +940,36 @@ def test_a_bandwidth_of_exactly_ten_times_the_ceiling_is_recorded_and_more_is_re
     with pytest.raises(group.FarAboveCeiling) as exc:
         _build(_case("eager"), _ctx(below), samples=[t] * 3, copy_gbps=1e-3)
     assert str(exc.value) == "10 GB/s is more than 10x the measured ceiling 1 GB/s: a broken timing, not recorded"
+
+
+def test_a_record_built_without_a_load_reads_the_machines_taking_out_its_own_threads(planted_caches, monkeypatch):
+    """Given no load, build_record reads it: a planted load average of 2.5 with 2 compute threads on the CPU leaves
+    0.5 of background load over the cores."""
+    import os
+
+    monkeypatch.setattr(noise, "load_average", lambda: 2.5)
+    rec = group.build_record(_prep(), dataclasses.replace(_case("eager"), threads=2), _ctx(), list(SAMPLES), False,
+                             {"y": None}, None, None, copy_ref=dict(PLANTED_COPY))
+    assert rec["metrics"]["noise"]["load1"] == 2.5
+    assert rec["metrics"]["noise"]["background_load_per_core"] == pytest.approx(0.5 / (os.cpu_count() or 1))
+
+
+def test_noise_reasons_are_joined_and_a_gpu_spread_below_the_event_resolution_is_not_noise(planted_caches, rehearsal):  # noqa: F811
+    """Two reasons are joined by "; "; a GPU record whose quartiles differ by less than 1 µs (CUDA events' resolution)
+    is not noisy by its spread, even at 9 % of its median; a ceiling below 1 GB/s still has its drop measured."""
+    busy = {"load1": 3.0, "cores": 2, "background_load_per_core": 1.0}
+    both = _build(_case("eager"), _ctx(), load=busy, samples=[1e-6, 2e-6, 5e-6, 8e-6, 9e-6])
+    assert both["flag_reasons"]["noisy"] == ("background load 1.00 per core (load average 3.00 on 2 cores) is above "
+                                             "0.5; the repetitions spread by 120% of the median (IQR / median), "
+                                             "above 50%")
+    tight = _build(_case("eager", device="cuda"), _ctx(1000.0, "cuda"), host={"host_s": 1e-6},
+                   samples=[10e-6, 10.1e-6, 10.6e-6, 11e-6, 11.2e-6])
+    assert tight["metrics"]["noise"]["rel_iqr"] > 0.05 and "noisy" not in tight["flags"]
+    small = _build(_case("eager"), dataclasses.replace(_ctx(0.4), ceiling_best_gbps=0.8))
+    assert small["metrics"]["noise"]["ceiling_drop"] == pytest.approx(0.5)
+
+
+def test_only_a_gpu_record_of_a_rehearsal_is_flagged_rehearsal(planted_caches, rehearsal):  # noqa: F811
+    gpu = _build(_case("eager", device="cuda"), _ctx(1000.0, "cuda"), host={"host_s": 1e-6})
+    assert gpu["flag_reasons"]["rehearsal"].startswith("measured in a rehearsal")
+    assert "rehearsal" not in _build(_case("eager"), _ctx())["flags"]
