@@ -942,16 +942,20 @@ def test_a_bandwidth_of_exactly_ten_times_the_ceiling_is_recorded_and_more_is_re
     assert str(exc.value) == "10 GB/s is more than 10x the measured ceiling 1 GB/s: a broken timing, not recorded"
 
 
-def test_a_record_built_without_a_load_reads_the_machines_taking_out_its_own_threads(planted_caches, monkeypatch):
-    """Given no load, build_record reads it: a planted load average of 2.5 with 2 compute threads on the CPU leaves
-    0.5 of background load over the cores."""
+def test_a_record_built_without_a_load_reads_the_machines_taking_out_its_own_threads(planted_caches, monkeypatch,
+                                                                                     rehearsal):  # noqa: F811
+    """Given no load, build_record reads it: a planted load average of 1.8 with 2 compute threads on the CPU leaves
+    no background load; on (simulated) CUDA the benchmark's own share is one thread: 0.8 left, over the cores."""
     import os
 
-    monkeypatch.setattr(noise, "load_average", lambda: 2.5)
-    rec = group.build_record(_prep(), dataclasses.replace(_case("eager"), threads=2), _ctx(), list(SAMPLES), False,
-                             {"y": None}, None, None, copy_ref=dict(PLANTED_COPY))
-    assert rec["metrics"]["noise"]["load1"] == 2.5
-    assert rec["metrics"]["noise"]["background_load_per_core"] == pytest.approx(0.5 / (os.cpu_count() or 1))
+    monkeypatch.setattr(noise, "load_average", lambda: 1.8)
+    cores = os.cpu_count() or 1
+    for device, own in (("cpu", 2.0), ("cuda", 1.0)):
+        case = dataclasses.replace(_case("eager", device=device), threads=2)
+        rec = group.build_record(_prep(), case, _ctx(1000.0, device), list(SAMPLES), False, {"y": None}, None, None,
+                                 copy_ref=dict(PLANTED_COPY), host={"host_s": 1e-6} if device == "cuda" else None)
+        assert rec["metrics"]["noise"]["load1"] == 1.8
+        assert rec["metrics"]["noise"]["background_load_per_core"] == pytest.approx(max(0.0, 1.8 - own) / cores)
 
 
 def test_noise_reasons_are_joined_and_a_gpu_spread_below_the_event_resolution_is_not_noise(planted_caches, rehearsal):  # noqa: F811
@@ -973,3 +977,16 @@ def test_only_a_gpu_record_of_a_rehearsal_is_flagged_rehearsal(planted_caches, r
     gpu = _build(_case("eager", device="cuda"), _ctx(1000.0, "cuda"), host={"host_s": 1e-6})
     assert gpu["flag_reasons"]["rehearsal"].startswith("measured in a rehearsal")
     assert "rehearsal" not in _build(_case("eager"), _ctx())["flags"]
+
+
+@pytest.mark.parametrize("backend, passes", [("compile_three_pass", {"fwd": 3, "bwd": 2, "fwd+bwd": 5}),
+                                             ("compile_two_pass", {"fwd": 2, "bwd": 2, "fwd+bwd": 4}),
+                                             ("eager", {"fwd": None, "bwd": None, "fwd+bwd": None})])
+def test_a_softmax_record_counts_the_reads_of_each_row_of_its_pass(planted_caches, backend, passes):
+    """A softmax record keeps how many times its pass reads each row: a three-pass forward (max; sum of exp;
+    normalise) 3, a two-pass one 2, the backward 2 (y and dy), fwd+bwd their sum; None for an implementation whose
+    passes normbench does not know (eager PyTorch). A norm's record has no such count."""
+    for pass_, want in passes.items():
+        rec = _build(_case(backend, norm="softmax", pass_=pass_), _ctx(), prep=_prep("softmax", backend))
+        assert rec["metrics"]["row_passes"] == want, pass_
+    assert "row_passes" not in _build(_case("eager"), _ctx())["metrics"]
