@@ -760,6 +760,7 @@ def test_a_records_metrics_follow_from_its_samples_its_ceiling_and_its_reference
     assert rec["flags"] == [] and rec["flag_reasons"] == {}
     assert "host_s" not in m and "flops" not in m and "compile" not in m and "page_faults_per_rep" not in m
     assert rec["impl_hash"] == baselines.impl_hash(_prep().spec, "eager") and "baseline" not in rec["provenance"]
+    assert rec["kind"] == "kernel" and list(ctx.impl_hashes.values()) == [rec["impl_hash"]]   # hashed once a sweep
     assert rec["provenance"]["timestamp"] >= before and rec["provenance"]["command"] == "pytest"   # built now
 
 
