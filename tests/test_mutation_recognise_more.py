@@ -9,7 +9,7 @@ import torch
 from test_mutation_recognise import W, _HiddenRMSNorm
 from torch import nn
 
-from normbench.policy.recognise import probe_any
+from normbench.policy.recognise import probe, probe_any
 
 
 class _Weighted(nn.Module):
@@ -146,3 +146,63 @@ def test_the_reason_does_not_depend_on_the_global_random_state():
         assert found is None
         said.add(why)
     assert len(said) == 1, said
+
+
+class _Amplifier(_Weighted):
+    """x times a million: no eps makes it a norm (the eps it would need is negative), and it names none."""
+
+    def __init__(self):
+        super().__init__()
+        del self.variance_epsilon
+
+    def forward(self, x):
+        return x * 1e6
+
+
+class _Broken(_Weighted):
+    def forward(self, x):
+        raise ValueError("no probe for me")
+
+
+def test_a_module_no_eps_can_explain_says_so():
+    assert probe_any(_Amplifier(), None) == (
+        None, "its output on the probe is none of RMSNorm or LayerNorm over the last dim (differs from (eps unknown))")
+
+
+def test_a_module_that_fails_on_the_probe_is_left_alone_with_its_error():
+    assert probe_any(_Broken(), None) == (None, "it failed on a probe input: ValueError: no probe for me")
+
+
+# --- probe(): a module of a known RMSNorm class (transformers') checked against what its class should compute ------
+
+def test_probe_tells_a_clamped_mean_square_from_an_added_eps():
+    said = probe(_ClampedRMSNorm(1e-6), 1e-6, False)
+    assert said is not None and said.startswith("its output differs from x / sqrt(mean(x^2) + 1e-06) * weight by ")
+    assert said.endswith("(rows of size 0.001): not the RMSNorm it looks like"), said
+
+
+def test_probe_tells_a_norm_over_another_dim():
+    said = probe(_SecondDimNorm(), 1e-6, False)
+    assert said is not None and "(rows of size 1): not the RMSNorm it looks like" in said
+
+
+def test_probe_passes_the_rmsnorm_its_class_computes():
+    m = _Weighted()
+    m.forward = lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * m.weight
+    assert probe(m, 1e-6, False) is None
+
+
+@pytest.mark.parametrize("what, said", [
+    (lambda x: (x, x), "it returns tuple () for input (2, 3, 64)"),
+    (lambda x: x[..., :1], "it returns Tensor (2, 3, 1) for input (2, 3, 64)"),
+])
+def test_probe_says_what_a_module_returned_instead_of_one_tensor(what, said):
+    assert probe(_Returns(what), 1e-6, False) == said
+
+
+def test_probes_reason_does_not_depend_on_the_global_random_state():
+    said = set()
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        said.add(probe(_SecondDimNorm(), 1e-6, False))
+    assert len(said) == 1 and None not in said, said
