@@ -206,3 +206,20 @@ def test_probes_reason_does_not_depend_on_the_global_random_state():
         torch.manual_seed(seed)
         said.add(probe(_SecondDimNorm(), 1e-6, False))
     assert len(said) == 1 and None not in said, said
+
+
+def test_probe_names_the_scale_it_checked():
+    said = probe(_ClampedRMSNorm(1e-6), 1e-6, True)   # Gemma's form: scale 1 + weight
+    assert said is not None and said.startswith("its output differs from x / sqrt(mean(x^2) + 1e-06) * (1 + weight) by ")
+
+
+class _NearlyRMSNorm(_Weighted):
+    """RMSNorm plus 1e-5: float32 rounding's size for outputs of size ~1, inside the tolerance (1e-5 of 1 + the
+    largest output), which is relative to the output's size and never tighter than 1e-5."""
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon) * self.weight + 1e-5
+
+
+def test_probes_tolerance_grows_with_the_outputs_size():
+    assert probe(_NearlyRMSNorm(), 1e-6, False) is None
