@@ -210,7 +210,8 @@ def test_probes_reason_does_not_depend_on_the_global_random_state():
 
 def test_probe_names_the_scale_it_checked():
     said = probe(_ClampedRMSNorm(1e-6), 1e-6, True)   # Gemma's form: scale 1 + weight
-    assert said is not None and said.startswith("its output differs from x / sqrt(mean(x^2) + 1e-06) * (1 + weight) by ")
+    assert said is not None
+    assert said.startswith("its output differs from x / sqrt(mean(x^2) + 1e-06) * (1 + weight) by "), said
 
 
 class _NearlyRMSNorm(_Weighted):
