@@ -250,8 +250,8 @@ def test_killing_a_worker_mid_sweep_loses_nothing_and_a_rerun_completes(head, in
     assert again.returncode == 0, again.stderr
     assert f"{len(kept)} already in" in again.stdout
     final = _records(out)
-    # the re-run completed exactly the rest (its output says why a case is missing: a sweep refuses a case whose
-    # bandwidth reads far above the copy ceiling it measured, which a saturated machine can make happen)
+    # the re-run completed exactly the rest (on failure its output says which case is missing and why; a case the
+    # sweep refused, e.g. far above the copy ceiling it measured, is listed there with its reason)
     assert set(final) == set(inprocess), again.stdout + again.stderr
     assert all(final[rid]["provenance"]["timestamp"] == ts for rid, ts in stamps.items())  # not measured twice
     for rid, rec in final.items():
