@@ -112,11 +112,15 @@ def test_the_probe_gives_back_every_buffer_it_changed():
     assert float(m.calls) == 0.0   # the probe ran the module, and put its buffer back
 
 
-@pytest.mark.parametrize("what, said", [
+#: a forward that is not one tensor of its input's shape -> what the probes say of it
+NOT_ONE_TENSOR = [
     (lambda x: (x, x), "it returns tuple () for input (2, 3, 64)"),
     (lambda x: x[..., :1], "it returns Tensor (2, 3, 1) for input (2, 3, 64)"),
     (lambda x: None, "it returns NoneType () for input (2, 3, 64)"),
-])
+]
+
+
+@pytest.mark.parametrize("what, said", NOT_ONE_TENSOR)
 def test_a_module_that_does_not_return_one_tensor_of_its_inputs_shape_is_told_what_it_returned(what, said):
     assert probe_any(_Returns(what), None) == (None, said)
 
@@ -192,10 +196,7 @@ def test_probe_passes_the_rmsnorm_its_class_computes():
     assert probe(m, 1e-6, False) is None
 
 
-@pytest.mark.parametrize("what, said", [
-    (lambda x: (x, x), "it returns tuple () for input (2, 3, 64)"),
-    (lambda x: x[..., :1], "it returns Tensor (2, 3, 1) for input (2, 3, 64)"),
-])
+@pytest.mark.parametrize("what, said", NOT_ONE_TENSOR)
 def test_probe_says_what_a_module_returned_instead_of_one_tensor(what, said):
     assert probe(_Returns(what), 1e-6, False) == said
 
