@@ -894,15 +894,14 @@ def test_a_group_norms_statistics_are_one_row_per_sample_and_group(norm, kwargs,
     assert model["formula"] == "groupwise" and model["params"]["stat_rows"] == 2 * groups
 
 
-@pytest.mark.xfail(strict=True, reason="group.py: _num_groups falls back to min(32, C) for a module that names no "
-                                       "group count, so InstanceNorm over more than 32 channels is modelled with 32 "
-                                       "statistics rows per sample instead of one per channel (reported to the lead)")
-def test_an_instance_norm_over_more_than_32_channels_keeps_one_statistics_row_per_channel():
-    """InstanceNorm normalises each (sample, channel) over H x W: 64 channels, 2 samples: 128 rows of statistics."""
+@pytest.mark.parametrize("norm", ["instancenorm", "evonorm_b0"])
+def test_an_instance_norm_over_more_than_32_channels_keeps_one_statistics_row_per_channel(norm):
+    """InstanceNorm (and EvoNorm-B0's instance variance) normalises each (sample, channel) over H x W: 64 channels,
+    2 samples: 128 rows of statistics, not the 2 x 32 a GroupNorm's default group count would give."""
     from normbench.discovery import REGISTRY
 
     shape = Shape("tiny-images-64", "images", (2, 64, 2, 2), "quick")
-    prep = group.Prepared(REGISTRY.get("instancenorm"), "eager", shape, "float32", "cpu")
+    prep = group.Prepared(REGISTRY.get(norm), "eager", shape, "float32", "cpu")
     assert prep.bytes_model()["params"]["stat_rows"] == 2 * 64
 
 
