@@ -58,15 +58,15 @@ class _Groups(torch.nn.Module):
             setattr(self, k, v)
 
 
-def test_the_group_count_is_read_from_the_module_or_its_inner_one_else_at_most_32():
+def test_the_group_count_is_read_from_the_module_or_its_inner_one_else_one_per_channel():
     assert group._num_groups(torch.nn.GroupNorm(4, 16), 16) == 4
     assert group._num_groups(_Groups(groups=8), 64) == 8
     assert group._num_groups(_Groups(G=2), 64) == 2
     assert group._num_groups(_Groups(num_groups=3, groups=5, G=7), 64) == 3   # in that order
     assert group._num_groups(_Groups(inner=torch.nn.GroupNorm(6, 12)), 12) == 6
     assert group._num_groups(_Groups(num_groups=0, groups=1), 64) == 1        # not a count: the next one
-    assert group._num_groups(_Groups(num_groups="4"), 64) == 32               # not an int: the default
-    assert group._num_groups(_Groups(), 64) == 32 and group._num_groups(_Groups(), 33) == 32
+    assert group._num_groups(_Groups(num_groups="4"), 64) == 64               # not an int: the default
+    assert group._num_groups(_Groups(), 64) == 64 and group._num_groups(_Groups(), 33) == 33   # InstanceNorm's
     assert group._num_groups(_Groups(), 8) == 8
 
 
