@@ -27,7 +27,7 @@ declare -A TESTS=(
   [normbench/measure/group.py]="tests/test_mutation_group.py tests/test_mutation_group_more.py tests/test_mutation_headtohead.py tests/test_mutation_headtohead_more.py tests/test_timing_paths.py tests/test_flags.py tests/test_gpu_noise.py tests/test_measure.py"
   [normbench/measure/timers.py]="tests/test_mutation_timers.py tests/test_gpu_timer.py tests/test_gpu_noise.py tests/test_timing_paths.py tests/test_mutation_headtohead.py"
   [normbench/campaign.py]="tests/test_campaign.py tests/test_mutation_campaign.py tests/test_mutation_campaign_more.py"
-  [normbench/policy/recognise.py]="tests/test_mutation_recognise.py tests/test_mutation_recognise_more.py tests/test_policy_recognise.py tests/test_policy.py"
+  [normbench/policy/recognise.py]="tests/test_mutation_recognise.py tests/test_mutation_recognise_more.py tests/test_mutation_recognise_find.py tests/test_policy_recognise.py tests/test_policy.py"
 )
 MODULES=("$@")
 [ ${#MODULES[@]} -gt 0 ] || MODULES=(normbench/results/staleness.py normbench/results/counted.py
