@@ -292,3 +292,33 @@ class _Raises(nn.Module):
 
 def test_probe_says_the_error_of_a_module_that_fails():
     assert rec.probe(_Raises(), 1e-6, False) == "it failed on a probe input: ValueError: no probe for me"
+
+
+# --- on a GPU: every probe input is made on the module's device ------------------------------------------------------
+
+class _PrivateEpsRMSNorm(nn.Module):
+    """RMSNorm whose eps is named nowhere a probe reads: it is recovered from the output."""
+
+    def __init__(self, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(W, generator=torch.Generator().manual_seed(11)) + 0.5)
+        self._e = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self._e) * self.weight
+
+
+_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: on a machine whose only device is the "
+                           "CPU, a probe input made on the CPU is on the module's device whatever the code asks")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_CUDA)])
+def test_a_model_is_probed_on_its_own_device(device):
+    """transformers' RMSNorm (probe), torch's LayerNorm (probe_any, eps named) and a norm whose eps is recovered
+    (probe_any's recovery): each found on CUDA as on the CPU (docs/gpu-not-rehearsed.md)."""
+    model = _Model(None, llama=_llama(1e-5), ln=nn.LayerNorm(W, eps=1e-5), quiet=_PrivateEpsRMSNorm(1e-5))
+    found, left = rec.find(model.to(device))
+    assert left == []
+    got = {f.path: (f.norm, f.width) for f in found}
+    assert got == {"llama": ("rmsnorm", W), "ln": ("layernorm", W), "quiet": ("rmsnorm", W)}
+    assert {f.path: f.eps for f in found}["quiet"] == pytest.approx(1e-5, rel=0.01)
