@@ -254,7 +254,7 @@ def test_the_output_dtype_is_probed_on_the_weights_device():
 # --- probe's tolerance and its reasons -------------------------------------------------------------------------------
 
 class _OffByTolerance(nn.Module):
-    """RMSNorm computed in float64, plus ``k`` x 1e-5 x (1 + its largest output): the probe's tight tolerance is
+    """RMSNorm computed in float64, plus 1e-5 x (k + its largest output): the probe's tight tolerance is
     1e-5 x (1 + the reference's largest output), so k = 1.5 is just outside it, k = 0.5 just inside."""
 
     def __init__(self, k: float, eps: float = 1e-6):
@@ -266,7 +266,7 @@ class _OffByTolerance(nn.Module):
     def forward(self, x):
         xd = x.double()
         y = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + self.variance_epsilon) * self.weight.double()
-        return y + self.k * 1e-5 * (1 + y.abs().max())
+        return y + 1e-5 * (self.k + y.abs().max())
 
 
 def test_probe_draws_its_tight_tolerance_at_1e5_of_one_plus_the_largest_output():
