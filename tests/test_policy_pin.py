@@ -137,6 +137,46 @@ def test_pin_follows_the_dtype_and_refuses_an_unknown_regime():
     assert len(restore(model)) == 5 and not _sites(model)
 
 
+def test_a_forward_set_from_outside_a_pinned_site_is_kept_and_a_stale_one_said():
+    """A pinned site whose ``forward`` is the original module (no answer at its dtype) is not a generated function,
+    so a wrapper set on it from outside (accelerate's ``_old_forward``) cannot take the new dispatch's code when the
+    site resolves again. The wrapper is kept and still runs; where what it wraps is no longer what the site would
+    run (here: after ``.to(float32)`` the policy's ``a``) a ``PolicyFallbackWarning`` says so; where it is the same
+    (``.half()``: no answer in float16 either, the original again) nothing is said."""
+    from normbench.policy import PolicyFallbackWarning
+
+    model, config = tiny("llama")
+    model.eval()
+    ref = copy.deepcopy(model)
+    decode = next(r for r in _pol_regimes(config) if r.startswith("decode"))
+    apply_policy(model, split_policy(config, dtypes=("float32",)), pin=decode)
+    model.to(torch.bfloat16)
+    site = model.model.norm
+    assert site.forward is site.original
+    called = []
+    site._old_forward = site.forward
+    site.forward = lambda h: called.append(1) or site._old_forward(h)
+    outside = site.forward
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PolicyFallbackWarning)
+        model.half()                                   # the original again: the wrapper wraps what the site runs
+    assert site.forward is outside and site.pinned["backend"] == "eager"
+    with pytest.warns(PolicyFallbackWarning, match=r"norm \(final\): the forward set on it from outside is kept, but "
+                                                   "what it wraps was not made again"):
+        model.to(torch.float32)
+    assert site.forward is outside and site.pinned["backend"] == "a"
+    x = torch.randn(1, 1, config.hidden_size)
+    SEEN.clear()
+    with torch.no_grad():
+        y = site(x)
+    assert called == [1] and not SEEN                 # the wrapper ran what it wraps: the original, not a
+    ref.to(torch.bfloat16).half().to(torch.float32)   # the same roundings of the weights
+    with torch.no_grad():
+        assert _close(y, ref.model.norm(x))
+
+
 def test_fullgraph_compile_of_a_pinned_model():
     """A pinned model traces whole (``fullgraph=True``) over the 13 shapes with no more graphs than the original, and
     every graph holds the pinned backend (``b``'s clones, one per site), decode shapes too."""
