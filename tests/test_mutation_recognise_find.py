@@ -192,6 +192,67 @@ def test_a_normbench_module_without_its_width_is_left_and_the_rest_of_the_model_
     assert [f.path for f in found] == ["later"]
 
 
+def test_a_normbench_module_without_an_eps_is_found_with_none():
+    rms = _zoo("rmsnorm")
+    del rms.eps
+    found, _ = rec.find(_Model(None, rms=rms))
+    assert [(f.path, f.eps) for f in found] == [("rms", None)]
+
+
+# --- find: any other module whose class says norm, by what it computes ------------------------------------------------
+
+class _PromotingRMSNorm(nn.Module):
+    """Llama's RMSNorm written out (weight * x.to(input dtype): a bfloat16 input comes back float32), eps under a
+    name no probe reads: the model's config or the probe's recovery gives it."""
+
+    def __init__(self, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(W, generator=torch.Generator().manual_seed(13)) + 0.5)
+        self._e = eps
+
+    def forward(self, x):
+        h = x.float()
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self._e)).to(x.dtype)
+
+
+class _CastingRMSNorm(_PromotingRMSNorm):
+    """Gemma's order: (x * w) cast back to the input's dtype."""
+
+    def forward(self, x):
+        h = x.float()
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self._e) * self.weight).to(x.dtype)
+
+
+def test_a_module_naming_no_eps_is_held_to_the_configs():
+    """The config's ``rms_norm_eps`` is the eps a module that names none is held to: taken exactly where the module
+    computes with it, and the module left alone where it computes with another (not an eps recovered instead)."""
+    found, left = rec.find(_Model(_cfg(1e-2), norm=_PromotingRMSNorm(1e-2)))
+    assert left == [] and [(f.path, f.norm, f.eps) for f in found] == [("norm", "rmsnorm", 1e-2)]
+    found, left = rec.find(_Model(_cfg(1e-6), norm=_PromotingRMSNorm(1e-2)))
+    assert found == [] and [(x["module"], x["class"]) for x in left] == [
+        ("norm", f"{__name__}._PromotingRMSNorm")]
+    assert left[0]["reason"].startswith("its output on the probe is none of RMSNorm or LayerNorm over the last dim")
+
+
+def test_each_found_module_says_whether_its_output_keeps_the_inputs_dtype():
+    """Promoting (Llama's order), casting back (Gemma's), and a LayerNorm without weight (nothing to promote
+    with: its output keeps the input's dtype) with its width from ``normalized_shape``."""
+    model = _Model(None, promotes=_PromotingRMSNorm(1e-5), casts=_CastingRMSNorm(1e-5),
+                   bare=nn.LayerNorm(W, eps=1e-5, elementwise_affine=False))
+    found, left = rec.find(model)
+    assert left == []
+    got = {f.path: (f.norm, f.width, f.cast_to_input, f.create) for f in found}
+    assert got == {"promotes": ("rmsnorm", W, False, {}), "casts": ("rmsnorm", W, True, {}),
+                   "bare": ("layernorm", W, True, {"affine": False})}
+    assert all(type(f.cast_to_input) is bool for f in found)
+
+
+def test_torchs_rmsnorm_with_eps_none_is_left_with_the_reason():
+    found, left = rec.find(_Model(None, norm=nn.RMSNorm(W)))
+    assert found == [] and left == [{"module": "norm", "class": "torch.nn.modules.normalization.RMSNorm", "reason": (
+        "eps=None: torch uses the input dtype's machine epsilon, which no fixed-eps implementation computes")}]
+
+
 # --- _native_classes: the registry's module classes, whatever a plugin's factory is -----------------------------------
 
 def test_a_plugin_factory_that_cannot_import_or_is_a_function_does_not_hide_the_other_classes(monkeypatch):
