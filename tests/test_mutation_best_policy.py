@@ -32,7 +32,8 @@ def cpu_records(tmp_path_factory) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def h200_records() -> list[dict]:
-    return [r for p, r in iter_records(H200) if p.name.endswith(".json.gz")]
+    # the run's record files only (its costs.json is the dry run's input, not records); a bad record fails here
+    return [r for f in sorted(H200.glob("*.json.gz")) for _p, r in iter_records(f, errors="raise")]
 
 
 # --- the re-run command ------------------------------------------------------------------------------------------
