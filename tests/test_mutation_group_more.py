@@ -993,3 +993,31 @@ def test_a_softmax_record_counts_the_reads_of_each_row_of_its_pass(planted_cache
         rec = _build(_case(backend, norm="softmax", pass_=pass_), _ctx(), prep=_prep("softmax", backend))
         assert rec["metrics"]["row_passes"] == want, pass_
     assert "row_passes" not in _build(_case("eager"), _ctx())["metrics"]
+
+
+@pytest.mark.parametrize("pass_, forwards_timed, forwards_untimed", [
+    ("fwd", 1, None),          # the forward alone, nothing before it
+    ("fwd+bwd", 1, None),      # a forward and its backward, both timed: nothing untimed before
+    ("bwd", 0, 1),             # the backward alone: its forward runs untimed before each repetition
+])
+def test_each_pass_times_what_it_names_and_runs_the_rest_untimed(pass_, forwards_timed, forwards_untimed):
+    prep = _prep()
+    calls, real = [], prep.forward
+
+    def forward():
+        calls.append(1)
+        return real()
+
+    prep.forward = forward
+    fn, pre = prep.pass_fns(pass_)
+    assert (pre is None) is (forwards_untimed is None)
+    if pre is not None:
+        pre()
+        assert len(calls) == forwards_untimed
+        calls.clear()
+    out = fn()
+    assert len(calls) == forwards_timed
+    if pass_ == "fwd":
+        assert out[0].shape == prep.dims
+    else:   # the gradients with respect to the input and the weight
+        assert out[0].shape == prep.dims and out[1].shape == (prep.dims[-1],)
