@@ -1021,3 +1021,27 @@ def test_each_pass_times_what_it_names_and_runs_the_rest_untimed(pass_, forwards
         assert out[0].shape == prep.dims
     else:   # the gradients with respect to the input and the weight
         assert out[0].shape == prep.dims and out[1].shape == (prep.dims[-1],)
+
+
+def test_an_attention_norm_is_built_for_its_heads():
+    """QK-norm normalises each head's vector: on a width of 1000 it sees 15 heads of 64 (``input_shape``), its module
+    is built for 64 features and its inputs (q and k) have the heads' shape."""
+    shape = Shape("tiny-1000", "tokens", (2, 8, 1000), "quick")
+    prep = _prep("qk_norm", shape=shape)
+    assert prep.dims == (2, 15, 8, 64) and prep.num_features == 64
+    assert [tuple(x.shape) for x in prep.inputs] == [(2, 15, 8, 64)] * 2
+
+
+def test_a_baseline_for_images_is_built_from_an_eager_module_on_images(monkeypatch):
+    """A library's GroupNorm (Liger's, here made runnable on the CPU as the eager module itself) is built from the
+    eager module on the images layout, as the case is, not on the default (tokens) layout."""
+    from normbench.discovery import REGISTRY
+
+    b = baselines.REGISTRY[("liger", "groupnorm")]
+    monkeypatch.setitem(baselines.REGISTRY, ("liger", "groupnorm"), dataclasses.replace(
+        b, module="torch", requires_cuda=False, build=lambda eager: eager))
+    images = Shape("tiny-images", "images", (2, 8, 4, 4), "quick")
+    prep = group.Prepared(REGISTRY.get("groupnorm"), "liger", images, "float32", "cpu")
+    assert prep.baseline is baselines.REGISTRY[("liger", "groupnorm")]
+    assert prep.module.layout == "images"
+    assert tuple(prep.forward()[0].shape) == (2, 8, 4, 4)
