@@ -164,8 +164,9 @@ def test_a_forward_set_from_outside_a_pinned_site_is_kept_and_a_stale_one_said()
         model.half()                                   # the original again: the wrapper wraps what the site runs
     assert site.forward is outside and site.pinned["backend"] == "eager"
     with pytest.warns(PolicyFallbackWarning, match=r"norm \(final\): the forward set on it from outside is kept, but "
-                                                   "what it wraps was not made again"):
+                                                   "what it wraps was not made again") as said:
         model.to(torch.float32)
+    assert [w.filename for w in said] == [__file__]   # it names the user's .to(), not a frame inside torch
     assert site.forward is outside and site.pinned["backend"] == "a"
     x = torch.randn(1, 1, config.hidden_size)
     SEEN.clear()

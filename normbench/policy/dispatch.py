@@ -76,6 +76,21 @@ def _slots(module: nn.Module, param: torch.Tensor) -> list[tuple[nn.Module, str]
     return [s for s in out if s[0] is not None]
 
 
+def _callers_level() -> int:
+    """``warnings.warn``'s stacklevel, for a warning raised by the function calling this one, that names the first
+    frame outside normbench, torch and transformers (whose models override ``.to()``): the user's ``.to()``, however
+    deep ``nn.Module._apply`` recursed to get here."""
+    import os
+    import sys
+
+    packages = [torch, sys.modules[__name__.split(".")[0]], sys.modules.get("transformers")]
+    inside = tuple(os.path.dirname(p.__file__) + os.sep for p in packages if getattr(p, "__file__", None))
+    f, level = sys._getframe(2), 2
+    while f is not None and f.f_code.co_filename.startswith(inside):
+        f, level = f.f_back, level + 1
+    return level
+
+
 @dataclass
 class _Plan:
     """What one apply_policy call decided, shared by the modules it put in: the policy, the hardware ids, the
@@ -430,7 +445,7 @@ class PolicyNorm(nn.Module):
         elif mine is not new:
             warnings.warn(f"normbench policy: {self.label}: the forward set on it from outside is kept, but what it "
                           "wraps was not made again when the site resolved again; set it after .to()/.half()",
-                          PolicyFallbackWarning, stacklevel=3)
+                          PolicyFallbackWarning, stacklevel=_callers_level())
         d["forward"] = outside
         if type(self) is not PolicyNorm:
             object.__setattr__(self, "__class__", PolicyNorm)
