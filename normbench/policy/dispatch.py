@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import copyreg
 import math
+import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 
@@ -80,9 +82,6 @@ def _callers_level() -> int:
     """``warnings.warn``'s stacklevel, for a warning raised by the function calling this one, that names the first
     frame outside normbench, torch and transformers (whose models override ``.to()``): the user's ``.to()``, however
     deep ``nn.Module._apply`` recursed to get here."""
-    import os
-    import sys
-
     packages = [torch, sys.modules[__name__.split(".")[0]], sys.modules.get("transformers")]
     inside = tuple(os.path.dirname(p.__file__) + os.sep for p in packages if getattr(p, "__file__", None))
     f, level = sys._getframe(2), 2
