@@ -11,7 +11,8 @@ check keep their status from OLD.json, an earlier run of the same module source.
 
 ``python scripts/mutation_report.py report``: merges scripts/mutation/*.json with the equivalent mutants named in
 scripts/mutation/equivalent.json (``{mutant: one-line reason}``) and the survivors killed since by a new test in
-scripts/mutation/killed.json (``{mutant: the test}``, each checked by applying the mutant by hand) into
+scripts/mutation/killed.json (``{mutant: the test}``, each checked by applying the mutant by hand; each entry pinned
+to its mutant's diff in scripts/mutation/pinned.json when first used, and refused once the diff differs) into
 docs/mutation-report.json (the report the freshness test reads) and docs/mutation-report.md (for people): per
 module, mutants, killed, timed out, survived, equivalent, not checked, the score ((killed + timed out) / (mutants -
 equivalent - not checked)) and the module's sha256 when it was mutated.
@@ -110,23 +111,48 @@ def merge(new: dict, old: dict) -> dict:
     return out
 
 
+def _diff_sha(show: str) -> str:
+    """A survivor's diff (``mutmut show``) without its status line: what the mutant is, whatever the run said of it."""
+    body = "\n".join(line for line in show.splitlines() if not line.startswith("# "))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _vetted(entries: dict, st: dict, data: dict, pinned: dict, refused: dict) -> dict:
+    """The entries of killed.json / equivalent.json that apply to this run's survivors and name the mutant they were
+    checked on. Mutant names are numbered within each function, so after the function is edited a name can mean
+    another mutant: each entry is pinned to its mutant's diff when first used (``pinned.json``) and refused (the
+    mutant counted survived, the entry listed in ``refused``) once the run's diff differs."""
+    out = {}
+    for k in st:
+        if k in entries and st[k] in ("survived", "no tests"):
+            sha = _diff_sha(data["survivors"].get(k, ""))
+            if pinned.setdefault(k, sha) != sha:
+                refused[k] = ("its diff changed since the entry was checked (the function was edited): check the "
+                              "mutant again, then drop the entry's pin from scripts/mutation/pinned.json")
+                continue
+            out[k] = entries[k]
+    return out
+
+
 def report() -> dict:
     equivalent = json.loads((RESULTS / "equivalent.json").read_text()) if (RESULTS / "equivalent.json").exists() \
         else {}
     killed_later = json.loads((RESULTS / "killed.json").read_text()) if (RESULTS / "killed.json").exists() else {}
+    pinned = json.loads((RESULTS / "pinned.json").read_text()) if (RESULTS / "pinned.json").exists() else {}
     modules = {}
     for f in sorted(RESULTS.glob("normbench_*.json")):
         data = json.loads(f.read_text())
         st = data["mutants"]
+        refused: dict = {}
         killed = sorted(k for k, v in st.items() if v == "killed")
         # a timeout: the tests did not pass within mutmut's limit (15x their time unmutated). Counted as caught,
         # as mutmut does, and listed apart: on a loaded machine a slow kill can time out too.
         timeout = sorted(k for k, v in st.items() if v == "timeout")
         # not checked: the run was stopped before mutmut reached them (a partial run says so)
         unchecked = sorted(k for k, v in st.items() if v == "not checked")
-        eq = {k: equivalent[k] for k in st if k in equivalent and st[k] in ("survived", "no tests")}
+        eq = _vetted(equivalent, st, data, pinned, refused)
         # survivors of the run killed since by a new test (the mutant applied by hand, the test seen red)
-        later = {k: killed_later[k] for k in st if k in killed_later and st[k] in ("survived", "no tests")}
+        later = _vetted(killed_later, st, data, pinned, refused)
         killed += sorted(later)
         survived = sorted(k for k in st if k not in killed and k not in timeout and k not in eq and k not in unchecked)
         denom = len(st) - len(eq) - len(unchecked)
@@ -135,11 +161,12 @@ def report() -> dict:
             "survived": len(survived), "equivalent": len(eq), "not_checked": len(unchecked),
             "score": round((len(killed) + len(timeout)) / denom, 4) if denom else None,
             "survivors": survived, "timeouts": timeout, "equivalent_mutants": eq, "killed_by_new_tests": later,
-            "tests": data.get("tests", ""),
+            "tests": data.get("tests", ""), "refused_entries": refused,
         }
     doc = {"tool": "mutmut " + _mutmut_version(), "target": TARGET, "modules": modules,
            "not_run": {m: why for m, why in NOT_RUN.items() if m not in modules},
            "how": "bash scripts/mutation.sh [MODULE ...]; the tests each module is run against are listed there"}
+    _write(RESULTS / "pinned.json", json.dumps(dict(sorted(pinned.items())), indent=1) + "\n")
     _write(REPORT_JSON, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     _write(REPORT_MD, _markdown(doc))
     return doc
@@ -177,7 +204,8 @@ def _markdown(doc: dict) -> str:
             lines += [f"- `{k}`: {t}" for k, t in sorted(r["killed_by_new_tests"].items())]
         if r["survivors"]:
             lines += ["", f"## `{m}`: survivors (not killed, not shown equivalent)", ""]
-            lines += [f"- `{k}`" for k in r["survivors"]]
+            lines += [f"- `{k}`" + (f": entry refused, {r['refused_entries'][k]}" if k in r["refused_entries"] else "")
+                      for k in r["survivors"]]
     return "\n".join(lines) + "\n"
 
 
@@ -200,6 +228,8 @@ def main(argv: list[str]) -> int:
         for m, r in sorted(doc["modules"].items()):
             print(f"{m}: {r['mutants']} mutants, {r['killed']} killed, {r['survived']} survived, "
                   f"{r['equivalent']} equivalent, score {r['score']}")
+            for k, why in sorted(r["refused_entries"].items()):
+                print(f"  refused entry {k}: {why}")
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -72,3 +72,54 @@ def test_a_resumed_run_keeps_the_earlier_statuses_of_what_it_did_not_check(tmp_p
         mr.unchecked("normbench/best/command.py")
     with pytest.raises(SystemExit, match="no earlier run"):
         mr.unchecked("normbench/campaign.py")
+
+
+def test_every_entry_the_report_uses_is_pinned_to_its_mutants_diff():
+    """killed.json / equivalent.json name mutants by mutmut's number within a function; pinned.json ties each entry
+    the report uses to the diff of the mutant it was checked on (the committed run files' survivors)."""
+    mr = _report_script()
+    res = ROOT / "scripts" / "mutation"
+    entries = {**json.loads((res / "equivalent.json").read_text()), **json.loads((res / "killed.json").read_text())}
+    pinned = json.loads((res / "pinned.json").read_text())
+    used = 0
+    for f in sorted(res.glob("normbench_*.json")):
+        data = json.loads(f.read_text())
+        for k, status in data["mutants"].items():
+            if k in entries and status in ("survived", "no tests"):
+                used += 1
+                assert pinned.get(k) == mr._diff_sha(data["survivors"][k]), k
+    assert used == sum(r["equivalent"] + len(r["killed_by_new_tests"]) for r in _report()["modules"].values())
+
+
+def test_an_entry_whose_mutant_changed_is_refused_and_the_mutant_counted_survived(tmp_path, monkeypatch):
+    """After its function is edited a mutant's number can name another mutation: the report refuses the entry
+    checked on the old one (the mutant counts as a survivor, the refusal says why) and keeps the old pin; an entry
+    used for the first time is pinned to its mutant's diff."""
+    import shutil
+
+    mr = _report_script()
+    res = ROOT / "scripts" / "mutation"
+    for name in ("normbench_best_command.py.json", "killed.json", "equivalent.json", "pinned.json"):
+        shutil.copy(res / name, tmp_path / name)
+    monkeypatch.setattr(mr, "RESULTS", tmp_path)
+    monkeypatch.setattr(mr, "REPORT_JSON", tmp_path / "report.json")
+    monkeypatch.setattr(mr, "REPORT_MD", tmp_path / "report.md")
+    before = mr.report()["modules"]["normbench/best/command.py"]
+    assert before["refused_entries"] == {} and before["survived"] == 0
+    run = json.loads((tmp_path / "normbench_best_command.py.json").read_text())
+    name = sorted(before["equivalent_mutants"])[0]
+    old_pin = json.loads((tmp_path / "pinned.json").read_text())[name]
+    run["survivors"][name] = run["survivors"][name].replace("\n+", "\n+    # edited since\n+", 1)
+    (tmp_path / "normbench_best_command.py.json").write_text(json.dumps(run))
+    after = mr.report()["modules"]["normbench/best/command.py"]
+    assert after["survivors"] == [name] and after["equivalent"] == before["equivalent"] - 1
+    assert "its diff changed since the entry was checked" in after["refused_entries"][name]
+    assert json.loads((tmp_path / "pinned.json").read_text())[name] == old_pin
+    assert f"`{name}`: entry refused, its diff changed" in (tmp_path / "report.md").read_text()
+
+    pins = json.loads((tmp_path / "pinned.json").read_text())
+    del pins[name]
+    (tmp_path / "pinned.json").write_text(json.dumps(pins))
+    again = mr.report()["modules"]["normbench/best/command.py"]
+    assert again["refused_entries"] == {} and name in again["equivalent_mutants"]
+    assert json.loads((tmp_path / "pinned.json").read_text())[name] == mr._diff_sha(run["survivors"][name])
