@@ -74,3 +74,4 @@ def test_pickling_warns_once_not_once_per_site(split):  # noqa: F811
     said = [w for w in seen if issubclass(w.category, PolicyFallbackWarning)]
     assert len(said) == 1, [str(w.message) for w in said]
     assert "LlamaRMSNorm sites pickle as the original modules" in str(said[0].message)
+    assert said[0].filename == __file__   # it names the torch.save line, not a frame inside torch or pickle

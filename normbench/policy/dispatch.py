@@ -238,7 +238,7 @@ class PolicyNorm(nn.Module):
         # one text for every site of a class: Python shows it once, not once per site (a 32-layer Llama has 65)
         warnings.warn(f"normbench policy: its {type(self.original).__name__} sites pickle as the original modules (the "
                       "policy's backends do not pickle); after loading, call normbench.apply_policy on the model again",
-                      PolicyFallbackWarning, stacklevel=2)
+                      PolicyFallbackWarning, stacklevel=_callers_level())
         self._resync()
         orig = self.original   # (copyreg.__newobj__ would be refused: the pickler checks it against this object)
         return copyreg._reconstructor, (type(orig), object, None), orig.__getstate__()
