@@ -11,11 +11,10 @@ import types
 
 import pytest
 import torch
+from test_mutation_recognise import W, _HiddenRMSNorm
 from torch import nn
 
 from normbench.policy import recognise as rec
-
-W = 64
 
 transformers_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
 transformers_gemma3 = pytest.importorskip("transformers.models.gemma3.modeling_gemma3")
@@ -357,18 +356,6 @@ def test_probe_says_the_error_of_a_module_that_fails():
 
 # --- on a GPU: every probe input is made on the module's device ------------------------------------------------------
 
-class _PrivateEpsRMSNorm(nn.Module):
-    """RMSNorm whose eps is named nowhere a probe reads: it is recovered from the output."""
-
-    def __init__(self, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.rand(W, generator=torch.Generator().manual_seed(11)) + 0.5)
-        self._e = eps
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self._e) * self.weight
-
-
 _CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: on a machine whose only device is the "
                            "CPU, a probe input made on the CPU is on the module's device whatever the code asks")
 
@@ -377,7 +364,7 @@ _CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: on
 def test_a_model_is_probed_on_its_own_device(device):
     """transformers' RMSNorm (probe), torch's LayerNorm (probe_any, eps named) and a norm whose eps is recovered
     (probe_any's recovery): each found on CUDA as on the CPU (docs/gpu-not-rehearsed.md)."""
-    model = _Model(None, llama=_llama(1e-5), ln=nn.LayerNorm(W, eps=1e-5), quiet=_PrivateEpsRMSNorm(1e-5))
+    model = _Model(None, llama=_llama(1e-5), ln=nn.LayerNorm(W, eps=1e-5), quiet=_HiddenRMSNorm(1e-5))
     found, left = rec.find(model.to(device))
     assert left == []
     got = {f.path: (f.norm, f.width) for f in found}
